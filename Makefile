@@ -1,0 +1,43 @@
+# mixer-lightning: `make quickstart` and `make test` are all a fresh machine needs.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch is installed first, on its own: these releases install from a local wheel cache where one
+# exists (x86_64: a CUDA build that also runs on the CPU). Override for another platform, e.g.
+#   make TORCH="torch==2.9.1 torchvision==0.24.1" test
+TORCH  ?= torch==2.14.1 torchvision==0.29.1
+STAMP  := $(VENV)/.installed
+
+.PHONY: install quickstart test test-slow test-gpu lint clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Train the quickstart config on the embedded digits dataset (offline), then evaluate the best
+# checkpoint with `mixer test`, exactly as a user would.
+quickstart: $(STAMP)
+	$(BIN)/mixer fit --config configs/quickstart.yaml --trainer.enable_progress_bar false
+	@run=$$(ls -dt runs/quickstart/version_*/checkpoints/best.ckpt | head -n 1 | xargs dirname | xargs dirname); \
+	echo "mixer test --config $$run/config.yaml --ckpt_path $$run/checkpoints/best.ckpt"; \
+	$(BIN)/mixer test --config $$run/config.yaml --ckpt_path $$run/checkpoints/best.ckpt \
+		--trainer.enable_progress_bar false
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+test-gpu: $(STAMP)
+	$(BIN)/python -m pytest -q -m gpu
+
+lint: $(STAMP)
+	$(BIN)/python -m ruff check mixer_lightning tests
+
+clean:
+	rm -rf $(VENV) runs *.egg-info .pytest_cache

@@ -1,0 +1,19 @@
+"""Networks as plain PyTorch modules, usable without Lightning.
+
+Every family and preset is built by name with `create_model` (``mixer models`` lists them).
+"""
+
+from mixer_lightning.models import mlp_mixer  # noqa: F401  (registers the family and its presets)
+from mixer_lightning.models.mlp_mixer import MLPMixer
+from mixer_lightning.models.registry import create_model, get_entry, list_models
+
+__all__ = ["MLPMixer", "create_model", "get_entry", "list_models", "num_params"]
+
+
+def num_params(model, exclude_head: bool = False) -> int:
+    """Trainable parameters of `model` (without the classifier ``head`` if asked)."""
+    return sum(
+        p.numel()
+        for name, p in model.named_parameters()
+        if p.requires_grad and not (exclude_head and name.startswith("head."))
+    )

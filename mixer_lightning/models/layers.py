@@ -1,0 +1,154 @@
+"""Building blocks shared by every family: the per-patch FC stem, MLPs, the first-block skip layer,
+argument checks and the JAX-style initialisers.
+
+Notation (Hayase & Karakida 2024, App. A): an H×W image with patch size P gives S0 = HW/P² input
+tokens of C0 = in_chans·P² values; mixing layers act on X ∈ R^{S×C} (S tokens, C channels), stored
+in PyTorch as a (batch, S, C) tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from timm.layers import lecun_normal_
+from torch import nn
+
+from mixer_lightning.errors import ConfigError, require
+
+Activation = Literal["gelu", "gelu_tanh"]
+
+
+def check_positive(**values: float | int | None) -> None:
+    """Raise a `ConfigError` naming the first argument that is not a positive number."""
+    for field, value in values.items():
+        if value is not None and not value > 0:
+            raise ConfigError(field, f"must be positive, got {value}", "give a value > 0")
+
+
+def check_rate(**values: float) -> None:
+    """Raise a `ConfigError` for a dropout-like rate outside [0, 1)."""
+    for field, value in values.items():
+        require(0.0 <= value < 1.0, field, f"must be in [0, 1), got {value}", "give a rate such as 0.1")
+
+
+def hidden_width(gamma: float, width: int) -> int:
+    """The hidden width γ·n of an MLP on n features, rounded half up (Hayase: D_S = γS, D_C = γC)."""
+    return max(1, int(math.floor(gamma * width + 0.5)))
+
+
+def activation(name: Activation) -> nn.Module:
+    """σ = GELU (Tolstikhin; Hayase eq. S.3). ``gelu_tanh`` is the tanh approximation that the
+    official JAX code gets from ``flax.linen.gelu``; ``gelu`` is the exact erf form used by timm."""
+    if name == "gelu":
+        return nn.GELU()
+    if name == "gelu_tanh":
+        return nn.GELU(approximate="tanh")
+    raise ConfigError("act", f"unknown activation {name!r}", "choose 'gelu' or 'gelu_tanh'")
+
+
+class PatchEmbed(nn.Module):
+    """Per-patch FC layer (Hayase eq. S.1, Y = X Wᵀ with W ∈ R^{C×C0}): cut the image into S0 patches
+    of P×P pixels and map each patch's C0 = in_chans·P² values to C channels.
+
+    It is a P×P convolution with stride P, as the JAX code's ``stem``, so the tokens come out in
+    raster order of the patch grid (row by row), the order higher-resolution fine-tuning relies on.
+    """
+
+    def __init__(self, image_size: int, patch_size: int, in_chans: int, channels: int):
+        super().__init__()
+        check_positive(image_size=image_size, patch_size=patch_size, in_chans=in_chans, channels=channels)
+        require(
+            image_size % patch_size == 0,
+            "patch_size",
+            f"{patch_size} does not divide image_size {image_size}",
+            f"choose a divisor of {image_size} (or resize the images)",
+        )
+        self.image_size = image_size
+        self.patch_size = patch_size
+        self.grid = image_size // patch_size
+        self.num_patches = self.grid * self.grid  # S0
+        self.proj = nn.Conv2d(in_chans, channels, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)  # (B, S0, C)
+
+
+class MlpBlock(nn.Module):
+    """f_{W1,W2}(x) = W2 σ(W1 x + b1) + b2, applied to the last axis (Hayase eq. S.2)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        hidden_features: int,
+        out_features: int | None = None,
+        act: Activation = "gelu",
+        drop: float = 0.0,
+    ):
+        super().__init__()
+        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.act = activation(act)
+        self.drop1 = nn.Dropout(drop)
+        self.fc2 = nn.Linear(hidden_features, out_features or in_features)
+        self.drop2 = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class SkipLayer(nn.Module):
+    """SkipLayer(X) = LN(W̃ X), W̃ ∈ R^{S×S0} (Hayase App. A.2.4, eq. S.15): the skip connection of the
+    first token-mixing block when the mixing layers' S differs from the patch grid's S0 (the sweeps
+    use it even when S = S0, "for a fair comparison")."""
+
+    def __init__(self, tokens_in: int, tokens_out: int, channels: int, norm_eps: float):
+        super().__init__()
+        self.proj = nn.Linear(tokens_in, tokens_out, bias=False)
+        self.norm = nn.LayerNorm(channels, eps=norm_eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, S0, C) -> (B, S, C)
+        return self.norm(torch.matmul(self.proj.weight, x))
+
+
+InitMode = Literal["xavier", "lecun"]
+
+
+def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
+    """Initialise a Mixer-style network the way the official JAX code does.
+
+    Common to both modes (github.com/google-research/vision_transformer, ``vit_jax/models_mixer.py``):
+    the stem is LeCun-normal (flax ``nn.Conv`` default: truncated normal, variance 1/fan_in) with zero
+    bias, the classifier head is zero (``kernel_init=zeros``), LayerNorms are (1, 0).
+    Dense layers:
+    - ``xavier`` (default): Xavier-uniform kernels, biases of the MLPs N(0, 10⁻⁶²), other biases
+      zero. This is the init of the ViT JAX code's MLP blocks, which timm's ``MlpMixer`` uses and
+      which its pretrained Mixer weights were trained with.
+    - ``lecun``: flax ``nn.Dense`` defaults (LeCun truncated normal, zero bias), which is what the
+      published ``models_mixer.py`` literally does, since its ``MlpBlock`` passes no initialisers.
+    """
+    if mode not in ("xavier", "lecun"):
+        raise ConfigError("init", f"unknown mode {mode!r}", "choose 'xavier' or 'lecun'")
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            if name == "head" or name.endswith(".head"):
+                nn.init.zeros_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+                continue
+            if mode == "xavier":
+                nn.init.xavier_uniform_(module.weight)
+            else:
+                lecun_normal_(module.weight)
+            if module.bias is not None:
+                if mode == "xavier" and ".mlp." in f".{name}.":
+                    nn.init.normal_(module.bias, std=1e-6)
+                else:
+                    nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Conv2d):
+            lecun_normal_(module.weight)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)

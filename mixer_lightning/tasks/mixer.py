@@ -1,0 +1,59 @@
+"""Lightning module of the MLP-Mixer family."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixer_lightning.models.layers import Activation, InitMode
+from mixer_lightning.tasks.classifier import ClassifierModule
+
+
+class MLPMixerModule(ClassifierModule):
+    """An MLP-Mixer (`mixer_lightning.models.MLPMixer`) trained as a classifier.
+
+    Architecture arguments left at None take the preset's value, else the family default.
+
+    Args:
+        preset: a registered MLP-Mixer (``mixer_b16``, ``mixer_ss_w``, ...; see ``mixer models``).
+        patch_size: P.
+        tokens: S, the tokens of the mixing layers (default: the patch grid's S0).
+        channels: C, the channels of the mixing layers.
+        gamma: γ; hidden widths D_S = γS, D_C = γC unless given.
+        token_hidden: D_S.
+        channel_hidden: D_C.
+        num_blocks: L.
+        skip_layer: SkipLayer in the first block (default: when S ≠ S0).
+        drop_rate: MLP dropout.
+        drop_path: stochastic depth of the last MLP (rising linearly from 0).
+        norm_eps: LayerNorm ε.
+        act: ``gelu`` or ``gelu_tanh``.
+        init: ``xavier`` or ``lecun`` dense init.
+    """
+
+    def __init__(
+        self,
+        num_classes: int = 10,
+        image_size: int = 32,
+        in_chans: int = 3,
+        preset: str | None = None,
+        patch_size: int | None = None,
+        tokens: int | None = None,
+        channels: int | None = None,
+        gamma: float | None = None,
+        token_hidden: int | None = None,
+        channel_hidden: int | None = None,
+        num_blocks: int | None = None,
+        skip_layer: bool | None = None,
+        drop_rate: float | None = None,
+        drop_path: float | None = None,
+        norm_eps: float | None = None,
+        act: Activation | None = None,
+        init: InitMode | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
+        self.net = self.build_network(
+            "mlp_mixer", preset, patch_size=patch_size, tokens=tokens, channels=channels, gamma=gamma,
+            token_hidden=token_hidden, channel_hidden=channel_hidden, num_blocks=num_blocks, skip_layer=skip_layer,
+            drop_rate=drop_rate, drop_path=drop_path, norm_eps=norm_eps, act=act, init=init,
+        )  # fmt: skip

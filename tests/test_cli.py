@@ -1,0 +1,124 @@
+"""The `mixer` command line, driven through `main` exactly as the console script runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import CONFIGS, TEST_CONFIGS, read_json, run_dirs
+from mixer_lightning.cli import main
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+
+
+def test_fit_then_test_and_predict_from_the_saved_config(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["fit", "--config", TINY])
+    (run,) = run_dirs("digits_mixer")
+    best, last = run / "checkpoints" / "best.ckpt", run / "checkpoints" / "last.ckpt"
+    assert best.is_file() and last.is_file()
+    assert (run / "config.yaml").is_file()
+    summary = read_json(run / "fit_summary.json")
+    assert summary["monitor"] == "val/acc1" and Path(summary["best_checkpoint"]) == best
+    assert "Best checkpoint (val/acc1" in capsys.readouterr().out
+
+    main(["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)])
+    test_run = run_dirs("digits_mixer")[-1]
+    metrics = read_json(test_run / "test_metrics.json")
+    assert set(metrics) == {"test/loss", "test/acc1", "test/acc5"}
+    assert 0.0 <= metrics["test/acc1"] <= metrics["test/acc5"] <= 1.0
+
+    # The same checkpoint evaluated again gives exactly the same figures.
+    main(["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)])
+    assert read_json(run_dirs("digits_mixer")[-1] / "test_metrics.json") == metrics
+
+    main(["predict", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)])
+    predictions = torch.load(run_dirs("digits_mixer")[-1] / "predictions.pt")["probabilities"]
+    assert predictions.shape == (359, 10)  # the digits test split, every class
+    torch.testing.assert_close(predictions.sum(dim=1), torch.ones(359))
+
+
+def test_quickstart_config_runs_with_fast_dev_run() -> None:
+    main(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--trainer.fast_dev_run", "true"])
+
+
+def test_print_config_shows_the_model_but_not_the_linked_data_facts(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    config = yaml.safe_load(capsys.readouterr().out)
+    init_args = config["model"]["init_args"]
+    assert init_args["channels"] == 64 and init_args["tokens"] == 16
+    assert init_args["optimizer"]["class_path"] == "torch.optim.AdamW"
+    for linked in ("num_classes", "image_size", "in_chans"):
+        assert linked not in init_args  # they come from the data module
+    assert config["seed_everything"] == 0
+    assert config["checkpoint"]["monitor"] == "val/acc1"
+
+
+def test_rerun_into_the_same_run_directory_does_not_crash() -> None:
+    args = ["fit", "--config", TINY, "--trainer.max_epochs", "1", "--trainer.logger.init_args.version", "fixed"]
+    main(args)
+    main(args)
+    assert Path("runs/digits_mixer/fixed/config.yaml").is_file()
+
+
+def test_data_facts_are_linked_into_the_model(tmp_path: Path) -> None:
+    main(["fit", "--config", TINY, "--trainer.max_epochs", "1"])
+    checkpoint = torch.load(run_dirs("digits_mixer")[-1] / "checkpoints" / "last.ckpt", weights_only=False)
+    hparams = checkpoint["hyper_parameters"]
+    assert (hparams["num_classes"], hparams["image_size"], hparams["in_chans"]) == (10, 8, 1)
+
+
+def test_a_config_mistake_is_one_line_naming_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", TINY, "--model.patch_size", "3"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "mixer: error: model.patch_size: 3 does not divide image_size 8; choose a divisor of 8 (or resize the images)"
+    )
+    assert not any("Traceback" in line for line in err)
+    assert not Path("runs").exists()  # nothing was written
+
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", TINY, "--data.dataset", "mnist3d"])
+    assert "data.dataset: unknown dataset 'mnist3d'" in capsys.readouterr().err
+
+
+def test_debug_flag_shows_the_traceback() -> None:
+    from mixer_lightning.errors import ConfigError
+
+    with pytest.raises(Exception) as error:
+        main(["fit", "--config", TINY, "--model.channels", "0", "--debug"])
+    assert "model.channels" in str(error.value) or isinstance(error.value.__cause__, ConfigError)
+
+
+def test_help_lists_lightning_and_project_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("fit", "validate", "test", "predict", "models"):
+        assert command in out
+
+
+def test_project_command_dispatch(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["models", "mixer_s*", "--json"])
+    rows = json.loads(capsys.readouterr().out)
+    assert {row["name"] for row in rows} == {"mixer_s16", "mixer_s32", "mixer_ss8", "mixer_ss_w"}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["models", "--no-such-flag"])
+    assert exit_info.value.code == 2
+
+
+def test_installed_console_script() -> None:
+    script = Path(sys.executable).with_name("mixer")
+    assert script.is_file(), "the `mixer` console script is not installed (pip install -e .)"
+    result = subprocess.run([str(script), "models", "mixer_b16", "--json"], capture_output=True, text=True, check=True)
+    (row,) = json.loads(result.stdout)
+    assert row["family"] == "mlp_mixer" and round(row["params_without_head"] / 1e6) == 59

@@ -1,0 +1,83 @@
+"""The MLP-Mixer network as a plain nn.Module."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.models import MLPMixer, create_model, list_models, num_params
+from mixer_lightning.models.layers import SkipLayer
+from mixer_lightning.models.mlp_mixer import drop_path_rates
+
+
+def test_tokens_channels_gamma_and_depth_are_free_of_the_patch_grid() -> None:
+    model = MLPMixer(
+        num_classes=7, image_size=16, in_chans=2, patch_size=4, tokens=24, channels=12, gamma=3, num_blocks=3
+    )
+    assert model.stem.num_patches == 16  # S0
+    first = model.blocks[0].token_mixing
+    assert isinstance(first.skip, SkipLayer) and first.skip.proj.weight.shape == (24, 16)  # W̃ ∈ R^{S×S0}
+    assert first.mlp.fc1.weight.shape == (72, 16) and first.mlp.fc2.weight.shape == (24, 72)  # S0 → γS → S
+    assert model.blocks[1].token_mixing.mlp.fc1.weight.shape == (72, 24)
+    assert model.blocks[1].channel_mixing.mlp.fc1.weight.shape == (36, 12)  # D_C = γC
+    assert len(model.blocks) == 3
+    x = torch.randn(5, 2, 16, 16)
+    assert model.forward_features(x).shape == (5, 24, 12)
+    assert model(x).shape == (5, 7)
+    skips = model.forward_skip_inputs(x)
+    assert len(skips) == 6 and skips[0].shape == (5, 16, 12) and skips[1].shape == (5, 24, 12)
+
+
+def test_skip_layer_when_asked_even_if_s_equals_s0() -> None:
+    assert MLPMixer(image_size=8, patch_size=2, channels=8, num_blocks=1).blocks[0].token_mixing.skip is None
+    model = MLPMixer(image_size=8, patch_size=2, channels=8, num_blocks=1, skip_layer=True)
+    assert isinstance(model.blocks[0].token_mixing.skip, SkipLayer)
+
+
+def test_runs_in_float64() -> None:
+    model = MLPMixer(num_classes=3, image_size=8, in_chans=1, patch_size=2, channels=8, num_blocks=2).double()
+    out = model(torch.randn(2, 1, 8, 8, dtype=torch.float64))
+    assert out.dtype == torch.float64
+
+
+def test_head_starts_at_zero() -> None:
+    model = create_model("mlp_mixer", num_classes=5, image_size=8, patch_size=4, channels=8, num_blocks=1)
+    assert torch.count_nonzero(model.head.weight) == 0
+    assert torch.all(model(torch.randn(2, 3, 8, 8)) == 0)
+
+
+def test_stochastic_depth_rises_linearly_over_every_mlp() -> None:
+    assert drop_path_rates(0.1, 4) == pytest.approx([0.0, 0.1 / 3, 0.2 / 3, 0.1])
+    model = MLPMixer(image_size=8, patch_size=4, channels=8, num_blocks=2, drop_path=0.3)
+    rates = [getattr(m.drop_path, "drop_prob", 0.0) for b in model.blocks for m in (b.token_mixing, b.channel_mixing)]
+    assert rates == pytest.approx([0.0, 0.1, 0.2, 0.3])
+
+
+def test_table1_parameter_counts() -> None:
+    expected = {"mixer_s32": 19, "mixer_s16": 18, "mixer_b32": 60, "mixer_b16": 59, "mixer_l32": 206,
+                "mixer_l16": 207, "mixer_h14": 431}  # fmt: skip
+    for name, millions in expected.items():
+        with torch.device("meta"):
+            model = create_model(name)
+        assert round(num_params(model, exclude_head=True) / 1e6) == millions, name
+    assert set(expected) <= set(list_models("mixer_*"))
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(patch_size=3), "patch_size"),
+        (dict(channels=0), "channels"),
+        (dict(tokens=-4), "tokens"),
+        (dict(gamma=0), "gamma"),
+        (dict(num_blocks=0), "num_blocks"),
+        (dict(drop_path=1.0), "drop_path"),
+        (dict(init="he"), "init"),
+        (dict(act="relu6"), "act"),
+    ],
+)
+def test_bad_architecture_arguments_name_the_field(kwargs: dict, field: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        MLPMixer(**{"image_size": 8, "patch_size": 2, "channels": 8, "num_blocks": 1, **kwargs})
+    assert error.value.field == field
