@@ -8,7 +8,7 @@ import torch
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models import MLPMixer, create_model, list_models, num_params
 from mixer_lightning.models.layers import SkipLayer
-from mixer_lightning.models.mlp_mixer import drop_path_rates
+from mixer_lightning.models.pk import drop_path_rates
 
 
 def test_tokens_channels_gamma_and_depth_are_free_of_the_patch_grid() -> None:

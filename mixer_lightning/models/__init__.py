@@ -3,11 +3,23 @@
 Every family and preset is built by name with `create_model` (``mixer models`` lists them).
 """
 
-from mixer_lightning.models import mlp_mixer  # noqa: F401  (registers the family and its presets)
+from mixer_lightning.models import mlp_mixer, s_mixer  # noqa: F401  (register the families and presets)
 from mixer_lightning.models.mlp_mixer import MLPMixer
+from mixer_lightning.models.pk import MixingLayer, Permutation, PKMixer
 from mixer_lightning.models.registry import create_model, get_entry, list_models
+from mixer_lightning.models.s_mixer import SMixer
 
-__all__ = ["MLPMixer", "create_model", "get_entry", "list_models", "num_params"]
+__all__ = [
+    "MLPMixer",
+    "MixingLayer",
+    "PKMixer",
+    "Permutation",
+    "SMixer",
+    "create_model",
+    "get_entry",
+    "list_models",
+    "num_params",
+]
 
 
 def num_params(model, exclude_head: bool = False) -> int:

@@ -97,6 +97,19 @@ class MlpBlock(nn.Module):
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
 
+class FcBlock(nn.Module):
+    """f_W(x) = σ(W x + b): the S-Mixer's mixing function, one FC layer and σ (Hayase eq. S.3)."""
+
+    def __init__(self, in_features: int, out_features: int, act: Activation = "gelu", drop: float = 0.0):
+        super().__init__()
+        self.fc = nn.Linear(in_features, out_features)
+        self.act = activation(act)
+        self.drop = nn.Dropout(drop)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop(self.act(self.fc(x)))
+
+
 class SkipLayer(nn.Module):
     """SkipLayer(X) = LN(W̃ X), W̃ ∈ R^{S×S0} (Hayase App. A.2.4, eq. S.15): the skip connection of the
     first token-mixing block when the mixing layers' S differs from the patch grid's S0 (the sweeps

@@ -1,0 +1,290 @@
+"""Mixing layers as permuted-Kronecker (PK) layers (Hayase & Karakida 2024, Sec. 5.1, App. A.2.3).
+
+A mixing layer is a fully connected layer of effective width m = S·C whose weight is I ⊗ W between
+two permutations of the m entries:
+
+    PK-Layer_W(X; J1, J2) = σ[J2 (I_{n1} ⊗ W) J1 vec(X)]                    (Def. 5.1)
+
+A normal Mixer is the PK layer with J ∈ {I, J_c}: token mixing transposes X so that W (S×S) acts on
+each channel's column, channel mixing applies W (C×C) to each token's row. A random-permuted (RP)
+Mixer draws J1 and J2 uniformly at random, once, independently for every layer, and freezes them
+(App. A.2.3). Nothing of size m×m is ever built: J1 and J2 are gathers of the m entries, and
+(I ⊗ W) is an ordinary matmul of W with the (n1, n2)-reshaped vector.
+
+Layout. Activations are (B, S, C) tensors; flattened row-major, entry s·C + c holds X[s, c]. The
+permutations act on these flat indices (any fixed labelling of the m entries gives the same model
+family, since J1 and J2 are uniform). `mixer_lightning.analysis.effective` converts to the paper's
+column-major vec when it materialises the effective m×m weights.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from timm.layers import DropPath
+from torch import nn
+
+from mixer_lightning.errors import ConfigError, require
+
+
+class _Gather(torch.autograd.Function):
+    """y = x[..., index] whose backward is a gather by the inverse permutation.
+
+    Plain indexing backpropagates with a scatter-add (index_put_ with accumulate), several times
+    slower than a gather on CPU; for a permutation the gradient is exactly grad[..., inverse].
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(inverse)
+        return x.index_select(-1, index)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(-1, inverse), None, None
+
+
+class Permutation(nn.Module):
+    """A frozen uniform random permutation of `size` entries (J1 or J2 of a PK layer).
+
+    Drawn once from torch's global generator (so ``seed_everything`` fixes it), stored as the
+    persistent buffer ``index`` (saved in checkpoints; loading one restores the exact function
+    whatever seed built the model); ``inverse`` is derived from it.
+    """
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+        self.register_buffer("index", torch.randperm(size))
+        self.register_buffer("inverse", torch.argsort(self.index), persistent=False)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors):
+        key = prefix + "index"
+        if key in state_dict:
+            index = state_dict[key]
+            if index.shape != (self.size,) or not torch.equal(
+                torch.sort(index.long()).values, torch.arange(self.size, device=index.device)
+            ):
+                errors.append(f"{key} is not a permutation of {self.size} entries")
+                return
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, errors)
+        with torch.no_grad():
+            self.inverse.copy_(torch.argsort(self.index))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Permute the last axis: y[..., k] = x[..., index[k]], i.e. y = J x."""
+        return _Gather.apply(x, self.index, self.inverse)
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}"
+
+
+Axis = Literal["token", "channel"]
+
+
+class MixingLayer(nn.Module):
+    """One mixing sub-block with its LayerNorm and skip connection:
+
+        token:    U = shortcut(X) + Mat ∘ J2 ∘ (I_C ⊗ f) ∘ J1 ∘ vec(LN(X))    f: S_in → S
+        channel:  Y = U + Mat ∘ J2 ∘ (I_S ⊗ f) ∘ J1 ∘ vec(LN(U))               f: C → C
+
+    with f the mixing function (the two-layer MLP of an MLP-Mixer, Hayase eq. S.5-S.6, or the single
+    FC + σ of an S-Mixer, eq. S.7-S.8). Without ``permute`` (J1, J2 ∈ {I, J_c}) token mixing is the
+    usual transpose-MLP-transpose; with it, J1 and J2 are frozen random permutations (RP Mixer,
+    eq. S.13). The shortcut is the identity, or SkipLayer(X) = LN(W̃X) in a first block that maps
+    S0 → S (eq. S.14).
+
+    Args:
+        axis: ``token`` or ``channel``.
+        mlp: f, acting on the last axis: (…, S_in) → (…, S) for token mixing, (…, C) → (…, C) for channel.
+        tokens_in, tokens, channels: S_in (S0 in a first block, else S), S and C.
+        permute: draw random J1 (S_in·C entries) and J2 (S·C entries).
+        skip: the first block's SkipLayer, or None for the identity shortcut.
+    """
+
+    def __init__(
+        self,
+        axis: Axis,
+        mlp: nn.Module,
+        tokens_in: int,
+        tokens: int,
+        channels: int,
+        *,
+        permute: bool = False,
+        skip: nn.Module | None = None,
+        drop_path: float = 0.0,
+        norm_eps: float = 1e-6,
+    ):
+        super().__init__()
+        if axis not in ("token", "channel"):
+            raise ConfigError("axis", f"unknown mixing axis {axis!r}", "choose token or channel")
+        require(
+            skip is not None or tokens_in == tokens,
+            "tokens",
+            f"a mixing layer from {tokens_in} to {tokens} tokens needs a skip layer",
+            "set skip_layer: true",
+        )
+        require(axis == "token" or tokens_in == tokens, "tokens", "channel mixing keeps the number of tokens")
+        self.axis = axis
+        self.tokens_in, self.tokens, self.channels = tokens_in, tokens, channels
+        self.norm = nn.LayerNorm(channels, eps=norm_eps)
+        self.mlp = mlp
+        self.skip = skip
+        self.permute_in = Permutation(tokens_in * channels) if permute else None
+        self.permute_out = Permutation(tokens * channels) if permute else None
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    @property
+    def permuted(self) -> bool:
+        return self.permute_in is not None
+
+    def branch(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual branch: Mat ∘ J2 ∘ (I ⊗ f) ∘ J1 ∘ vec, on an already normalised (B, S_in, C) input."""
+        batch = x.shape[0]
+        if self.permute_in is not None:
+            # Blocks of n2 consecutive permuted entries: S_in per block for token mixing (C blocks),
+            # C per block for channel mixing (S blocks).
+            n2 = self.tokens_in if self.axis == "token" else self.channels
+            y = self.permute_in(x.reshape(batch, -1)).view(batch, -1, n2)
+            y = self.mlp(y)
+            return self.permute_out(y.reshape(batch, -1)).view(batch, self.tokens, self.channels)
+        if self.axis == "token":
+            return self.mlp(x.transpose(1, 2)).transpose(1, 2)
+        return self.mlp(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shortcut = x if self.skip is None else self.skip(x)
+        return shortcut + self.drop_path(self.branch(self.norm(x)))
+
+    def extra_repr(self) -> str:
+        return f"axis={self.axis}, tokens_in={self.tokens_in}, tokens={self.tokens}, channels={self.channels}"
+
+
+class MixerBlock(nn.Module):
+    """A base block X ↦ Y: token mixing, then channel mixing (Hayase App. A.2.1)."""
+
+    def __init__(self, token_mixing: MixingLayer, channel_mixing: MixingLayer):
+        super().__init__()
+        self.token_mixing = token_mixing
+        self.channel_mixing = channel_mixing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.channel_mixing(self.token_mixing(x))
+
+
+def permute_flags(permute: bool | list[bool], num_blocks: int) -> list[bool]:
+    """One flag per block from ``permute``: a bool for every block, or a list (App. D.5 swaps a
+    single block of a normal Mixer for its RP counterpart)."""
+    if isinstance(permute, bool):
+        return [permute] * num_blocks
+    flags = list(permute)
+    require(
+        len(flags) == num_blocks,
+        "permute",
+        f"a list needs one flag per block (num_blocks={num_blocks}), got {len(flags)}",
+        f"give {num_blocks} true/false values or a single true/false",
+    )
+    require(all(isinstance(f, bool) for f in flags), "permute", f"flags must be true/false, got {flags}")
+    return flags
+
+
+class PKMixer(nn.Module):
+    """A Mixer built of PK layers: per-patch FC, `num_blocks` blocks of token and channel mixing,
+    LayerNorm, global average pooling over tokens, linear head (Tolstikhin Fig. 1; Hayase App. A).
+
+    Families differ only in the mixing function f (`make_mlp`): the MLP-Mixer's two-layer MLP, the
+    S-Mixer's single FC + σ. Everything else, including the free (S, C) of the mixing layers, the
+    first block's SkipLayer, the RP permutations and stochastic depth, is here.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        image_size: int,
+        in_chans: int,
+        patch_size: int,
+        tokens: int | None,
+        channels: int,
+        num_blocks: int,
+        permute: bool | list[bool],
+        skip_layer: bool | None,
+        drop_path: float,
+        norm_eps: float,
+    ):
+        from mixer_lightning.models.layers import PatchEmbed, SkipLayer, check_positive, check_rate
+
+        super().__init__()
+        check_positive(tokens=tokens, channels=channels, num_blocks=num_blocks, norm_eps=norm_eps)
+        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}", "give the number of classes")
+        check_rate(drop_path=drop_path)
+        flags = permute_flags(permute, num_blocks)
+        self.stem = PatchEmbed(image_size, patch_size, in_chans, channels)
+        tokens_in = self.stem.num_patches  # S0
+        tokens = tokens or tokens_in
+        if skip_layer is None:
+            skip_layer = tokens != tokens_in
+        self.num_classes = num_classes
+        self.tokens, self.channels, self.num_blocks = tokens, channels, num_blocks
+        self.num_features = channels
+        self.permute = flags
+
+        rates = drop_path_rates(drop_path, 2 * num_blocks)
+        blocks = []
+        for i in range(num_blocks):
+            s_in = tokens_in if i == 0 else tokens
+            skip = SkipLayer(tokens_in, tokens, channels, norm_eps) if i == 0 and skip_layer else None
+            common = dict(permute=flags[i], norm_eps=norm_eps)
+            token_mixing = MixingLayer(
+                "token", self.make_mlp("token", s_in, tokens), s_in, tokens, channels,
+                skip=skip, drop_path=rates[2 * i], **common,
+            )  # fmt: skip
+            channel_mixing = MixingLayer(
+                "channel", self.make_mlp("channel", channels, channels), tokens, tokens, channels,
+                drop_path=rates[2 * i + 1], **common,
+            )  # fmt: skip
+            blocks.append(MixerBlock(token_mixing, channel_mixing))
+        self.blocks = nn.Sequential(*blocks)
+        self.norm = nn.LayerNorm(channels, eps=norm_eps)
+        self.head = nn.Linear(channels, num_classes) if num_classes > 0 else nn.Identity()
+
+    def make_mlp(self, axis: Axis, features_in: int, features_out: int) -> nn.Module:
+        """The mixing function f of a layer, acting on the last axis (features_in → features_out)."""
+        raise NotImplementedError
+
+    def mixing_layers(self) -> list[MixingLayer]:
+        """The 2L mixing layers, in order (token, channel, token, channel, ...)."""
+        return [layer for block in self.blocks for layer in (block.token_mixing, block.channel_mixing)]
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Image (B, in_chans, H, W) -> features (B, S, C) after the final LayerNorm."""
+        return self.norm(self.blocks(self.stem(x)))
+
+    def forward_skip_inputs(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The hidden units just before every skip connection: the input of each of the 2L mixing
+        layers, (B, S0, C) for the first and (B, S, C) after, which the CKA analysis of Hayase &
+        Karakida Sec. 3.4 compares."""
+        x = self.stem(x)
+        features = []
+        for layer in self.mixing_layers():
+            features.append(x)
+            x = layer(x)
+        return features
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Features (B, S, C) -> logits (B, num_classes), by global average pooling over tokens."""
+        x = x.mean(dim=1)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def drop_path_rates(drop_path: float, num_mlps: int) -> list[float]:
+    """Stochastic depth "rises linearly from 0 at the first MLP to s at the last", every token and
+    channel MLP counting on its own (Tolstikhin, supplementary B). timm uses one rate for all."""
+    if num_mlps == 1:
+        return [drop_path]
+    return [drop_path * i / (num_mlps - 1) for i in range(num_mlps)]

@@ -1,0 +1,152 @@
+"""Width and connections of Mixers and sparse-weight MLPs (Hayase & Karakida 2024, Sec. 4.1).
+
+Pure arithmetic (no torch), shared by the models (a Mixer given by Ω and C), the ``mixer width``
+command, the sweeps and the analyses.
+
+- Ω, the average number of connections per layer (eq. 14): Ω = γ(C²S + CS²)/2 for an MLP-Mixer
+  with D_S = γS, D_C = γC; γ = 1 for the S-Mixer. Ω = p·m² for an SW-MLP layer (eq. 13), p·γ·m² for
+  its MLP blocks.
+- At fixed Ω, S = (√(C² + 8Ω/(γC)) − C)/2, so the effective width m = S·C peaks at
+  S* = C* = (Ω/γ)^{1/3} with m_max = (Ω/γ)^{2/3} (eq. 15), where the non-zero ratio p = Ω/(γm²)
+  is smallest.
+- An SW-MLP of density p at the same Ω has width m = √(Ω/(γp)) (eq. S.43).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import asdict, dataclass
+
+from mixer_lightning.errors import ConfigError, require
+
+
+def parse_int_expression(text: str | int, field: str = "omega") -> int:
+    """An integer written plainly (``262144``) or as the paper writes Ω (``2**18``, ``2^18``,
+    ``3*2**20``, ``290217984``)."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+
+    def evaluate(node: ast.AST) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -evaluate(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub, ast.Pow)):
+            left, right = evaluate(node.left), evaluate(node.right)
+            if isinstance(node.op, ast.Pow):
+                if not 0 <= right <= 512:
+                    raise ValueError("exponent out of range")
+                return left**right
+            return {ast.Mult: left * right, ast.Add: left + right, ast.Sub: left - right}[type(node.op)]
+        raise ValueError("not an integer expression")
+
+    try:
+        return evaluate(ast.parse(str(text).strip().replace("^", "**"), mode="eval").body)
+    except (SyntaxError, ValueError, KeyError):
+        raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
+
+
+def omega(tokens: float, channels: float, gamma: float = 1.0) -> float:
+    """Ω = γ(C²S + CS²)/2: average connections per mixing layer (eq. 14)."""
+    return gamma * (channels**2 * tokens + channels * tokens**2) / 2
+
+
+def tokens_from_omega(omega_: float, channels: float, gamma: float = 1.0) -> float:
+    """The real S with Ω(S, C, γ) = Ω: S = (√(C² + 8Ω/(γC)) − C)/2."""
+    return (math.sqrt(channels**2 + 8 * omega_ / (gamma * channels)) - channels) / 2
+
+
+def solve_tokens(omega_: float, channels: int, gamma: float = 1.0) -> int:
+    """S for (Ω, C, γ), rounded to the nearest integer as the paper's lists; a `ConfigError` if
+    Ω cannot give a single token at this C."""
+    require(omega_ > 0, "omega", f"must be positive, got {omega_}", "give e.g. 2**18")
+    require(channels > 0, "channels", f"must be positive, got {channels}")
+    require(gamma > 0, "gamma", f"must be positive, got {gamma}")
+    tokens = round(tokens_from_omega(omega_, channels, gamma))
+    if tokens < 1:
+        smallest = math.ceil(omega(1, channels, gamma))
+        raise ConfigError(
+            "omega",
+            f"{omega_:g} is unreachable with channels={channels} and gamma={gamma:g} (S would be < 1)",
+            f"use omega >= {smallest} or fewer channels",
+        )
+    return tokens
+
+
+def resolve_tokens(tokens: int | None, omega_: float | None, channels: int, gamma: float) -> int | None:
+    """S from either ``tokens`` or ``omega`` (with C, γ); both given must agree."""
+    if omega_ is None:
+        return tokens
+    solved = solve_tokens(omega_, channels, gamma)
+    if tokens is not None and tokens != solved:
+        raise ConfigError(
+            "tokens",
+            f"tokens={tokens} contradicts omega={omega_:g} (which gives S={solved} at channels={channels}, gamma={gamma:g})",
+            "give tokens or omega, not both",
+        )
+    return solved
+
+
+def optimum(omega_: float, gamma: float = 1.0) -> dict[str, float]:
+    """S* = C* = (Ω/γ)^{1/3} and m_max = (Ω/γ)^{2/3} (eq. 15)."""
+    side = round((omega_ / gamma) ** (1 / 3), 9)  # 2**18 gives 64, not 63.99999999999999
+    return {"S": side, "C": side, "m": round(side * side, 6)}
+
+
+def density(tokens: float, channels: float, gamma: float = 1.0) -> float:
+    """Non-zero ratio p = Ω/(γm²) of the effective wide MLP of a Mixer (= (1/S + 1/C)/2)."""
+    m = tokens * channels
+    return omega(tokens, channels, gamma) / (gamma * m * m)
+
+
+def sw_mlp_width(omega_: float, p: float, gamma: float = 1.0) -> float:
+    """Width of an SW-MLP with density p and Ω connections per layer: m = √(Ω/(γp)) (eq. S.43)."""
+    require(0 < p <= 1, "sparsity", f"density p = {p:g} must be in (0, 1]", "give 1-p in [0, 1)")
+    return math.sqrt(omega_ / (gamma * p))
+
+
+@dataclass(frozen=True)
+class WidthPair:
+    """One (C, S) point at fixed Ω."""
+
+    C: int
+    S: int
+    m: int  # effective width S·C
+    p: float  # non-zero ratio of the effective weights
+    connections: float  # Ω(S, C, γ) of the rounded pair
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def width_pairs(omega_: float, gamma: float, channels: list[int]) -> list[WidthPair]:
+    """(C, S, m, p, Ω) for each C at fixed Ω."""
+    pairs = []
+    for c in channels:
+        s = solve_tokens(omega_, c, gamma)
+        pairs.append(WidthPair(C=c, S=s, m=s * c, p=density(s, c, gamma), connections=omega(s, c, gamma)))
+    return pairs
+
+
+# The channel sizes the paper sweeps (App. C.2, C.4), mirrored pairs added by `default_channels`.
+PAPER_CHANNELS: dict[tuple[int, float], list[int]] = {
+    (2**18, 1.0): [16, 32, 48],
+    (2**21, 1.0): [16, 32, 64],
+    (2**27, 1.0): [128, 256],
+    (2**19, 2.0): [4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 64],
+}
+
+
+def default_channels(omega_: float, gamma: float = 1.0) -> list[int]:
+    """The C values of a sweep at fixed Ω: the paper's where it gives them (Fig. 4, 5), else powers
+    of two from 16 up to C*; with every C's S added, so that (C, S) and (S, C) both appear."""
+    below = PAPER_CHANNELS.get((int(omega_), float(gamma)))
+    mirror = below is None or gamma == 1.0
+    if below is None:
+        c_star = optimum(omega_, gamma)["C"]
+        below = [c for c in (2**k for k in range(4, 40)) if c <= c_star * 1.0001] or [max(1, round(c_star))]
+    channels = set(below)
+    if mirror:
+        channels |= {solve_tokens(omega_, c, gamma) for c in below}
+    return sorted(channels)
