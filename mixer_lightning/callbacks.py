@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningModule, Trainer
-from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 
@@ -35,3 +35,115 @@ class PredictionWriter(BasePredictionWriter):
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save({"probabilities": probabilities}, path)
         rank_zero_info(f"Predictions ({tuple(probabilities.shape)}) written to {path}")
+
+
+class _WeightMonitor(Callback):
+    """Logs statistics of the network's effective FC layers (`weight_layers`: a Mixer's mixing layers,
+    an SW-MLP's sparse layers) to every logger every `every_n_steps` optimiser steps and once before
+    training. Computed on the global-zero process only (the weights are the same on every process;
+    not for FSDP, whose processes hold shards)."""
+
+    def __init__(self, every_n_steps: int = 100):
+        super().__init__()
+        if every_n_steps < 1:
+            from mixer_lightning.errors import ConfigError
+
+            raise ConfigError("every_n_steps", f"must be >= 1, got {every_n_steps}", "give e.g. 100")
+        self.every_n_steps = every_n_steps
+        self._last_step: int | None = None
+
+    def statistics(self, layers: list[tuple[str, torch.nn.Module, float]]) -> dict[str, float]:
+        raise NotImplementedError
+
+    def _log(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        step = trainer.global_step
+        if self._last_step == step or not trainer.is_global_zero or not trainer.loggers:
+            return
+        from mixer_lightning.analysis.spectrum import weight_layers
+
+        self._last_step = step
+        layers = weight_layers(getattr(pl_module, "net", pl_module))
+        if not layers:
+            return
+        metrics = self.statistics(layers)
+        for logger in trainer.loggers:
+            logger.log_metrics(metrics, step=step)
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._log(trainer, pl_module)  # the initial weights (step 0, or the step a run resumes at)
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:  # fmt: skip
+        if trainer.global_step % self.every_n_steps == 0:
+            self._log(trainer, pl_module)
+
+
+class SpectrumMonitor(_WeightMonitor):
+    """Logs the largest singular value σ_max of every effective FC layer as ``spectrum/sigma_max/<layer>``
+    (and their maximum as ``spectrum/sigma_max/max``): W's for a Mixer's I ⊗ W (Kronecker products with
+    I and permutations keep the singular values), M ⊙ W's for an SW-MLP (Hayase & Karakida Sec. 4.3:
+    at initialisation ≈ 1 + √γ for Mixers, growing with width for SW-MLPs).
+
+    Exact for weights of up to `exact_max_entries` entries; larger ones (an SW-MLP's γm×m) by
+    `power_iterations` steps of power iteration on the sparse weight, warm-started from the previous
+    call's vector (the estimate is a lower bound that tightens over training). Use from a config::
+
+        trainer:
+          callbacks:
+            - class_path: mixer_lightning.callbacks.SpectrumMonitor
+              init_args: {every_n_steps: 200}
+    """
+
+    def __init__(self, every_n_steps: int = 100, exact_max_entries: int = 2**22, power_iterations: int = 20):
+        super().__init__(every_n_steps)
+        self.exact_max_entries, self.power_iterations = exact_max_entries, power_iterations
+        self._vectors: dict[str, dict] = {}
+
+    def statistics(self, layers: list[tuple[str, torch.nn.Module, float]]) -> dict[str, float]:
+        from mixer_lightning.analysis.spectrum import spectral_norm
+
+        metrics = {
+            f"spectrum/sigma_max/{name}": spectral_norm(
+                layer, self._vectors.setdefault(name, {}), self.exact_max_entries, self.power_iterations
+            )
+            for name, layer, _ in layers
+        }
+        metrics["spectrum/sigma_max/max"] = max(metrics.values())
+        return metrics
+
+
+class SparsityMonitor(_WeightMonitor):
+    """Logs the sparsity of every effective FC layer (Hayase & Karakida Sec. 3-4):
+
+    - ``sparsity/density/<layer>``: the non-zero ratio p of the effective weight in the wide MLP (1/C
+      for a token-mixing layer's I_C ⊗ W, 1/S for channel mixing, the mask density for an SW-MLP);
+    - ``sparsity/near_zero/<layer>``: the fraction of the trainable weights with |w| < `threshold` ×
+      the layer's RMS weight (the implicit sparsification of Sec. 3.2's L1-like bias);
+    - ``sparsity/effective_density/<layer>``: density × (1 − near_zero), the fraction of the wide
+      weight's entries that are not negligible;
+    - ``sparsity/l1_l2/<layer>``: ‖w‖₁ / (√n ‖w‖₂) ∈ (0, 1], √(2/π) ≈ 0.80 for Gaussian weights and
+      smaller as the weights concentrate on fewer entries.
+    """
+
+    def __init__(self, every_n_steps: int = 100, threshold: float = 0.01):
+        super().__init__(every_n_steps)
+        if not threshold > 0:
+            from mixer_lightning.errors import ConfigError
+
+            raise ConfigError("threshold", f"must be positive, got {threshold}", "give e.g. 0.01")
+        self.threshold = threshold
+
+    @torch.no_grad()
+    def statistics(self, layers: list[tuple[str, torch.nn.Module, float]]) -> dict[str, float]:
+        from mixer_lightning.analysis.spectrum import trainable_weight
+
+        metrics = {}
+        for name, layer, density in layers:
+            w = trainable_weight(layer).double()
+            rms = w.pow(2).mean().sqrt()
+            near_zero = float((w.abs() < self.threshold * rms).double().mean()) if rms > 0 else 1.0
+            metrics[f"sparsity/density/{name}"] = density
+            metrics[f"sparsity/near_zero/{name}"] = near_zero
+            metrics[f"sparsity/effective_density/{name}"] = density * (1.0 - near_zero)
+            metrics[f"sparsity/l1_l2/{name}"] = float(w.abs().sum() / (w.numel() ** 0.5 * w.norm())) if rms > 0 else 0.0
+        return metrics

@@ -10,18 +10,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from argparse import RawDescriptionHelpFormatter
 from operator import attrgetter
 from pathlib import Path
 
-from jsonargparse import DefaultHelpFormatter
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from mixer_lightning.callbacks import PredictionWriter
-from mixer_lightning.commands import COMMANDS, run_command, summary
+from mixer_lightning.checkpointing import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, check_checkpoint, find_last_run
+from mixer_lightning.commands import COMMANDS, HelpFormatter, run_command, summary
 from mixer_lightning.data import ImageDataModule
-from mixer_lightning.errors import find_config_error
+from mixer_lightning.errors import ConfigError, find_config_error
+from mixer_lightning.tasks.loading import read_checkpoint
 from mixer_lightning.tasks import ClassifierModule
 
 # Facts of the data that the model must agree with, copied into every model's init arguments.
@@ -47,6 +49,18 @@ class MixerCLI(LightningCLI):
                 "checkpoint.mode": "max",
                 "checkpoint.filename": "best",
                 "checkpoint.save_last": True,
+                "checkpoint.enable_version_counter": False,  # best.ckpt / last.ckpt are replaced, not versioned
+            }
+        )
+        # A checkpoint every N optimiser steps as well (last.ckpt, written atomically), so that a killed
+        # run loses at most N steps: `mixer fit ... --ckpt_path last` continues it.
+        parser.add_lightning_class_args(ModelCheckpoint, "step_checkpoint")
+        parser.set_defaults(
+            {
+                "step_checkpoint.every_n_train_steps": 500,
+                "step_checkpoint.save_top_k": 0,
+                "step_checkpoint.save_last": True,
+                "step_checkpoint.enable_version_counter": False,
             }
         )
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
@@ -56,10 +70,73 @@ class MixerCLI(LightningCLI):
                 "data", f"model.init_args.{name}", compute_fn=attrgetter(name), apply_on="instantiate"
             )
 
+    def _parse_ckpt_path(self) -> None:
+        """Resolve ``--ckpt_path last`` and check the checkpoint file before Lightning reads its
+        hyper-parameters into the config (the checkpoint's architecture wins over the config's)."""
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else None
+        path = config.get("ckpt_path") if config is not None else None
+        if subcommand == "fit" and path == "last":
+            self._resume_last_run(config)
+        elif path and path not in SPECIAL_CKPT_PATHS and path != "last":
+            read_checkpoint(path)  # missing, truncated, not a checkpoint, pickled code: one-line errors
+        super()._parse_ckpt_path()
+
+    def _resume_last_run(self, config) -> None:
+        """``--ckpt_path last``: continue the most recent run of this experiment, in its own run
+        directory (same logger version), from its last.ckpt; its config.yaml is kept and this run's
+        config is saved beside it as config.resume<N>.yaml."""
+        logger = config.trainer.get("logger")
+        init_args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
+        if init_args is None or "save_dir" not in init_args:
+            raise ConfigError("ckpt_path", "'last' needs a logger with a save_dir to find the run in",
+                              "give the path of the checkpoint instead")  # fmt: skip
+        experiment = Path(init_args.save_dir) / str(init_args.get("name") or "")
+        last = find_last_run(experiment)
+        if last is None:
+            raise ConfigError(
+                "ckpt_path",
+                f"'last': no run under {str(experiment)!r} has a checkpoints/last.ckpt",
+                "drop --ckpt_path to start a new run, or give a checkpoint path",
+            )
+        run_dir = last.parent.parent
+        init_args.version = run_dir.name
+        config.ckpt_path = str(last)
+        resumes = len(list(run_dir.glob("config.resume*.yaml")))
+        self.save_config_kwargs["config_filename"] = f"config.resume{resumes + 1}.yaml"
+        print(f"Resuming {run_dir} from {last}")
+
+    def instantiate_trainer(self, **kwargs):
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except (ValueError, MisconfigurationException) as error:  # e.g. FSDP on the CPU, a GPU that is not there
+            raise ConfigError("trainer", str(error).strip().splitlines()[0]) from None
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not FSDP's sharded IO, nor a user's
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    def _check_ckpt_path(self) -> None:
+        path = self.config_init[self.subcommand].get("ckpt_path")
+        if path and path not in SPECIAL_CKPT_PATHS:
+            check_checkpoint(path, self.model)
+
+    def before_fit(self) -> None:
+        self._check_ckpt_path()
+
+    def before_validate(self) -> None:
+        self._check_ckpt_path()
+
+    def before_test(self) -> None:
+        self._check_ckpt_path()
+
+    def before_predict(self) -> None:
+        self._check_ckpt_path()
+
     def _write_json(self, name: str, content: dict) -> None:
         """Write `content` to ``<run dir>/<name>`` (what `mixer sweep report` and scripts read)."""
-        if self.trainer.is_global_zero and not self.trainer.fast_dev_run and self.trainer.log_dir:
-            path = Path(self.trainer.log_dir) / name
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process must ask, not only rank 0
+        if self.trainer.is_global_zero and not self.trainer.fast_dev_run and log_dir:
+            path = Path(log_dir) / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(content, indent=2) + "\n")
 
@@ -70,11 +147,12 @@ class MixerCLI(LightningCLI):
         checkpoint = self.trainer.checkpoint_callback
         summary: dict = {"epochs": self.trainer.current_epoch, "steps": self.trainer.global_step}
         summary.update(self._stage_metrics("val"))
+        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process must ask, not only rank 0
         if checkpoint is not None and checkpoint.best_model_path:
             summary.update(best_checkpoint=checkpoint.best_model_path, monitor=checkpoint.monitor)
             summary["best_score"] = float(checkpoint.best_model_score)
             if self.trainer.is_global_zero:
-                print(f"Run directory: {self.trainer.log_dir}")
+                print(f"Run directory: {log_dir}")
                 print(
                     f"Best checkpoint ({checkpoint.monitor} = {summary['best_score']:.4f}): {checkpoint.best_model_path}"
                 )
@@ -85,10 +163,6 @@ class MixerCLI(LightningCLI):
 
     def after_test(self) -> None:
         self._write_json("test_metrics.json", self._stage_metrics("test"))
-
-
-class _HelpFormatter(RawDescriptionHelpFormatter, DefaultHelpFormatter):
-    """jsonargparse's help, keeping the epilog's line breaks (the table of project commands)."""
 
 
 def _epilog() -> str:
@@ -112,8 +186,9 @@ def main(args: list[str] | None = None) -> None:
             if code:
                 raise SystemExit(code)
             return
-        # LightningCLI reads `argv` from `args`; it warns when sys.argv holds arguments as well.
-        saved_argv, sys.argv = sys.argv, sys.argv[:1]
+        # LightningCLI reads the arguments from sys.argv, where Lightning's DDP launcher also finds them
+        # to start the other processes (`[python, sys.argv[0], *sys.argv[1:]]`): they must be there.
+        saved_argv, sys.argv = sys.argv, [sys.argv[0], *argv]
         try:
             MixerCLI(
                 ClassifierModule,
@@ -124,17 +199,18 @@ def main(args: list[str] | None = None) -> None:
                 save_config_kwargs={"overwrite": True},
                 trainer_defaults=TRAINER_DEFAULTS,
                 seed_everything_default=0,
-                parser_kwargs={"epilog": _epilog(), "prog": "mixer", "formatter_class": _HelpFormatter},
-                args=argv,
+                parser_kwargs={"epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter},
             )
         finally:
             sys.argv = saved_argv
+    except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except Exception as error:
         config_error = find_config_error(error)
         if config_error is None or debug:
             raise
         print(f"mixer: error: {config_error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(2 if isinstance(config_error, ConfigError) else 1) from None
 
 
 if __name__ == "__main__":

@@ -14,7 +14,16 @@ from contextlib import contextmanager
 class ConfigError(ValueError):
     """A bad value in a config, a flag or an input file. The message names the field and the fix."""
 
-    def __init__(self, field: str, problem: str, fix: str | None = None):
+    def __init__(self, field: str, problem: str | None = None, fix: str | None = None):
+        if problem is None:
+            # Rebuilt from one message: a DataLoader worker re-raises its exception as
+            # type(error)(text), the text ending with the original "...ConfigError: field: problem; fix".
+            message = field.strip().splitlines()[-1] if field.strip() else field
+            message = message.split("ConfigError: ", 1)[-1]
+            field, _, problem = message.partition(": ")
+            self.field, self.problem, self.fix = field, problem, None
+            super().__init__(message)
+            return
         self.field, self.problem, self.fix = field, problem, fix
         message = f"{field}: {problem}"
         if fix:
@@ -28,12 +37,12 @@ def require(condition: bool, field: str, problem: str, fix: str | None = None) -
         raise ConfigError(field, problem, fix)
 
 
-def find_config_error(error: BaseException | None) -> ConfigError | None:
-    """The `ConfigError` behind `error`, if any (jsonargparse and Lightning wrap exceptions raised
-    while they build objects; the user's mistake is somewhere down the ``__cause__`` chain)."""
+def find_config_error(error: BaseException | None) -> ConfigError | TrainingError | None:
+    """The `ConfigError` (or `TrainingError`) behind `error`, if any (jsonargparse and Lightning wrap
+    exceptions raised while they build objects; the cause is somewhere down the ``__cause__`` chain)."""
     seen = set()
     while error is not None and id(error) not in seen:
-        if isinstance(error, ConfigError):
+        if isinstance(error, (ConfigError, TrainingError)):
             return error
         seen.add(id(error))
         error = error.__cause__ or error.__context__
@@ -50,3 +59,8 @@ def field_prefix(prefix: str) -> Iterator[None]:
         if error.field.startswith(prefix + "."):
             raise
         raise ConfigError(f"{prefix}.{error.field}", error.problem, error.fix) from None
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot go on for a reason of the run, not of the code (the loss diverged, say).
+    The `mixer` command prints it as one line and exits with status 1."""

@@ -150,3 +150,13 @@ def default_channels(omega_: float, gamma: float = 1.0) -> list[int]:
     if mirror:
         channels |= {solve_tokens(omega_, c, gamma) for c in below}
     return sorted(channels)
+
+
+def model_connections(model) -> dict:
+    """Connections of a built model: its ``connections()`` (one count per FC layer of the effective
+    wide MLP: a Mixer's mixing layers, an SW-MLP's sparse layers) and their mean Ω. Duck-typed, so this
+    module needs no torch."""
+    report = getattr(model, "connections", None)
+    require(callable(report), "model", f"{type(model).__name__} does not report its connections")
+    layers = [int(count) for count in report()]
+    return {"layers": layers, "omega": sum(layers) / len(layers)}

@@ -8,9 +8,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from fakedata import WRITERS, patch_torchvision_checks, write_cifar10, write_hf, write_image_folder, write_stl10
+from PIL import Image
 
+from conftest import TEST_CONFIGS
+from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError
+
+SHARED_CIFAR10 = Path("/work/shared/data/cifar10")
 
 
 def test_digits_splits_are_fixed_disjoint_and_complete() -> None:
@@ -80,3 +86,156 @@ def test_missing_cifar10_without_download_says_how_to_get_it(tmp_path: Path) -> 
     data = ImageDataModule("cifar10", root=str(tmp_path / "nowhere"), download=False)
     with pytest.raises(ConfigError, match="data.root: no cifar10 data under .*set data.download: true"):
         data.setup("fit")
+
+
+# --- every on-disk format, the facts known at construction, subsets and splits -----------------------
+
+FORMATS = {  # dataset: (num_classes, image_size, in_chans, train, val, test) of the tests/fakedata.py fakes
+    "cifar100": (100, 32, 3, 90, 10, 20),
+    "stl10": (10, 96, 3, 27, 3, 20),
+    "mnist": (10, 28, 1, 54, 6, 20),
+    "imagenet": (3, 224, 3, 12, 12, 12),
+    "folder": (3, 224, 3, 12, 12, 12),
+    "hf": (10, 32, 3, 36, 4, 20),
+}
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_dataset_reads_its_on_disk_format(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    patch_torchvision_checks(monkeypatch)
+    root = WRITERS[name](tmp_path / name)
+    data = ImageDataModule(name, root=str(root), download=False, batch_size=4, num_workers=0)
+    classes, size, chans, *lengths = FORMATS[name]
+    assert (data.num_classes, data.image_size, data.in_chans) == (classes, size, chans)
+    data.setup()
+    assert [len(data.train_set), len(data.val_set), len(data.test_set)] == lengths
+    for loader in (data.train_dataloader(), data.val_dataloader(), data.test_dataloader()):
+        x, y = next(iter(loader))
+        assert x.shape[1:] == (chans, size, size) and len(x) == min(4, len(loader.dataset)) and len(y) == len(x)
+        assert x.dtype == torch.float32 and y.dtype == torch.long
+        assert int(y.min()) >= 0 and int(y.max()) < classes
+
+
+def test_stl10_resized_as_in_the_paper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    patch_torchvision_checks(monkeypatch)
+    root = str(write_stl10(tmp_path))
+    for size in (32, 90):  # Hayase & Karakida C.4 (32) and D.6 (90)
+        data = ImageDataModule("stl10", root=root, download=False, image_size=size, batch_size=4, num_workers=0)
+        assert data.image_size == size
+        data.setup()
+        assert next(iter(data.train_dataloader()))[0].shape == (4, 3, size, size)
+        assert next(iter(data.test_dataloader()))[0].shape == (4, 3, size, size)
+
+
+def test_folder_facts_come_from_folder_names_without_opening_an_image(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_image_folder(tmp_path / "imagenet", classes=5, per_class=2)
+    monkeypatch.setattr("PIL.Image.open", lambda *a, **k: pytest.fail("an image was opened at construction"))
+    data = ImageDataModule("imagenet", root=str(root), download=False)
+    assert (data.num_classes, data.image_size, data.in_chans) == (5, 224, 3)
+
+
+def test_hf_facts_decode_one_image_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import datasets
+
+    root = write_hf(tmp_path / "hf", train=30, test=10)
+    decoded = []
+    original = datasets.Image.decode_example
+    monkeypatch.setattr(
+        datasets.Image, "decode_example", lambda self, *a, **k: decoded.append(1) or original(self, *a, **k)
+    )
+    data = ImageDataModule("hf", root=str(root))
+    assert (data.num_classes, data.image_size, data.in_chans) == (10, 32, 3) and len(decoded) == 1
+
+
+def test_hf_columns_labels_and_mistakes(tmp_path: Path) -> None:
+    import datasets
+
+    def write(path: Path, features: dict, columns: dict, size: tuple[int, int] = (16, 16)) -> str:
+        (path / "data").mkdir(parents=True)
+        images = [Image.new("RGB", size, (i * 20, 0, 0)) for i in range(6)]
+        table = datasets.Dataset.from_dict({**columns, features["image"]: images}, features=datasets.Features(
+            {features["image"]: datasets.Image(), **{k: v for k, v in features.items() if k != "image"}}
+        ))  # fmt: skip
+        table.to_parquet(str(path / "data" / "train-00000-of-00001.parquet"))
+        table.to_parquet(str(path / "data" / "test-00000-of-00001.parquet"))
+        return str(path)
+
+    # CIFAR-100's layout: `img` + `fine_label` (ClassLabel) next to `coarse_label`.
+    cifar100 = write(
+        tmp_path / "c100", {"image": "img", "fine_label": datasets.ClassLabel(num_classes=100),
+                            "coarse_label": datasets.ClassLabel(num_classes=20)},
+        {"fine_label": [0, 1, 2, 3, 4, 99], "coarse_label": [0] * 6},
+    )  # fmt: skip
+    data = ImageDataModule("hf", root=cifar100)
+    assert (data.num_classes, data.image_size) == (100, 16)
+    assert ImageDataModule("hf", root=cifar100, label_column="coarse_label").num_classes == 20
+    # Plain integer labels: the classes are counted.
+    plain = write(
+        tmp_path / "plain", {"image": "image", "label": datasets.Value("int64")}, {"label": [0, 1, 2, 6, 1, 0]}
+    )
+    assert ImageDataModule("hf", root=plain).num_classes == 7
+    # Images that are not square: the side must be given.
+    wide = write(
+        tmp_path / "wide", {"image": "image", "label": datasets.Value("int64")}, {"label": [0, 1] * 3}, (24, 16)
+    )
+    with pytest.raises(ConfigError, match="data.image_size: the images of .* are not square"):
+        ImageDataModule("hf", root=wide)
+    assert ImageDataModule("hf", root=wide, image_size=16, train_crop="random_resized_crop").image_size == 16
+    with pytest.raises(ConfigError, match="data.label_column: no column 'nope'"):
+        ImageDataModule("hf", root=plain, label_column="nope")
+    with pytest.raises(ConfigError, match="data.root: cannot load the Hugging Face dataset"):
+        ImageDataModule("hf", root=str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="data.image_column: only the hf dataset takes it"):
+        ImageDataModule("cifar10", image_column="img")
+
+
+def test_train_subset_and_validation_on_the_test_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    patch_torchvision_checks(monkeypatch)
+    root = str(write_cifar10(tmp_path))  # 100 training, 20 test images
+
+    def split(**kwargs) -> tuple[list[int], ImageDataModule]:
+        data = ImageDataModule("cifar10", root=root, download=False, num_workers=0, **kwargs)
+        data.setup("fit")
+        return data.train_set.indices, data
+
+    full, _ = split(val_split=10)
+    half, _ = split(val_split=10, train_subset=0.5)
+    assert len(half) == 45 and set(half) <= set(full)
+    assert split(val_split=10, train_subset=0.5)[0] == half  # fixed by split_seed, not the training seed
+    assert split(val_split=10, train_subset=0.5, split_seed=1)[0] != half
+    assert len(split(val_split=10, train_subset=20)[0]) == 20
+    # val_split 0: every training image trains, validation reads the test split.
+    indices, data = split(val_split=0)
+    assert len(indices) == 100 and len(data.val_set) == 20
+    with pytest.raises(ConfigError, match="data.train_subset: keeps 500 of the 90"):
+        split(val_split=10, train_subset=500)
+    with pytest.raises(ConfigError, match="data.train_subset: must be a fraction"):
+        ImageDataModule("cifar10", train_subset=2.5)
+
+
+def test_bad_transform_arguments_name_their_field() -> None:
+    cases = {
+        "auto_augment": {"dataset": "cifar10", "auto_augment": "rand-x9"},
+        "interpolation": {"dataset": "cifar10", "interpolation": "cubic"},
+        "random_erasing": {"dataset": "cifar10", "random_erasing": 1.5},
+        "mean": {"dataset": "cifar10", "mean": (0.5,)},
+        "eval_crop_pct": {"dataset": "cifar10", "eval_crop_pct": 0},
+        "hflip": {"dataset": "digits", "hflip": 0.5},
+        "crop_scale": {"dataset": "cifar10", "crop_scale": (0.5, 0.1)},
+    }
+    for field, kwargs in cases.items():
+        with pytest.raises(ConfigError, match=f"^data.{field}: "):
+            ImageDataModule(**kwargs)
+
+
+def test_hf_cifar10_through_the_command_line(tmp_path: Path) -> None:
+    """``--data.dataset hf --data.root <the real CIFAR-10 in the hub's layout>``, one batch each way."""
+    if not SHARED_CIFAR10.is_dir():
+        pytest.skip(f"no {SHARED_CIFAR10}")
+    main([
+        "fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--data.dataset", "hf",
+        "--data.root", str(SHARED_CIFAR10), "--data.num_workers", "0", "--data.auto_augment", "original",
+        "--model.patch_size", "4", "--trainer.fast_dev_run", "true",
+    ])  # fmt: skip

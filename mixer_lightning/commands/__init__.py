@@ -6,6 +6,9 @@ A command is a module with a docstring (its ``--help`` text) and two functions::
     def add_arguments(parser: jsonargparse.ArgumentParser) -> None: ...
     def run(args: jsonargparse.Namespace) -> int | None: ...
 
+A command with sub-commands (``mixer sweep report DIR``) also has
+``SUBCOMMANDS = {"report": (add_report_arguments, run_report)}``.
+
 Adding one is one line in `COMMANDS`: its name, its module and the one-line summary that
 ``mixer --help`` shows. Modules are imported only when their command runs.
 """
@@ -13,11 +16,31 @@ Adding one is one line in `COMMANDS`: its name, its module and the one-line summ
 from __future__ import annotations
 
 import importlib
+from argparse import RawDescriptionHelpFormatter
 
-from jsonargparse import ArgumentParser
+from jsonargparse import ArgumentParser, DefaultHelpFormatter
+
+
+class HelpFormatter(RawDescriptionHelpFormatter, DefaultHelpFormatter):
+    """jsonargparse's help that keeps the line breaks of descriptions (a command's examples)."""
+
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "models": ("mixer_lightning.commands.models", "list the registered models and presets"),
+    "convert": (
+        "mixer_lightning.commands.convert",
+        "timm / official JAX MLP-Mixer weights to a checkpoint (or to .npz)",
+    ),
+    "width": ("mixer_lightning.commands.width", "width, sparsity and the optimum S* = C* at a fixed Ω"),
+    "sweep": ("mixer_lightning.commands.sweep", "emit/run a width grid at fixed Ω; `sweep report` gathers it"),
+    "bench": ("mixer_lightning.commands.bench", "throughput, FLOPs and MFU side by side (ours vs timm, RP, compiled)"),
+    "spectrum": (
+        "mixer_lightning.commands.spectrum",
+        "σ_max of random SW-MLP vs Mixer weights at fixed Ω (Fig. 4 right)",
+    ),
+    "cka": ("mixer_lightning.commands.cka", "minibatch CKA between the skip-connection inputs of two checkpoints"),
+    "visualize": ("mixer_lightning.commands.visualize", "token-mixing units, stem units, effective weight patterns"),
+    "fewshot": ("mixer_lightning.commands.fewshot", "linear few-shot accuracy of frozen features (ridge regression)"),
 }
 
 
@@ -29,12 +52,19 @@ def summary() -> str:
 
 def build_parser(name: str) -> tuple[ArgumentParser, object]:
     module = importlib.import_module(COMMANDS[name][0])
-    parser = ArgumentParser(prog=f"mixer {name}", description=module.__doc__, exit_on_error=True)
+    parser = ArgumentParser(prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter)
     module.add_arguments(parser)
     return parser, module
 
 
 def run_command(name: str, argv: list[str]) -> int | None:
-    """Parse `argv` for the command `name` and run it."""
+    """Parse `argv` for the command `name` (or one of its sub-commands) and run it."""
+    module = importlib.import_module(COMMANDS[name][0])
+    subcommands = getattr(module, "SUBCOMMANDS", {})
+    if argv and argv[0] in subcommands:
+        add_arguments, run = subcommands[argv[0]]
+        parser = ArgumentParser(prog=f"mixer {name} {argv[0]}", description=run.__doc__, formatter_class=HelpFormatter)
+        add_arguments(parser)
+        return run(parser.parse_args(argv[1:]))
     parser, module = build_parser(name)
     return module.run(parser.parse_args(argv))

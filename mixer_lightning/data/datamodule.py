@@ -1,56 +1,172 @@
 """`ImageDataModule`: one LightningDataModule for every dataset of the project.
 
 It reads a named source (`mixer_lightning.data.datasets`), carves a seeded validation split from
-train when the dataset has none, applies the training or evaluation transform, and exposes
-``num_classes``, ``image_size`` and ``in_chans``, which the CLI links into the model.
+train when the dataset has none, optionally keeps a seeded subset of the training images, applies
+timm's training augmentation or the evaluation pre-processing (`mixer_lightning.data.transforms`),
+the optional input permutation of the Mixer paper (Sec. 3.4), and mixup/cutmix on training batches
+(`mixer_lightning.data.mixup`). It exposes ``num_classes``, ``image_size`` and ``in_chans`` at
+construction, which the CLI links into the model. The argument table is in docs/notes/data-api.md.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from mixer_lightning.data.datasets import DatasetInfo, get_source
-from mixer_lightning.errors import require
+from mixer_lightning.data.mixup import MixupMode, build_mixup
+from mixer_lightning.data.sampling import EpochRandomSampler, KeyedBatchSampler, mix, seeded
+from mixer_lightning.data.transforms import (
+    INTERPOLATIONS,
+    EvalCrop,
+    InputPermutation,
+    PermutationMode,
+    TrainCrop,
+    check_policy,
+    eval_transform,
+    train_transform,
+)
+from mixer_lightning.errors import ConfigError, require
 
 
 class TransformedDataset(Dataset):
-    """(image, label) pairs of `base` (optionally restricted to `indices`) with `transform` on the image."""
+    """(image, label) pairs of `base` (optionally restricted to `indices`) with `transform` on the image.
 
-    def __init__(self, base: Dataset, transform: Callable | None, indices: list[int] | None = None):
-        self.base = base if indices is None else Subset(base, indices)
+    Keys are plain indices, or ``(sample_seed, index)`` pairs from `KeyedBatchSampler` (training): then
+    the image's random augmentation runs with the RNGs seeded by sample_seed (`sampling.seeded`), so it
+    is a function of (seed, epoch, index) whichever process or worker computes it.
+    A batch is read with the base dataset's ``__getitems__`` when it has one (a Hugging Face dataset
+    answers a whole batch with one Arrow query), as the DataLoader asks for whole batches.
+    """
+
+    def __init__(self, base: Dataset, transform: Callable | None, indices: Sequence[int] | None = None):
+        self.base = base
         self.transform = transform
+        self.indices = None if indices is None else list(indices)
 
     def __len__(self) -> int:
-        return len(self.base)
+        return len(self.base) if self.indices is None else len(self.indices)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        image, label = self.base[index]
+    def _apply(self, image: Any, label: Any, sample_seed: int | None = None) -> tuple[Any, int]:
         if self.transform is not None:
-            image = self.transform(image)
+            if sample_seed is None:
+                image = self.transform(image)
+            else:
+                with seeded(sample_seed):
+                    image = self.transform(image)
         return image, int(label)
+
+    def _base_index(self, index: int) -> int:
+        return index if self.indices is None else self.indices[index]
+
+    def _read(self, index: int) -> tuple[Any, Any]:
+        """The base dataset's sample `index`; a `ConfigError` naming the file if it cannot be decoded."""
+        try:
+            return self.base[index]
+        except (OSError, SyntaxError, ValueError) as error:  # PIL: UnidentifiedImageError, truncated files
+            samples = getattr(self.base, "samples", None)  # ImageFolder: (path, class) pairs
+            where = repr(samples[index][0]) if samples is not None else f"number {index} of the dataset"
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise ConfigError(
+                "data.root", f"cannot read image {where} ({reason})", "delete or replace that file"
+            ) from None
+
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
+        sample_seed, index = key if isinstance(key, tuple) else (None, key)
+        return self._apply(*self._read(self._base_index(index)), sample_seed)
+
+    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[tuple[Any, int]]:
+        pairs = [key if isinstance(key, tuple) else (None, key) for key in keys]
+        indices = [self._base_index(index) for _, index in pairs]
+        getitems = getattr(self.base, "__getitems__", None)
+        try:
+            samples = getitems(indices) if getitems is not None else None
+        except (OSError, SyntaxError, ValueError):
+            samples = None  # one bad image in the batch: read one by one to name it
+        if samples is None:
+            samples = [self._read(i) for i in indices]
+        return [self._apply(image, label, seed) for (image, label), (seed, _) in zip(samples, pairs, strict=True)]
+
+
+class ResumableDataLoader(DataLoader):
+    """The training loader. It resumes mid-epoch from the trainer's own progress (the data module
+    gives its `KeyedBatchSampler` the batches to skip), so it has no state of its own to save; it
+    declares the ``state_dict`` interface so that Lightning knows it is resumable."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+
+def _count(value: float, total: int) -> int:
+    """A fraction of `total` (value < 1) or a count (value >= 1)."""
+    return int(value) if value >= 1 else round(value * total)
 
 
 class ImageDataModule(LightningDataModule):
     """Image classification data for every experiment.
 
     Args:
-        dataset: ``digits`` (scikit-learn's 8×8 digits, embedded, no download) or ``cifar10``.
-        root: folder where the dataset lives (or is downloaded to).
-        download: fetch the dataset into ``root`` when it is missing (needs a network).
+        dataset: ``digits`` (scikit-learn's 8×8 digits, embedded, no download), ``cifar10``,
+            ``cifar100``, ``stl10``, ``mnist`` (torchvision on-disk formats), ``imagenet``, ``folder``
+            (ImageFolder: root/train, root/val), ``hf`` (a Hugging Face hub id or local folder).
+        root: folder where the dataset lives (or is downloaded to); for ``hf`` the hub id or folder.
+        download: fetch a torchvision dataset into ``root`` when it is missing (needs a network).
         batch_size: training batch size (per device).
         eval_batch_size: validation/test/predict batch size (default: ``batch_size``).
         num_workers: DataLoader worker processes (default: 0 for in-memory data, else min(8, CPUs)).
+        pin_memory: pin batches in page-locked memory (default: when CUDA is available).
+        persistent_workers: keep the workers alive between epochs (when ``num_workers`` > 0).
+        prefetch_factor: batches loaded ahead by each worker (default: torch's, 2).
         val_split: fraction (< 1) or number (>= 1) of training images held out for validation when
-            the dataset has no official validation split.
-        split_seed: seed of that held-out split (kept apart from the training seed, so every run of
-            an experiment validates on the same images).
+            the dataset has no official validation split; 0: train on all of them and validate on
+            the test split (what the papers report).
+        split_seed: seed of that held-out split and of ``train_subset`` (kept apart from the training
+            seed, so every run of an experiment validates on the same images).
+        train_subset: keep only a fraction (<= 1) or a number (> 1) of the training images (after
+            the validation split), drawn with ``split_seed``: quick runs.
+        image_size: side of the square images given to the model (default: the dataset's own;
+            224 for imagenet/folder). STL-10 at 32 or 90 as in Hayase & Karakida C.4 / D.6.
+        train_crop: ``random_crop`` (resize to image_size, pad by ``crop_padding``, random crop: CIFAR
+            style), ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``.
+            Default: random_crop for natural images <= 96 px, resize for digits/MNIST, else
+            random_resized_crop.
+        crop_padding: padding of ``random_crop``.
+        crop_scale: range of the crop's area fraction in ``random_resized_crop``.
+        hflip: probability of a horizontal flip (default 0.5; 0 for digits and MNIST).
+        auto_augment: timm AutoAugment / RandAugment / AugMix policy string (``original``, ``v0``,
+            ``rand-m9-mstd0.5-inc1``, ``rand-m15-n2``, ``augmix-m5-w4-d2``, ...).
+        color_jitter: colour-jitter strength (timm skips it when ``auto_augment`` is set).
+        interpolation: ``bilinear``, ``bicubic``, ``nearest``, ``lanczos`` or ``random`` (training only).
+        random_erasing: probability of timm's random erasing.
+        random_erasing_mode: fill of the erased box: ``const``, ``rand`` or ``pixel``.
+        random_erasing_count: most boxes erased per image.
+        eval_crop: evaluation pre-processing (Mixer supplementary C): ``resize_crop`` (resize to
+            (s/pct)², centre crop s), ``resmall_crop`` (shorter side to s/pct, centre crop s) or
+            ``resize`` (to s², nothing at the native size). Default: resmall_crop for images > 96 px,
+            else resize.
+        eval_crop_pct: s / resize side of the evaluation crops (224/256 = 0.875).
+        mean: normalisation mean (default: the dataset's; ImageNet's for imagenet/folder/hf).
+        std: normalisation standard deviation (default: the dataset's).
+        mixup: mixup α (0: off); the targets become soft and the model's loss takes them.
+        cutmix: cutmix α (0: off).
+        mixup_prob: probability of mixing a batch.
+        mixup_switch_prob: probability of cutmix rather than mixup when both are on.
+        mixup_mode: mix per ``batch``, ``pair`` or ``elem`` (timm).
+        input_permutation: ``patch_pixel`` or ``global`` pixel shuffle of the Mixer paper's Sec. 3.4
+            (one permutation for every image, training and evaluation), or ``none``.
+        permutation_patch_size: patch side of ``patch_pixel`` (use the model's patch size).
+        permutation_seed: seed of the input permutation.
+        image_column: ``hf`` only: the image column (default: ``img`` or ``image``).
+        label_column: ``hf`` only: the label column (default: ``label``, ``fine_label`` or ``labels``).
     """
 
     def __init__(
@@ -61,22 +177,144 @@ class ImageDataModule(LightningDataModule):
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int | None = None,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = True,
+        prefetch_factor: int | None = None,
         val_split: float = 0.1,
         split_seed: int = 0,
+        train_subset: float | None = None,
+        image_size: int | None = None,
+        train_crop: TrainCrop | None = None,
+        crop_padding: int = 4,
+        crop_scale: tuple[float, float] = (0.08, 1.0),
+        hflip: float | None = None,
+        auto_augment: str | None = None,
+        color_jitter: float = 0.0,
+        interpolation: str = "bilinear",
+        random_erasing: float = 0.0,
+        random_erasing_mode: str = "pixel",
+        random_erasing_count: int = 1,
+        eval_crop: EvalCrop | None = None,
+        eval_crop_pct: float = 0.875,
+        mean: tuple[float, ...] | None = None,
+        std: tuple[float, ...] | None = None,
+        mixup: float = 0.0,
+        cutmix: float = 0.0,
+        mixup_prob: float = 1.0,
+        mixup_switch_prob: float = 0.5,
+        mixup_mode: MixupMode = "batch",
+        input_permutation: PermutationMode = "none",
+        permutation_patch_size: int = 16,
+        permutation_seed: int = 0,
+        image_column: str | None = None,
+        label_column: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
         require(batch_size > 0, "data.batch_size", f"must be positive, got {batch_size}")
+        require(
+            eval_batch_size is None or eval_batch_size > 0,
+            "data.eval_batch_size",
+            f"must be positive, got {eval_batch_size}",
+        )
+        require(num_workers is None or num_workers >= 0, "data.num_workers", f"must be >= 0, got {num_workers}")
         require(val_split >= 0, "data.val_split", f"must be >= 0, got {val_split}")
-        self.source = get_source(dataset, root, download)
+        require(
+            train_subset is None or 0 < train_subset <= 1 or float(train_subset).is_integer(),
+            "data.train_subset",
+            f"must be a fraction in (0, 1] or a whole number of images, got {train_subset}",
+        )
+        self.source = get_source(dataset, root, download, image_column=image_column, label_column=label_column)
         self.dataset = dataset
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         if num_workers is None:
             num_workers = 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
         self.num_workers = num_workers
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.persistent_workers = persistent_workers and num_workers > 0
+        self.prefetch_factor = prefetch_factor if num_workers > 0 else None
         self.val_split = val_split
         self.split_seed = split_seed
+        self.train_subset = train_subset
+
+        info = self.source.info
+        self._image_size = image_size or info.image_size
+        require(self._image_size > 0, "data.image_size", f"must be positive, got {image_size}")
+        # Record the resolved size, as the model's linked hparam is (the logger merges both sets of hparams).
+        self.save_hyperparameters({**self.hparams, "image_size": self._image_size})
+        if image_size is None and not getattr(self.source, "square", True):
+            raise ConfigError(
+                "data.image_size",
+                f"the images of {root!r} are not square (the first is {info.image_size} px on its long side)",
+                "set data.image_size, the side the images are resized/cropped to",
+            )
+        self.mean = tuple(mean) if mean is not None else info.mean
+        self.std = tuple(std) if std is not None else info.std
+        for name, values in (("mean", self.mean), ("std", self.std)):
+            require(
+                len(values) == info.in_chans,
+                f"data.{name}",
+                f"has {len(values)} values for {info.in_chans}-channel images",
+                f"give {info.in_chans}",
+            )
+        require(all(s > 0 for s in self.std), "data.std", f"must be positive, got {self.std}")
+        self.train_crop = train_crop or (
+            ("random_crop" if info.natural else "resize") if info.small else "random_resized_crop"
+        )
+        self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
+        self.hflip = (0.5 if info.natural else 0.0) if hflip is None else hflip
+        require(0 <= self.hflip <= 1, "data.hflip", f"must be a probability in [0, 1], got {hflip}")
+        require(crop_padding >= 0, "data.crop_padding", f"must be >= 0, got {crop_padding}")
+        require(
+            0 < crop_scale[0] <= crop_scale[1] <= 1,
+            "data.crop_scale",
+            f"must be an area range 0 < lo <= hi <= 1, got {crop_scale}",
+        )
+        require(0 < eval_crop_pct <= 1, "data.eval_crop_pct", f"must be in (0, 1], got {eval_crop_pct}")
+        require(0 <= random_erasing <= 1, "data.random_erasing", f"must be a probability, got {random_erasing}")
+        require(
+            random_erasing_mode in ("const", "rand", "pixel"),
+            "data.random_erasing_mode",
+            f"unknown mode {random_erasing_mode!r}",
+            "choose const, rand or pixel",
+        )
+        require(random_erasing_count >= 1, "data.random_erasing_count", f"must be >= 1, got {random_erasing_count}")
+        require(color_jitter >= 0, "data.color_jitter", f"must be >= 0, got {color_jitter}")
+        require(
+            interpolation in INTERPOLATIONS,
+            "data.interpolation",
+            f"unknown interpolation {interpolation!r}",
+            f"choose one of {', '.join(INTERPOLATIONS)}",
+        )
+        check_policy(auto_augment)
+        if self.source.in_memory:
+            for field, value, off in (
+                ("auto_augment", auto_augment, None), ("random_erasing", random_erasing, 0.0),
+                ("color_jitter", color_jitter, 0.0), ("hflip", self.hflip, 0.0),
+            ):  # fmt: skip
+                require(
+                    value == off,
+                    f"data.{field}",
+                    f"{dataset} is an in-memory tensor dataset without image augmentation",
+                    f"remove data.{field}, or train on mnist",
+                )
+        self.augmentation = dict(
+            crop=self.train_crop, crop_padding=crop_padding, crop_scale=tuple(crop_scale), hflip=self.hflip,
+            auto_augment=auto_augment, color_jitter=color_jitter, interpolation=interpolation,
+            random_erasing=random_erasing, random_erasing_mode=random_erasing_mode,
+            random_erasing_count=random_erasing_count,
+        )  # fmt: skip
+        self.eval_crop_pct = eval_crop_pct
+        self.interpolation = interpolation
+        self.mixup_fn = build_mixup(
+            info.num_classes, mixup, cutmix, mixup_prob, mixup_switch_prob, mixup_mode, batch_size
+        )
+        self.permutation = (
+            None
+            if input_permutation == "none"
+            else InputPermutation(input_permutation, self._image_size, permutation_patch_size, permutation_seed)
+        )
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
@@ -92,53 +330,104 @@ class ImageDataModule(LightningDataModule):
 
     @property
     def image_size(self) -> int:
-        return self.info.image_size
+        return self._image_size
 
     @property
     def in_chans(self) -> int:
         return self.info.in_chans
 
     def transform(self, train: bool) -> Callable:
-        normalize = T.Normalize(self.info.mean, self.info.std)
-        if self.source.in_memory:
-            return normalize
-        if train:
-            return T.Compose(
-                [T.RandomCrop(self.image_size, padding=4), T.RandomHorizontalFlip(), T.ToTensor(), normalize]
+        """The per-image transform of the training (augmented) or evaluation inputs."""
+        native = self.info.image_size
+        steps: list[Callable] = []
+        if self.source.in_memory:  # decoded tensors: normalise (and resize) only
+            if native != self.image_size:
+                steps.append(T.Resize((self.image_size, self.image_size), antialias=True))
+            steps.append(T.Normalize(self.mean, self.std))
+        elif train:
+            steps.append(train_transform(self.image_size, native, mean=self.mean, std=self.std, **self.augmentation))
+        else:
+            steps.append(
+                eval_transform(
+                    self.image_size, native, self.eval_crop, self.eval_crop_pct, self.interpolation, self.mean, self.std
+                )
             )
-        return T.Compose([T.ToTensor(), normalize])
+        if self.permutation is not None:
+            steps.append(self.permutation)
+        return steps[0] if len(steps) == 1 else T.Compose(steps)
 
     def _split_train(self, train: Dataset) -> tuple[list[int], list[int]]:
         n = len(train)
-        num_val = int(self.val_split) if self.val_split >= 1 else round(self.val_split * n)
+        num_val = _count(self.val_split, n)
         require(num_val < n, "data.val_split", f"holds out {num_val} of {n} training images", "choose a smaller value")
         order = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed)).tolist()
         return order[num_val:], order[:num_val]
+
+    def _subset(self, indices: list[int]) -> list[int]:
+        if self.train_subset is None:
+            return indices
+        keep = _count(self.train_subset, len(indices)) if self.train_subset != 1 else len(indices)
+        require(
+            0 < keep <= len(indices),
+            "data.train_subset",
+            f"keeps {keep} of the {len(indices)} training images",
+            f"choose a fraction or a number in 1..{len(indices)}",
+        )
+        # A different stream than the validation split's, so both stay fixed when the other changes.
+        order = torch.randperm(len(indices), generator=torch.Generator().manual_seed(self.split_seed + 1))
+        return [indices[i] for i in sorted(order[:keep].tolist())]
 
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit", "validate") and self.train_set is None:
             train = self.source.load("train")
             if self.source.has_val:
-                self.train_set = TransformedDataset(train, self.transform(train=True))
-                self.val_set = TransformedDataset(self.source.load("val"), self.transform(train=False))
+                train_idx = list(range(len(train)))
+                val_base, val_idx = self.source.load("val"), None
+            elif self.val_split == 0:  # no held-out images: validate on the test split
+                train_idx, val_base, val_idx = list(range(len(train))), self.source.load("test"), None
             else:
                 train_idx, val_idx = self._split_train(train)
-                self.train_set = TransformedDataset(train, self.transform(train=True), train_idx)
-                self.val_set = TransformedDataset(train, self.transform(train=False), val_idx)
+                val_base = train
+            train_idx = self._subset(train_idx)
+            if self.mixup_fn is not None:
+                require(
+                    len(train_idx) >= self.batch_size,
+                    "data.batch_size",
+                    f"mixup/cutmix needs full, even batches, but the training set has {len(train_idx)} images, "
+                    f"fewer than one batch of {self.batch_size}",
+                    "lower data.batch_size (even) or use more training images",
+                )
+            self.train_set = TransformedDataset(train, self.transform(train=True), train_idx)
+            self.val_set = TransformedDataset(val_base, self.transform(train=False), val_idx)
         if stage in (None, "test", "predict") and self.test_set is None:
             self.test_set = TransformedDataset(self.source.load("test"), self.transform(train=False))
 
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         assert dataset is not None, "setup() has not been called"
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            shuffle=train,
-            drop_last=train and len(dataset) > self.batch_size,
-            num_workers=self.num_workers,
-            pin_memory=torch.cuda.is_available(),
-            persistent_workers=self.num_workers > 0,
-        )
+        common = dict(
+            num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=self.persistent_workers,
+            prefetch_factor=self.prefetch_factor,
+        )  # fmt: skip
+        if not train:
+            return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, **common)
+        # Mixup pairs images within a batch: every training batch full (hence even) when it is on.
+        drop_last = self.mixup_fn is not None or len(dataset) > self.batch_size
+        seed = training_seed()
+        resume = None
+        trainer = self.trainer
+        if trainer is not None and trainer.fit_loop.restarting:
+            # Resuming: start in the epoch the checkpoint was written in, after the batches it had
+            # trained on (as the uninterrupted run would go on), unless that epoch was complete.
+            done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+            full = len(dataset) // self.batch_size if drop_last else -(-len(dataset) // self.batch_size)
+            limit = trainer.limit_train_batches  # as Lightning counts an epoch's batches
+            per_epoch = full if limit is None else min(full, limit) if isinstance(limit, int) else int(full * limit)
+            if 0 < done < per_epoch:
+                resume = (trainer.current_epoch, done)
+        batches = KeyedBatchSampler(EpochRandomSampler(dataset, seed), self.batch_size, drop_last, seed, resume)
+        # Its own generator: the workers' base seed never draws from (so never shifts) the global RNG.
+        generator = torch.Generator().manual_seed(seed)
+        return ResumableDataLoader(dataset, batch_sampler=batches, generator=generator, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)
@@ -151,3 +440,21 @@ class ImageDataModule(LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         return self._loader(self.test_set, train=False)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Mixup/cutmix of training batches, on the device: targets become (B, num_classes) soft labels.
+
+        timm's Mixup draws from NumPy's global RNG: it is seeded per batch by (seed, batch number) and
+        restored, so the mixing is reproducible and survives resuming."""
+        trainer = self.trainer
+        if self.mixup_fn is None or trainer is None or not trainer.training:
+            return batch
+        x, y = batch
+        batch_number = trainer.fit_loop.epoch_loop.batch_progress.total.ready
+        with seeded(mix(training_seed(), batch_number)):
+            return self.mixup_fn(x, y)
+
+
+def training_seed() -> int:
+    """The run's seed, as `seed_everything` (LightningCLI's ``seed_everything``) recorded it."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))

@@ -3,22 +3,38 @@
 Every family and preset is built by name with `create_model` (``mixer models`` lists them).
 """
 
-from mixer_lightning.models import mlp_mixer, s_mixer  # noqa: F401  (register the families and presets)
+from mixer_lightning.models import mlp_mixer, s_mixer, shallow, sw_mlp  # noqa: F401  (register the families and presets)
+from mixer_lightning.models.convert import from_timm, load_weights, read_weights, to_jax_npz
 from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.models.pk import MixingLayer, Permutation, PKMixer
 from mixer_lightning.models.registry import create_model, get_entry, list_models
 from mixer_lightning.models.s_mixer import SMixer
+from mixer_lightning.models.shallow import KronLinear, MonarchLinear, ShallowMLP
+from mixer_lightning.models.sparse import MaskedLinear, SparseLinear
+from mixer_lightning.models.sw_mlp import SWMLP
+from mixer_lightning.models.upscale import upscale_tokens
 
 __all__ = [
+    "KronLinear",
     "MLPMixer",
+    "MaskedLinear",
+    "MonarchLinear",
+    "SWMLP",
+    "ShallowMLP",
+    "SparseLinear",
     "MixingLayer",
     "PKMixer",
     "Permutation",
     "SMixer",
     "create_model",
+    "from_timm",
     "get_entry",
     "list_models",
+    "load_weights",
     "num_params",
+    "read_weights",
+    "to_jax_npz",
+    "upscale_tokens",
 ]
 
 

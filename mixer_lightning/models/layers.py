@@ -53,10 +53,16 @@ class PatchEmbed(nn.Module):
     of P×P pixels and map each patch's C0 = in_chans·P² values to C channels.
 
     It is a P×P convolution with stride P, as the JAX code's ``stem``, so the tokens come out in
-    raster order of the patch grid (row by row), the order higher-resolution fine-tuning relies on.
+    raster order of the patch grid (row by row).
+
+    ``regions`` = K > 1 orders them region by region instead, as higher-resolution fine-tuning needs
+    (Mixer supplementary C, `mixer_lightning.models.upscale`): the image is split into K×K equal
+    regions, each region's tokens are in its own raster order, and the regions follow one another in
+    raster order. A K-upscaled model's token-mixing MLPs (block-diagonal, K² copies) then see each
+    region exactly as the pre-trained model saw a whole image.
     """
 
-    def __init__(self, image_size: int, patch_size: int, in_chans: int, channels: int):
+    def __init__(self, image_size: int, patch_size: int, in_chans: int, channels: int, regions: int = 1):
         super().__init__()
         check_positive(image_size=image_size, patch_size=patch_size, in_chans=in_chans, channels=channels)
         require(
@@ -69,10 +75,27 @@ class PatchEmbed(nn.Module):
         self.patch_size = patch_size
         self.grid = image_size // patch_size
         self.num_patches = self.grid * self.grid  # S0
+        require(
+            regions >= 1 and self.grid % regions == 0,
+            "upscale",
+            f"{regions}×{regions} regions do not split the {self.grid}×{self.grid} patch grid",
+            f"choose a divisor of {self.grid}",
+        )
+        self.regions = regions
         self.proj = nn.Conv2d(in_chans, channels, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x).flatten(2).transpose(1, 2)  # (B, S0, C)
+        x = self.proj(x)  # (B, C, G, G)
+        if self.regions == 1:
+            return x.flatten(2).transpose(1, 2)  # (B, S0, C), raster order
+        batch, channels, k = x.shape[0], x.shape[1], self.regions
+        g = self.grid // k  # patches per region side
+        # (B, C, K·g, K·g) -> (B, K_row, K_col, g_row, g_col, C): region-major, raster inside a region.
+        x = x.view(batch, channels, k, g, k, g).permute(0, 2, 4, 3, 5, 1)
+        return x.reshape(batch, self.num_patches, channels)
+
+    def extra_repr(self) -> str:
+        return f"image_size={self.image_size}, patch_size={self.patch_size}, regions={self.regions}"
 
 
 class MlpBlock(nn.Module):

@@ -140,6 +140,12 @@ class MixingLayer(nn.Module):
     def permuted(self) -> bool:
         return self.permute_in is not None
 
+    def connections(self) -> list[int]:
+        """Non-zero weights of each FC layer of the branch in the effective wide MLP: the n1 blocks of
+        I_{n1} ⊗ W each hold W's entries (n1 = C for token mixing, S for channel mixing)."""
+        blocks = self.channels if self.axis == "token" else self.tokens
+        return [m.weight.numel() * blocks for m in self.mlp.modules() if isinstance(m, nn.Linear)]
+
     def branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch: Mat ∘ J2 ∘ (I ⊗ f) ∘ J1 ∘ vec, on an already normalised (B, S_in, C) input."""
         batch = x.shape[0]
@@ -257,6 +263,10 @@ class PKMixer(nn.Module):
     def mixing_layers(self) -> list[MixingLayer]:
         """The 2L mixing layers, in order (token, channel, token, channel, ...)."""
         return [layer for block in self.blocks for layer in (block.token_mixing, block.channel_mixing)]
+
+    def connections(self) -> list[int]:
+        """Non-zero weights of every FC layer of the effective wide MLP, in order (`MixingLayer.connections`)."""
+        return [count for layer in self.mixing_layers() for count in layer.connections()]
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Image (B, in_chans, H, W) -> features (B, S, C) after the final LayerNorm."""

@@ -2,5 +2,13 @@
 
 from mixer_lightning.tasks.classifier import ClassifierModule
 from mixer_lightning.tasks.mixer import MLPMixerModule, SMixerModule
+from mixer_lightning.tasks.mlp import KronMLPModule, MonarchMLPModule, SWMLPModule
 
-__all__ = ["ClassifierModule", "MLPMixerModule", "SMixerModule"]
+__all__ = [
+    "ClassifierModule",
+    "KronMLPModule",
+    "MLPMixerModule",
+    "MonarchMLPModule",
+    "SMixerModule",
+    "SWMLPModule",
+]

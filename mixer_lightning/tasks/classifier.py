@@ -18,12 +18,15 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
-from torchmetrics import MetricCollection
+from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
-from mixer_lightning.errors import ConfigError, field_prefix, require
+from mixer_lightning.data.sampling import rng_states, set_rng_states
+from mixer_lightning.errors import ConfigError, TrainingError, field_prefix, require
 from mixer_lightning.models import get_entry
+from mixer_lightning.models.convert import build_initialised, implied_arguments, read_weights
 from mixer_lightning.optim import WarmupDecayLR, param_groups
 
 
@@ -47,6 +50,12 @@ class ClassifierModule(LightningModule):
             the training length. None: constant learning rate.
         scheduler_interval: step the schedule every optimiser ``step`` or every ``epoch``.
         label_smoothing: label smoothing of the training cross-entropy.
+        init_from: initial weights of the network: a checkpoint of this project (``mixer fit`` or
+            ``mixer convert``), timm weights (``.pth``/``.safetensors``) or an official JAX ``.npz``;
+            a head of another size is re-initialised to zero (see `build_network`).
+        upscale: K: fine-tune at K× the image side of ``init_from``'s network (Mixer supplementary
+            C): token-mixing weights become K² block-diagonal copies, tokens ordered region by region.
+        compile: compile the network with torch.compile (`configure_model`); see README, Performance.
     """
 
     def __init__(
@@ -58,6 +67,9 @@ class ClassifierModule(LightningModule):
         lr_scheduler: LRSchedulerCallable | None = WarmupDecayLR,
         scheduler_interval: Literal["step", "epoch"] = "step",
         label_smoothing: float = 0.0,
+        init_from: str | None = None,
+        upscale: int | None = None,
+        compile: bool = False,
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
@@ -71,16 +83,51 @@ class ClassifierModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.scheduler_interval = scheduler_interval
         self.label_smoothing = label_smoothing
+        self.init_from = init_from
+        self.upscale = upscale
+        self.compile_network = compile
+        # The training metrics accumulate over an epoch, so their states go into checkpoints (persistent):
+        # a run resumed mid-epoch reports the same epoch figures as an uninterrupted one.
         self.train_metrics = accuracy_metrics(num_classes, "train", top5=False)
+        self.train_loss = MeanMetric()
+        for metric in (self.train_metrics, self.train_loss):
+            metric.persistent(True)
         self.val_metrics = accuracy_metrics(num_classes, "val", top5=True)
         self.test_metrics = accuracy_metrics(num_classes, "test", top5=True)
+        self._rng_states_to_restore: dict | None = None
 
     net: nn.Module  # set by the family module, with `build_network`
 
     def build_network(self, family: str, preset: str | None, **architecture: Any) -> nn.Module:
         """The network of `family`: the registered `preset` (or the family's generic constructor) with
-        the dataset's num_classes, image_size and in_chans and every architecture argument not None."""
+        the dataset's num_classes, image_size and in_chans and every architecture argument not None.
+
+        With ``init_from``, its weights come from that file (`mixer_lightning.models.convert`), and the
+        architecture arguments left None (preset included) take the values the file implies (a
+        checkpoint's hyper-parameters of the same module class; ``act: gelu_tanh`` for a JAX file),
+        recorded in ``hparams``. With ``upscale`` K, the network is built at image_size / K, loaded and
+        upscaled (`mixer_lightning.models.upscale.upscale_tokens`)."""
         with field_prefix("model"):
+            weights = read_weights(self.init_from, "init_from") if self.init_from else None
+            if weights is not None and weights.class_path:
+                saved = weights.class_path.rsplit(".", 1)[-1]
+                require(
+                    saved == type(self).__name__,
+                    "init_from",
+                    f"{self.init_from!r} holds a {saved}, but this model is a {type(self).__name__}",
+                    f"start from a checkpoint of this family, or set model.class_path to {weights.class_path}",
+                )
+            if weights is not None:
+                given = {"preset": preset, "upscale": self.upscale, **architecture}
+                implied = implied_arguments(weights, type(self).__name__, given)
+                if implied:
+                    rank_zero_info(
+                        f"model: {', '.join(f'{k}={v!r}' for k, v in implied.items())} from {self.init_from}"
+                    )
+                    self.hparams.update(implied)
+                    preset = implied.pop("preset", preset)
+                    self.upscale = implied.pop("upscale", self.upscale)
+                    architecture.update(implied)
             entry = get_entry(preset or family, field="preset")
             require(
                 entry.family == family,
@@ -89,9 +136,24 @@ class ClassifierModule(LightningModule):
                 "choose one of this family's presets (see `mixer models`)",
             )
             given = {name: value for name, value in architecture.items() if value is not None}
-            return entry.build(
-                num_classes=self.num_classes, image_size=self.image_size, in_chans=self.in_chans, **given
-            )
+            if self.upscale not in (None, 1) and weights is None:
+                rank_zero_warn(
+                    f"model.upscale: {self.upscale} without model.init_from: the upscaled network starts from a random "
+                    "initialisation (as it should when a checkpoint (--ckpt_path) supplies its weights)"
+                )
+            net, messages = build_initialised(
+                lambda size: entry.build(num_classes=self.num_classes, image_size=size, in_chans=self.in_chans, **given),
+                self.image_size, weights, self.upscale,
+            )  # fmt: skip
+            for message in messages:
+                rank_zero_info(f"model.{message}")
+            return net
+
+    def configure_model(self) -> None:
+        """``compile: true``: compile the network's forward with torch.compile. In place
+        (`nn.Module.compile`), so parameter names, checkpoints and FSDP wrapping are unchanged."""
+        if self.compile_network and not getattr(self.net, "_compiled_call_impl", None):
+            self.net.compile()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -99,11 +161,42 @@ class ClassifierModule(LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         logits = self(x)
+        # y is class indices (B,), or soft targets (B, K) from mixup/cutmix: cross_entropy takes both and
+        # smooths either (= timm's Mixup(label_smoothing) + SoftTargetCrossEntropy, tests/test_data_mixup.py).
         loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
-        self.log("train/loss", loss, on_step=True, on_epoch=True, prog_bar=True, batch_size=len(x))
-        self.train_metrics(logits, y)
+        self.check_finite(loss)
+        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(x))
+        self.train_loss(loss.detach(), weight=len(x))
+        self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
+        # Train accuracy against the dominant class of a mixed target.
+        self.train_metrics(logits, y.argmax(dim=1) if y.ndim == 2 else y)
         self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(x))
         return loss
+
+    def check_finite(self, loss: torch.Tensor) -> None:
+        """Stop a diverged run before its NaN/Inf loss reaches the weights (and so any checkpoint).
+
+        Raised before the backward pass, so the weights, the optimiser and the checkpoints on disk are
+        the last good ones. Under DDP every process learns that one diverged (else the others would
+        wait for it forever)."""
+        diverged = not bool(torch.isfinite(loss.detach()))
+        if self._trainer is not None and self.trainer.world_size > 1:
+            diverged = self.trainer.strategy.reduce_boolean_decision(diverged, all=False)
+        if not diverged:
+            return
+        saved = sorted(
+            {
+                path
+                for cb in self.trainer.checkpoint_callbacks
+                for path in (cb.last_model_path, cb.best_model_path)
+                if path
+            }
+        )
+        where = f"the last good checkpoints: {', '.join(saved)}" if saved else "no checkpoint was saved yet"
+        raise TrainingError(
+            f"training diverged: the loss is {loss.item()} at step {self.global_step} (epoch {self.current_epoch}); "
+            f"{where}; lower the learning rate, add warm-up or set trainer.gradient_clip_val"
+        )
 
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
         x, y = batch
@@ -123,12 +216,14 @@ class ClassifierModule(LightningModule):
         x = batch[0] if isinstance(batch, (tuple, list)) else batch
         return self(x).float().softmax(dim=-1)
 
-    def configure_optimizers(self):
-        optimizer = self.optimizer_factory(param_groups(self))
-        if self.lr_scheduler_factory is None:
-            return optimizer
-        scheduler = self.lr_scheduler_factory(optimizer)
-        if isinstance(scheduler, WarmupDecayLR):
+    def on_train_start(self) -> None:
+        """Tell `WarmupDecayLR` how long training is. Done here, not in configure_optimizers: asking the
+        trainer for its step count there loads the training data before a checkpoint is restored,
+        and the data order could then not resume mid-epoch."""
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if not isinstance(scheduler, WarmupDecayLR):
+                continue
             total = self.trainer.estimated_stepping_batches
             if not math.isfinite(total):
                 raise ConfigError(
@@ -138,4 +233,34 @@ class ClassifierModule(LightningModule):
             batches = self.trainer.num_training_batches
             per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
             scheduler.set_training_length(int(total), max(1, int(per_epoch)))
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        if self._rng_states_to_restore is not None:  # the first step after resuming: the RNG streams
+            set_rng_states(self._rng_states_to_restore)  # (dropout, stochastic depth) go on as they would have
+            self._rng_states_to_restore = None
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._rng_states_to_restore = checkpoint.get("rng_states")
+        # Checkpoints without the metric states (`mixer convert` outputs, older runs) still load strictly.
+        state = checkpoint.get("state_dict")
+        if isinstance(state, dict):
+            for key, value in self.state_dict().items():
+                if key.startswith(("train_metrics.", "train_loss.")):
+                    state.setdefault(key, value)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["rng_states"] = rng_states()
+        """Checkpoints rebuild their network without the ``init_from`` file: they hold the trained
+        weights, so their hyper-parameters drop ``init_from`` (the run's config.yaml keeps it) and keep
+        ``upscale`` and the architecture arguments the file implied. ``mixer test --ckpt_path``,
+        resuming and ``load_from_checkpoint`` then work after the original weights file is gone."""
+        hparams = checkpoint.get("hyper_parameters")
+        if isinstance(hparams, dict) and hparams.get("init_from"):
+            hparams["init_from"] = None
+
+    def configure_optimizers(self):
+        optimizer = self.optimizer_factory(param_groups(self))
+        if self.lr_scheduler_factory is None:
+            return optimizer
+        scheduler = self.lr_scheduler_factory(optimizer)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.scheduler_interval}}

@@ -1,4 +1,8 @@
-"""Lightning modules of the Mixer families: MLP-Mixer and S-Mixer (normal and random-permuted)."""
+"""Lightning modules of the Mixer families: MLP-Mixer and S-Mixer (normal and random-permuted).
+
+Fine-tuning (``init_from``, ``upscale``; `ClassifierModule.build_network`) works for both families;
+the official JAX and timm weights exist for the MLP-Mixer only (``mixer convert``).
+"""
 
 from __future__ import annotations
 

@@ -1,0 +1,13 @@
+"""Analyses of trained or freshly initialised networks: singular values of their layers (Hayase &
+Karakida 2024, Sec. 4.3, App. D.1) and the effective wide-MLP view of Mixers (Sec. 3). Also here:
+`cka` (minibatch CKA, Sec. 3.4), `fewshot` (linear few-shot evaluation), `visualize` (weight pictures)."""
+
+from mixer_lightning.analysis.spectrum import (
+    mixing_layer_spectra,
+    register_spectrum,
+    singular_values,
+    spectral_norm,
+    weight_layers,
+)
+
+__all__ = ["mixing_layer_spectra", "register_spectrum", "singular_values", "spectral_norm", "weight_layers"]

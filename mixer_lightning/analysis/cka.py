@@ -1,0 +1,174 @@
+"""Minibatch CKA between the hidden features of two networks (Hayase & Karakida 2024, Sec. 3.4, Fig. 2;
+Nguyen, Raghu & Kornblith 2021, "Do wide and deep networks learn the same things?", Sec. 3.1).
+
+For minibatches i = 1 … k of n images, X_i and Y_i the features of two layers (flattened), K_i = X_i X_iᵀ
+and L_i = Y_i Y_iᵀ their linear Gram matrices,
+
+    CKA_minibatch = (1/k Σ HSIC₁(K_i, L_i)) / √(1/k Σ HSIC₁(K_i, K_i) · 1/k Σ HSIC₁(L_i, L_i))
+
+with the unbiased estimator of HSIC (Song et al. 2012; Nguyen et al. eq. 3):
+
+    HSIC₁(K, L) = [tr(K̃L̃) + 1ᵀK̃1·1ᵀL̃1 / ((n−1)(n−2)) − 2/(n−2)·1ᵀK̃L̃1] / (n(n−3)),
+
+K̃, L̃ being K, L with their diagonals set to zero. Unbiased, so averaging over minibatches converges to
+the CKA of the whole dataset without its memory; the 1/k factors cancel. `MinibatchCKA` keeps the three
+sums as torchmetrics sum states, so runs on several devices add their minibatches exactly as one
+process would (`torchmetrics.Metric` gathers and sums the states at `compute`).
+"""
+
+from __future__ import annotations
+
+import torch
+from lightning.pytorch import LightningModule
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torchmetrics import Metric
+
+
+def gram_linear(features: torch.Tensor) -> torch.Tensor:
+    """K = X Xᵀ for the (n, …) features X of a minibatch, flattened per example, in float64."""
+    x = features.reshape(features.shape[0], -1).to(torch.float64)
+    return x @ x.T
+
+
+def _zero_diagonal(grams: torch.Tensor) -> torch.Tensor:
+    return grams * (1 - torch.eye(grams.shape[-1], dtype=grams.dtype, device=grams.device))
+
+
+def hsic_unbiased(k: torch.Tensor, l: torch.Tensor, pairwise: bool = True) -> torch.Tensor:
+    """HSIC₁ of Gram matrices (Song et al. 2012, eq. 5; Nguyen et al. 2021, eq. 3). Needs n ≥ 4.
+
+    ``pairwise``: every pair, (A, n, n) × (B, n, n) -> (A, B); else matching pairs, (A, n, n) × (A, n, n) -> (A,).
+    """
+    n = k.shape[-1]
+    if n < 4:
+        raise ValueError(f"the unbiased HSIC needs minibatches of at least 4 examples, got {n}")
+    k, l = _zero_diagonal(k), _zero_diagonal(l)
+    k_rows, l_rows = k.sum(-1), l.sum(-1)  # K̃1, L̃1
+    if pairwise:
+        trace = torch.einsum("aij,bij->ab", k, l)  # tr(K̃L̃) = Σ K̃ ∘ L̃ (both symmetric)
+        sums = torch.outer(k_rows.sum(-1), l_rows.sum(-1))  # 1ᵀK̃1 · 1ᵀL̃1
+        cross = k_rows @ l_rows.T  # 1ᵀK̃L̃1 = (K̃1)ᵀ(L̃1)
+    else:
+        trace = torch.einsum("aij,aij->a", k, l)
+        sums = k_rows.sum(-1) * l_rows.sum(-1)
+        cross = (k_rows * l_rows).sum(-1)
+    return (trace + sums / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * cross) / (n * (n - 3))
+
+
+class MinibatchCKA(Metric):
+    """Minibatch linear CKA between every layer of network A and every layer of network B.
+
+    ``update(features_a, features_b)`` takes two lists of per-layer features of the same minibatch
+    ((n, …) tensors of any shape: a Mixer's (n, S, C), an SW-MLP's (n, m)); ``compute()`` returns the
+    (len(features_a), len(features_b)) CKA matrix. States (float64 sums over minibatches):
+    ``hsic_ab`` Σ HSIC₁(K_a, L_b), ``hsic_aa`` Σ HSIC₁(K_a, K_a), ``hsic_bb`` Σ HSIC₁(L_b, L_b), and the
+    counts of minibatches and examples; all reduced by summation across processes.
+    """
+
+    full_state_update = False
+    higher_is_better = True
+    is_differentiable = False
+
+    def __init__(self, layers_a: int, layers_b: int, **kwargs):
+        super().__init__(**kwargs)
+        self.layers_a, self.layers_b = layers_a, layers_b
+        self.add_state("hsic_ab", torch.zeros(layers_a, layers_b, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("hsic_aa", torch.zeros(layers_a, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("hsic_bb", torch.zeros(layers_b, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("batches", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        self.add_state("examples", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, features_a: list[torch.Tensor], features_b: list[torch.Tensor]) -> None:
+        if len(features_a) != self.layers_a or len(features_b) != self.layers_b:
+            raise ValueError(
+                f"expected {self.layers_a} and {self.layers_b} layers, got {len(features_a)} and {len(features_b)}"
+            )
+        k = torch.stack([gram_linear(f) for f in features_a])
+        l = torch.stack([gram_linear(f) for f in features_b])
+        # Out of place: with ddp_spawn on CPU the states travel to the processes in shared memory, and
+        # an in-place += would add every process's minibatches into the same storage.
+        self.hsic_ab = self.hsic_ab + hsic_unbiased(k, l)
+        self.hsic_aa = self.hsic_aa + hsic_unbiased(k, k, pairwise=False)
+        self.hsic_bb = self.hsic_bb + hsic_unbiased(l, l, pairwise=False)
+        self.batches = self.batches + 1
+        self.examples = self.examples + k.shape[-1]
+
+    def compute(self) -> torch.Tensor:
+        return self.hsic_ab / torch.sqrt(torch.outer(self.hsic_aa, self.hsic_bb))
+
+    def compute_with_counts(self) -> dict[str, torch.Tensor]:
+        """The CKA matrix and the minibatches and examples it is over, all from the synced states."""
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync):
+            return {
+                "cka": self.hsic_ab / torch.sqrt(torch.outer(self.hsic_aa, self.hsic_bb)),
+                "batches": self.batches.clone(),
+                "examples": self.examples.clone(),
+            }
+
+
+# ------------------------------------------------------------------------ evaluation with a Trainer
+
+
+class MinibatchSampler(Sampler[list[int]]):
+    """The minibatches of a CKA evaluation, the same whatever the number of processes.
+
+    The dataset is shuffled once with `seed` and cut into full minibatches of `batch_size` (a last
+    partial one is dropped: every HSIC₁ term is over n = batch_size examples); at most `num_batches`
+    are kept. Process `rank` of `world_size` takes minibatches rank, rank + world_size, … whole, so
+    the set of minibatches, hence the summed HSIC states and the CKA, equal a single process's
+    (a DistributedSampler would instead deal examples round-robin and pad, changing every minibatch).
+    """
+
+    def __init__(self, num_examples: int, batch_size: int, num_batches: int | None = None, seed: int = 0,
+                 rank: int = 0, world_size: int = 1):  # fmt: skip
+        self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
+        total = num_examples // batch_size
+        self.total = total if num_batches is None else min(total, num_batches)
+        self.rank, self.world_size = rank, world_size
+
+    def __iter__(self):
+        order = torch.randperm(self.num_examples, generator=torch.Generator().manual_seed(self.seed)).tolist()
+        for b in range(self.rank, self.total, self.world_size):
+            yield order[b * self.batch_size : (b + 1) * self.batch_size]
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.total, self.world_size))
+
+
+class CKAEvaluation(LightningModule):
+    """Runs two frozen networks over a dataset in a Lightning test loop and accumulates
+    `MinibatchCKA` between the inputs of their skip connections (``forward_skip_inputs``). Each
+    entry of the matrix is logged as ``cka/{i}/{j}`` (what ``trainer.test`` returns, also from
+    spawned processes); ``cka/examples`` and ``cka/batches`` count what was seen on all processes."""
+
+    def __init__(self, net_a: nn.Module, net_b: nn.Module, layers_a: int, layers_b: int, dataset: Dataset,
+                 batch_size: int, num_batches: int | None = None, seed: int = 0, num_workers: int = 0):  # fmt: skip
+        super().__init__()
+        self.net_a, self.net_b = net_a, net_b
+        self.cka = MinibatchCKA(layers_a, layers_b)
+        self.dataset, self.batch_size, self.num_batches = dataset, batch_size, num_batches
+        self.seed, self.num_workers = seed, num_workers
+
+    def test_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        sampler = MinibatchSampler(len(self.dataset), self.batch_size, self.num_batches, self.seed,
+                                   trainer.global_rank, trainer.world_size)  # fmt: skip
+        return DataLoader(self.dataset, batch_sampler=sampler, num_workers=self.num_workers)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        images = batch[0]
+        self.cka.update(self.net_a.forward_skip_inputs(images), self.net_b.forward_skip_inputs(images))
+
+    def on_test_epoch_end(self) -> None:
+        result = self.cka.compute_with_counts()  # the states summed over every process
+        matrix = result["cka"]
+        metrics = {f"cka/{i}/{j}": matrix[i, j] for i in range(matrix.shape[0]) for j in range(matrix.shape[1])}
+        metrics.update({"cka/examples": result["examples"].double(), "cka/batches": result["batches"].double()})
+        self.log_dict(metrics, sync_dist=True)  # the same values on every process: their mean changes nothing
+        self.cka.reset()
+
+
+def matrix_from_results(results: dict[str, float], layers_a: int, layers_b: int) -> list[list[float]]:
+    """The CKA matrix from the metrics `CKAEvaluation` logs."""
+    return [[float(results[f"cka/{i}/{j}"]) for j in range(layers_b)] for i in range(layers_a)]

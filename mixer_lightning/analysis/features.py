@@ -1,0 +1,107 @@
+"""What the analysis commands share: the data module of a config, checks that a trained network fits
+the data, and the names of the features each network exposes.
+
+Only the ``data:`` section of a config is read (a full training config works as well), and it is
+built exactly as ``mixer fit`` builds it, with the same one-line errors (`ConfigError`s of the data
+module name the field as ``data.<argument>``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from torch import nn
+
+from mixer_lightning.errors import ConfigError, require
+
+
+def _merge(base: dict, update: dict) -> dict:
+    merged = dict(base)
+    for key, value in update.items():
+        merged[key] = (
+            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
+        )
+    return merged
+
+
+def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):
+    """The `ImageDataModule` of the ``data:`` section of the YAML config(s) at `paths` (later files
+    override earlier ones, as repeated ``--config`` do), with `overrides` applied to its init args."""
+    from jsonargparse import ArgumentParser
+    from lightning.pytorch import LightningDataModule
+
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    require(bool(paths), field, "no config given", "give --config DATA.yaml (a config with a data: section)")
+    config: dict = {}
+    for path in paths:
+        require(Path(path).is_file(), field, f"no such file {path!r}", "give the path of a YAML config")
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(field, f"{path!r} is not valid YAML ({str(error).splitlines()[0]})") from None
+        require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping")
+        config = _merge(config, loaded)
+    data = config.get("data")
+    require(
+        isinstance(data, dict),
+        field,
+        f"{' + '.join(paths)} has no data: section",
+        "give a config with data: {class_path: mixer_lightning.data.ImageDataModule, init_args: ...}",
+    )
+    data = dict(data)
+    data.setdefault("class_path", "mixer_lightning.data.ImageDataModule")
+    data["init_args"] = {**(data.get("init_args") or {}), **(overrides or {})}
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(LightningDataModule, "data")
+    try:
+        return parser.instantiate_classes(parser.parse_object({"data": data})).data
+    except Exception as error:
+        cause = _config_error(error)
+        if cause is not None:
+            raise cause from None
+        raise ConfigError("data", _first_problem(str(error)), "check the data: section of the config") from None
+
+
+def _first_problem(message: str) -> str:
+    """The informative line of a jsonargparse error (it nests the real one inside a Union report)."""
+    lines = [line.strip(" -") for line in message.splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        if line.startswith("Problem with given class_path") and i + 1 < len(lines):
+            return lines[i + 1]
+        if line.startswith("data.") or "is not accepted" in line:
+            return line
+    return lines[0] if lines else "cannot build the data module"
+
+
+def _config_error(error: BaseException | None) -> ConfigError | None:
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, ConfigError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def check_fits_data(module, datamodule, field: str) -> None:
+    """A `ConfigError` unless the checkpoint's network takes the data module's images."""
+    for name in ("image_size", "in_chans"):
+        trained, given = getattr(module, name, None), getattr(datamodule, name)
+        require(
+            trained is None or trained == given,
+            field,
+            f"the network was trained on {name} = {trained}, the data gives {given}",
+            f"set data.{name} (or pick the matching config)",
+        )
+
+
+def skip_input_names(net: nn.Module) -> list[str]:
+    """Names of the features `forward_skip_inputs` returns: ``{block}.token`` / ``{block}.channel``
+    (the input of each mixing layer of a Mixer) or ``{block}`` (the input of each SW-MLP block)."""
+    if hasattr(net, "mixing_layers"):
+        return [f"{i // 2 + 1}.{layer.axis}" for i, layer in enumerate(net.mixing_layers())]
+    if hasattr(net, "forward_skip_inputs") and hasattr(net, "blocks"):
+        return [str(i + 1) for i in range(len(net.blocks))]
+    return []

@@ -1,0 +1,316 @@
+"""Singular values of a layer's weight as the effective wide MLP sees it (Hayase & Karakida 2024,
+Sec. 4.3, App. D.1, Fig. 4 right, Fig. S.1).
+
+`singular_values(layer)` dispatches on the layer's type: the first registered type the layer is an
+instance of gives the function (`register_spectrum`). Built in:
+
+- ``nn.Linear``: svdvals of its weight (a Mixer's W is N(0, 1/n) with λ_max ≈ 1 + √γ, and I ⊗ W
+  or a permutation of it has the same singular values, so W's are the layer's);
+- the SW-MLP's `MaskedLinear` / `SparseLinear`: svdvals of the dense s·(M ⊙ W), formed only up to
+  ``max_entries`` entries (the spectrum of M ⊙ A has no closed form; eq. 17 approximates λ_max);
+- `KronLinear`: exact from the structure, σ(V ⊗ W) = {σ_i(V)·σ_j(W)}, with no n×n matrix;
+- any other module with an ``effective_weight()`` method (e.g. `MonarchLinear`): svdvals of it;
+- a Mixer's `MixingLayer` with one FC layer (S-Mixer): the singular values of I ⊗ W, or of the PK
+  layer J2 (I ⊗ W) J1, are W's, each repeated n1 times (n1 = C for token mixing, S for channel
+  mixing; permutations are orthogonal), so nothing of size m×m is formed (Sec. 4.3, App. D.1). An
+  MLP-Mixer layer has two FC layers: `mixing_layer_spectra` gives both.
+
+Values are float64, in descending order.
+
+For monitoring during training, `spectral_norm` gives only σ_max, cheaply (exact for small weights,
+warm-started power iteration on the sparse or dense weight otherwise), and `weight_layers` lists the
+FC layers of the effective wide MLP of any of the project's networks with their names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from mixer_lightning.errors import require
+from mixer_lightning.models.layers import FcBlock, MlpBlock
+from mixer_lightning.models.pk import MixingLayer
+from mixer_lightning.models.shallow import KronLinear
+from mixer_lightning.models.sparse import MaskedLinear, SparseLinear
+
+DEFAULT_MAX_ENTRIES = 2**26  # a 8192×8192 matrix: 512 MB in float64
+
+SpectrumFn = Callable[..., torch.Tensor]
+_SPECTRA: dict[type, SpectrumFn] = {}
+
+
+def register_spectrum(layer_type: type) -> Callable[[SpectrumFn], SpectrumFn]:
+    """Register ``fn(layer, max_entries) -> singular values`` for layers of `layer_type`."""
+
+    def wrap(fn: SpectrumFn) -> SpectrumFn:
+        _SPECTRA[layer_type] = fn
+        return fn
+
+    return wrap
+
+
+def _svdvals(matrix: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.svdvals(matrix.detach().to(torch.float64))
+
+
+def _check_size(rows: int, cols: int, max_entries: int, what: str) -> None:
+    require(
+        rows * cols <= max_entries,
+        "max_entries",
+        f"the {rows}×{cols} matrix of this {what} has more than {max_entries} entries",
+        "analyse a smaller model or raise max_entries",
+    )
+
+
+@register_spectrum(nn.Linear)
+def _linear(layer: nn.Linear, max_entries: int) -> torch.Tensor:
+    return _svdvals(layer.weight)
+
+
+@register_spectrum(MaskedLinear)
+@register_spectrum(SparseLinear)
+def _static_sparse(layer: MaskedLinear | SparseLinear, max_entries: int) -> torch.Tensor:
+    _check_size(layer.out_features, layer.in_features, max_entries, type(layer).__name__)
+    return _svdvals(layer.effective_weight())
+
+
+@register_spectrum(KronLinear)
+def _kron(layer: KronLinear, max_entries: int) -> torch.Tensor:
+    return layer.singular_values()
+
+
+def singular_values(layer: nn.Module, max_entries: int = DEFAULT_MAX_ENTRIES) -> torch.Tensor:
+    """The singular values (float64, descending) of `layer`'s effective weight matrix."""
+    for layer_type in type(layer).__mro__:
+        if layer_type in _SPECTRA:
+            return _SPECTRA[layer_type](layer, max_entries)
+    effective = getattr(layer, "effective_weight", None)
+    if callable(effective):
+        weight = effective()
+        _check_size(weight.shape[-2], weight.shape[-1], max_entries, type(layer).__name__)
+        return _svdvals(weight)
+    known = ", ".join(sorted(t.__name__ for t in _SPECTRA))
+    raise TypeError(f"no singular values for {type(layer).__name__}: register one with register_spectrum ({known})")
+
+
+# ----------------------------------------------------------------------------------- Mixer mixing layers
+
+
+def mixing_blocks(layer: MixingLayer) -> int:
+    """n1, the number of diagonal blocks of I_{n1} ⊗ W: C for token mixing, S for channel mixing."""
+    return layer.channels if layer.axis == "token" else layer.tokens
+
+
+def mixing_weights(layer: MixingLayer) -> list[tuple[str, nn.Linear]]:
+    """The FC layers of a mixing layer's function f: ``fc`` (S-Mixer) or ``fc1``, ``fc2`` (MLP-Mixer)."""
+    if isinstance(layer.mlp, FcBlock):
+        return [("fc", layer.mlp.fc)]
+    if isinstance(layer.mlp, MlpBlock):
+        return [("fc1", layer.mlp.fc1), ("fc2", layer.mlp.fc2)]
+    return [(name, m) for name, m in layer.mlp.named_children() if isinstance(m, nn.Linear)]
+
+
+def mixing_layer_spectra(layer: MixingLayer, repeat: bool = True) -> dict[str, torch.Tensor]:
+    """The singular values of each FC layer of a mixing layer in the effective wide MLP (I ⊗ W between
+    permutations): W's, each repeated n1 times (``repeat: false`` gives W's once)."""
+    blocks = mixing_blocks(layer) if repeat else 1
+    return {name: _svdvals(fc.weight).repeat_interleave(blocks) for name, fc in mixing_weights(layer)}
+
+
+@register_spectrum(MixingLayer)
+def _mixing_layer(layer: MixingLayer, max_entries: int) -> torch.Tensor:
+    spectra = mixing_layer_spectra(layer)
+    if len(spectra) != 1:
+        raise TypeError(
+            f"a {layer.axis}-mixing layer with FC layers {', '.join(spectra)} has one spectrum per FC layer: "
+            "use mixing_layer_spectra(layer)"
+        )
+    return next(iter(spectra.values()))
+
+
+# --------------------------------------------------------------------------------- monitoring helpers
+
+EXACT_MAX_ENTRIES = 2**22  # above this, σ_max by power iteration (e.g. the SW-MLP's γm×m weights)
+
+
+def weight_layers(model: nn.Module) -> list[tuple[str, nn.Module, float]]:
+    """(name, layer, density) for every FC layer of the effective wide MLP of `model`, input to output.
+
+    - a Mixer (`mixing_layers()`): ``block{i}.{token|channel}.{fc|fc1|fc2}``, the `nn.Linear` holding W;
+      density = the non-zero ratio of I ⊗ W in the m-wide effective weight, 1/n1 (Sec. 3.1, eq. 14);
+    - an SW-MLP (`sparse_layers()`): ``block{i}.{fc|fc1|fc2}``, the static sparse layer; density p;
+    - a shallow structured MLP (`structured_layers()`): ``b{i}``, density = non-zeros / entries of
+      the effective weight.
+    """
+    layers: list[tuple[str, nn.Module, float]] = []
+    if hasattr(model, "mixing_layers"):
+        for i, layer in enumerate(model.mixing_layers()):
+            for name, fc in mixing_weights(layer):
+                layers.append((f"block{i // 2 + 1}.{layer.axis}.{name}", fc, 1.0 / mixing_blocks(layer)))
+    elif hasattr(model, "blocks") and hasattr(model, "sparse_layers"):
+        for i, block in enumerate(model.blocks):
+            names = ["fc"] if len(block.sparse_layers()) == 1 else ["fc1", "fc2"]
+            for name, fc in zip(names, block.sparse_layers(), strict=True):
+                layers.append((f"block{i + 1}.{name}", fc, fc.connections / (fc.out_features * fc.in_features)))
+    elif hasattr(model, "structured_layers"):
+        for i, layer in enumerate(model.structured_layers()):
+            weight = layer.effective_weight()
+            layers.append((f"b{i + 1}", layer, float(torch.count_nonzero(weight)) / weight.numel()))
+    return layers
+
+
+def trainable_weight(layer: nn.Module) -> torch.Tensor:
+    """The trainable weights of a layer as a flat tensor (a sparse layer's non-zeros only)."""
+    if isinstance(layer, SparseLinear):
+        return layer.values.detach().reshape(-1)
+    if isinstance(layer, MaskedLinear):
+        return layer.weight.detach()[layer.mask]
+    if isinstance(layer, nn.Linear):
+        return layer.weight.detach().reshape(-1)
+    return torch.cat([p.detach().reshape(-1) for name, p in layer.named_parameters() if name != "bias"])
+
+
+def _power_iteration(
+    matvec, rmatvec, size: int, start: torch.Tensor | None, iterations: int, like: torch.Tensor
+) -> tuple[float, torch.Tensor]:
+    """σ_max by power iteration on AᵀA from `start` (warm start: the previous right singular vector)."""
+    v = start if start is not None and start.shape == (size,) else torch.randn(size, dtype=like.dtype)
+    v = v.to(device=like.device, dtype=like.dtype)
+    v = v / v.norm()
+    sigma = 0.0
+    for _ in range(iterations):
+        u = matvec(v)
+        u = u / u.norm().clamp_min(torch.finfo(u.dtype).tiny)
+        v = rmatvec(u)
+        sigma = float(v.norm())
+        v = v / max(sigma, torch.finfo(v.dtype).tiny)
+    return sigma, v
+
+
+@torch.no_grad()
+def spectral_norm(
+    layer: nn.Module,
+    state: dict | None = None,
+    exact_max_entries: int = EXACT_MAX_ENTRIES,
+    iterations: int = 20,
+) -> float:
+    """σ_max of a layer's weight as the effective wide MLP sees it (W's for a Mixer's I ⊗ W).
+
+    Exact (svd) when the weight has at most `exact_max_entries` entries; otherwise `iterations` steps
+    of power iteration, warm-started from ``state["v"]`` (updated in place), which converges over
+    successive calls as the weights drift slowly (as `torch.nn.utils.spectral_norm` does). A sparse
+    layer's weight is used in its sparse form: O(connections) per step, no m×m tensor.
+    """
+    state = {} if state is None else state
+    if isinstance(layer, SparseLinear):
+        rows, cols = layer.out_features, layer.in_features
+        if rows * cols <= exact_max_entries:
+            return float(torch.linalg.matrix_norm(layer.effective_weight().float(), ord=2))
+        weight = layer.sparse_weight().detach().float()
+        weight_t = weight.t().to_sparse_csr()
+        # torch.mm with a one-column dense matrix: the CSR kernels of torch.mv are ~100× slower on CPU.
+        sigma, state["v"] = _power_iteration(
+            lambda v: torch.mm(weight, v[:, None])[:, 0], lambda u: torch.mm(weight_t, u[:, None])[:, 0], cols,
+            state.get("v"), iterations, layer.values.detach().float(),
+        )  # fmt: skip
+        return sigma
+    if isinstance(layer, (nn.Linear, MaskedLinear)):
+        weight = (layer.weight if isinstance(layer, nn.Linear) else layer.effective_weight()).detach().float()
+        if weight.numel() <= exact_max_entries:
+            return float(torch.linalg.matrix_norm(weight, ord=2))
+        sigma, state["v"] = _power_iteration(
+            lambda v: weight @ v, lambda u: weight.t() @ u, weight.shape[1], state.get("v"), iterations, weight
+        )
+        return sigma
+    return float(singular_values(layer)[0])
+
+
+# ------------------------------------------------------------ random weights at fixed Ω (Fig. 4 right)
+
+
+def mp_edge(gamma: float) -> float:
+    """c_γ = 1 + √γ: the largest singular value of a γn×n matrix of i.i.d. N(0, 1/n) entries as n → ∞,
+    the square root of the right edge of the Marchenko–Pastur law (Sec. 4.3)."""
+    return 1.0 + math.sqrt(gamma)
+
+
+def eq17_sigma_max(width: int, density: float, gamma: float) -> float:
+    """√L₊ with L₊ = c² + 3c²√γ(1−p)/q², c = 1 + √γ, q = √(pm): eq. (17)'s prediction of σ_max(M ⊙ A)
+    (Hwang et al. 2019, Thm. 2.9; the O(1/q⁴) term dropped)."""
+    c = mp_edge(gamma)
+    return math.sqrt(c * c + 3 * c * c * math.sqrt(gamma) * (1 - density) / (density * width))
+
+
+def mp_singular_value_density(s: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Density of the singular values of a γn×n matrix with N(0, 1/n) entries (n → ∞, γ ≥ 1): WᵀW/γ
+    follows the Marchenko–Pastur law of ratio y = 1/γ on [(1 − √y)², (1 + √y)²], so s lies in
+    [√γ − 1, √γ + 1]."""
+    y = 1.0 / gamma
+    a, b = (1 - math.sqrt(y)) ** 2, (1 + math.sqrt(y)) ** 2
+    x = s.double() ** 2 / gamma
+    inside = (x > a) & (x < b)
+    density = torch.zeros_like(x)
+    xi = x[inside]
+    density[inside] = torch.sqrt((b - xi) * (xi - a)) / (2 * math.pi * y * xi)
+    return density * 2 * s.double() / gamma  # ds: x = s²/γ
+
+
+def sw_mlp_weight(width: int, density: float, gamma: float) -> torch.Tensor:
+    """The first FC layer of an SW-MLP MLP block at width m, M ⊙ A ∈ R^{γm×m}, as a CSR tensor, drawn
+    exactly as `SparseLinear` with ``init: spectral`` draws it (the same pattern and values from
+    torch's global generator; Sec. 4.3: M's ones are 1/√p, A ~ N(0, 1/m)), without the layer's
+    backward bookkeeping. It holds p·γm·m connections on average: Ω = γpm² (App. D.1)."""
+    from mixer_lightning.models.layers import hidden_width
+    from mixer_lightning.models.sparse import _csr, bernoulli_pattern
+
+    rows = hidden_width(gamma, width)
+    row, col = bernoulli_pattern(rows, width, density)
+    values = torch.randn(row.numel()) / math.sqrt(width) / math.sqrt(density)  # A on the pattern, times 1/√p
+    crow = torch.zeros(rows + 1, dtype=torch.long)
+    torch.cumsum(torch.bincount(row, minlength=rows), 0, out=crow[1:])
+    return _csr(crow, col, values, (rows, width))
+
+
+def sparse_singular_values(weight: torch.Tensor, k: int = 1) -> torch.Tensor:
+    """The `k` largest singular values of a sparse CSR matrix: the square roots of the top eigenvalues
+    of WᵀW by Lanczos (ARPACK via scipy), applying W and Wᵀ in sparse form, O(non-zeros) per step and
+    no dense array (the 8192×4096 weights of Figure 4 take a fraction of a second); exact svdvals for
+    tiny matrices."""
+    rows, cols = weight.shape
+    if min(rows, cols) <= k + 1 or rows * cols <= 4096:
+        return _svdvals(weight.to_dense())[:k]
+    import numpy as np
+    import scipy.sparse
+    import scipy.sparse.linalg
+
+    weight = weight.detach()
+    matrix = scipy.sparse.csr_matrix(
+        (
+            weight.values().double().numpy(),
+            weight.col_indices().numpy().astype(np.int64),
+            weight.crow_indices().numpy().astype(np.int64),
+        ),
+        shape=(rows, cols),
+    )
+    transposed = matrix.T.tocsr()
+    gram = scipy.sparse.linalg.LinearOperator(
+        (cols, cols), matvec=lambda v: transposed @ (matrix @ v), dtype=np.float64
+    )
+    start = np.random.default_rng(0).standard_normal(cols)
+    # tol is relative to the eigenvalue σ²: 1e-7 leaves σ_max exact to the digits reported.
+    eigenvalues = scipy.sparse.linalg.eigsh(gram, k=k, which="LA", tol=1e-7, v0=start, return_eigenvectors=False)
+    return torch.from_numpy(np.sqrt(np.clip(np.sort(eigenvalues)[::-1], 0, None)).copy())
+
+
+def mixer_pair(omega: float, width: float, gamma: float) -> tuple[float, float] | None:
+    """(S, C) with S·C = m and γ(C²S + CS²)/2 = Ω (S ≥ C), i.e. the Mixer of the same width and
+    connections, or None when m exceeds the widest Mixer at this Ω, m_max = (Ω/γ)^{2/3} (eq. 15)."""
+    total = 2 * omega / (gamma * width)  # S + C
+    disc = total * total - 4 * width
+    if disc < -1e-9 * total * total:
+        return None
+    root = math.sqrt(max(disc, 0.0))
+    return (total + root) / 2, (total - root) / 2

@@ -1,0 +1,121 @@
+"""Data-loading throughput: `ImageDataModule` against a plain ``datasets.with_transform`` pipeline.
+
+Both read the same Hugging Face dataset (default: CIFAR-10 in ``/work/shared/data/cifar10`` layout)
+with the same timm augmentation (RandAugment ``rand-m9-mstd0.5`` + random erasing 0.25 after timm's
+random-resized crop and flip, normalised tensors out), through DataLoaders with the same batch size,
+workers and persistent workers. Chunks of `images` images are drawn from each loader in turn
+(interleaved repetitions, medians; `mixer_lightning.benchmarks.timing.compare`). With workers, each
+loader prefetches ``2 × workers`` batches while the other is measured, equally for both.
+
+    python -m mixer_lightning.benchmarks.data --root /work/shared/data/cifar10 [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from mixer_lightning.benchmarks.timing import compare
+
+POLICY = "rand-m9-mstd0.5"
+ERASING = 0.25
+
+
+def _baseline_loader(root: str, batch_size: int, workers: int) -> DataLoader:
+    """The pipeline of timm's docs / HF tutorials: ``load_dataset(...).with_transform(fn)``."""
+    import datasets
+    from timm.data import create_transform
+
+    train = datasets.load_dataset(root, split="train")
+    transform = create_transform(
+        32, is_training=True, auto_augment=POLICY, re_prob=ERASING, re_mode="pixel", mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225), interpolation="bilinear",
+    )  # fmt: skip
+    image_column = "img" if "img" in train.column_names else "image"
+
+    def apply(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        return {"image": [transform(image.convert("RGB")) for image in batch[image_column]], "label": batch["label"]}
+
+    return DataLoader(
+        train.with_transform(apply), batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+        persistent_workers=workers > 0,
+    )  # fmt: skip
+
+
+def _our_loader(root: str, batch_size: int, workers: int) -> DataLoader:
+    from mixer_lightning.data import ImageDataModule
+
+    data = ImageDataModule(
+        "hf", root=root, batch_size=batch_size, num_workers=workers, val_split=0, train_crop="random_resized_crop",
+        auto_augment=POLICY, random_erasing=ERASING, random_erasing_mode="pixel", pin_memory=False,
+    )  # fmt: skip
+    data.setup("fit")
+    return data.train_dataloader()
+
+
+def _chunks(loader: DataLoader, batches: int) -> Callable[[], None]:
+    """A call draws `batches` batches, restarting the loader's epochs as needed."""
+    state: dict[str, Iterator] = {"it": iter(loader)}
+
+    def draw() -> None:
+        taken = 0
+        while taken < batches:
+            taken += sum(1 for _ in itertools.islice(state["it"], batches - taken))
+            if taken < batches:
+                state["it"] = iter(loader)
+
+    return draw
+
+
+def throughput(
+    root: str = "/work/shared/data/cifar10",
+    workers: tuple[int, ...] = (0, 2),
+    images: int = 4096,
+    batch_size: int = 256,
+    repeats: int = 5,
+) -> dict[str, Any]:
+    """Images per second of the baseline and of ours for each worker count, and ours / baseline."""
+    batches = max(1, images // batch_size)
+    results: dict[str, Any] = {
+        "root": root, "policy": POLICY, "random_erasing": ERASING, "batch_size": batch_size,
+        "images_per_measurement": batches * batch_size, "repeats": repeats,
+    }  # fmt: skip
+    for count in workers:
+        candidates = {
+            "baseline": _chunks(_baseline_loader(root, batch_size, count), batches),
+            "ours": _chunks(_our_loader(root, batch_size, count), batches),
+        }
+        seconds = compare(candidates, repeats=repeats, warmup=1)
+        rates = {name: batches * batch_size / s for name, s in seconds.items()}
+        results[f"workers={count}"] = {
+            "baseline_img_per_s": round(rates["baseline"], 1),
+            "ours_img_per_s": round(rates["ours"], 1),
+            "ours_over_baseline": round(rates["ours"] / rates["baseline"], 3),
+        }
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", default="/work/shared/data/cifar10")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--images", type=int, default=4096)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    results = throughput(args.root, tuple(args.workers), args.images, args.batch_size, args.repeats)
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    for key, value in results.items():
+        print(f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()

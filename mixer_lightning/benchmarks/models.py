@@ -1,0 +1,202 @@
+"""Model throughput side by side: ours against timm's equivalent, normal against RP, eager against
+compiled. Images per second for a training step (forward, backward, AdamW) and for inference, FLOPs
+per image (torch's FLOP counter), peak memory, and on a GPU of known peak the model FLOP utilisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from mixer_lightning.benchmarks.timing import compare
+
+# Dense bf16 tensor-core peaks (FLOP/s) of GPUs whose name contains the key, for MFU.
+PEAK_BF16 = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "V100": 125e12}
+
+
+def peak_flops(device: torch.device) -> float | None:
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    for key, peak in PEAK_BF16.items():
+        if key in name:
+            return peak
+    return None
+
+
+def autocast(device: torch.device, precision: str):
+    if precision == "bf16-mixed":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def flops_per_image(model: nn.Module, image_size: int, in_chans: int, device: torch.device, precision: str) -> dict:
+    """Forward FLOPs per image, and a training step's (forward + backward) per image."""
+    x = torch.randn(2, in_chans, image_size, image_size, device=device)
+    counter = FlopCounterMode(display=False)
+    with counter, autocast(device, precision):
+        model(x).sum().backward()
+    model.zero_grad(set_to_none=True)
+    total = counter.get_total_flops()
+    with FlopCounterMode(display=False) as forward_counter, torch.no_grad(), autocast(device, precision):
+        model(x)
+    return {"forward": forward_counter.get_total_flops(), "train": total}
+
+
+def step_fns(
+    model: nn.Module, batch_size: int, image_size: int, in_chans: int, num_classes: int, device: torch.device,
+    precision: str,
+) -> tuple[Callable[[], None], Callable[[], None]]:  # fmt: skip
+    """A training step (forward, backward, AdamW) and an inference forward on a fixed random batch."""
+    x = torch.randn(batch_size, in_chans, image_size, image_size, device=device)
+    if precision == "bf16-true":
+        x = x.bfloat16()
+    y = torch.randint(0, num_classes, (batch_size,), device=device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def train() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast(device, precision):
+            loss = nn.functional.cross_entropy(model(x).float(), y)
+        loss.backward()
+        optimizer.step()
+
+    def infer() -> None:
+        with torch.inference_mode(), autocast(device, precision):
+            model(x)
+
+    return train, infer
+
+
+def benchmark(
+    models: dict[str, nn.Module], *, batch_size: int, image_size: int, in_chans: int = 3, num_classes: int = 1000,
+    device: str = "cpu", precision: str = "32-true", repeats: int = 10, warmup: int = 3, count_flops: bool = True,
+) -> dict[str, dict]:  # fmt: skip
+    """Train and inference img/s, FLOPs, peak memory and MFU of each model, measured interleaved."""
+    dev = torch.device(device)
+    results: dict[str, dict] = {}
+    trains, infers = {}, {}
+    for name, model in models.items():
+        model.to(dev)
+        if precision == "bf16-true":
+            model.bfloat16()
+        model.train()
+        # (FLOPs of eager modules only: the counter would run a compiled module's graph eagerly anyway)
+        compiled = getattr(model, "_compiled_call_impl", None) is not None
+        flops = flops_per_image(model, image_size, in_chans, dev, precision) if count_flops and not compiled else None
+        results[name] = {"flops_per_image": flops}
+        trains[name], infers[name] = step_fns(model, batch_size, image_size, in_chans, num_classes, dev, precision)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    train_times = compare(trains, repeats=repeats, warmup=warmup, device=dev)
+    infer_times = compare(infers, repeats=repeats, warmup=warmup, device=dev)
+    peak = peak_flops(dev)
+    for name in models:
+        r = results[name]
+        r["train_img_s"] = batch_size / train_times[name]
+        r["infer_img_s"] = batch_size / infer_times[name]
+        if peak and r["flops_per_image"]:
+            r["mfu_train"] = r["train_img_s"] * r["flops_per_image"]["train"] / peak
+    if dev.type == "cuda":
+        for name in models:
+            results[name]["peak_memory_gb_all"] = torch.cuda.max_memory_allocated(dev) / 1e9
+    return results
+
+
+# ------------------------------------------------------------------------------------ model pairs
+
+# The CIFAR-size Mixer of the standard suite: P = 4, C = 128, S = 64, 8 blocks, with timm's default
+# hidden widths (0.5·C, 4·C) so that both libraries build the same network.
+CIFAR_MIXER = dict(num_classes=10, image_size=32, patch_size=4, channels=128, token_hidden=64,
+                   channel_hidden=512, num_blocks=8)  # fmt: skip
+
+
+def timm_equivalent(model: nn.Module) -> nn.Module:
+    """timm's `MlpMixer` computing the same network as our plain `MLPMixer` (S = S0, no skip layer,
+    no RP permutations), for a like-for-like comparison."""
+    import timm.models.mlp_mixer as timm_mixer
+
+    from mixer_lightning.errors import require
+    from mixer_lightning.models import MLPMixer
+
+    require(isinstance(model, MLPMixer), "vs", f"timm has no equivalent of a {type(model).__name__}",
+            "compare an MLP-Mixer")  # fmt: skip
+    require(
+        model.tokens == model.stem.num_patches and not any(layer.permuted for layer in model.mixing_layers())
+        and model.blocks[0].token_mixing.skip is None,
+        "vs", "timm's Mixer has S = S0 and no skip layer or RP permutations", "drop tokens/skip_layer/permute",
+    )  # fmt: skip
+    c = model.channels
+    return timm_mixer.MlpMixer(
+        num_classes=model.num_classes, img_size=model.stem.image_size, in_chans=model.stem.proj.in_channels,
+        patch_size=model.stem.patch_size, embed_dim=c, num_blocks=model.num_blocks,
+        mlp_ratio=(model.token_hidden / c, model.channel_hidden / c),
+    )  # fmt: skip
+
+
+def ratio_of(results: dict[str, dict], ours: str, theirs: str, key: str) -> float:
+    return results[ours][key] / results[theirs][key]
+
+
+def standard_suite(repeats: int = 5, log=print) -> dict:
+    """The figures `mixer bench --json` reports (all on the CPU, in this process):
+
+    - mixer_vs_timm_train / _infer: our img/s ÷ timm's, the smaller of Mixer-S/16 at 224 (batch 32)
+      and the CIFAR-size Mixer (batch 128);
+    - rp_overhead / rp_overhead_compiled: RP training-step time ÷ normal − 1 (CIFAR-size), eager and
+      with torch.compile;
+    - compile_speedup: the CIFAR-size training step compiled ÷ eager (img/s);
+    - sw_sparse_mem_ratio / sw_sparse_speed_ratio: sparse ÷ dense SW-MLP at the Table S.3 CIFAR
+      setting (bytes of parameters + buffers; training img/s as a speed-up).
+    """
+    import platform
+
+    from mixer_lightning.benchmarks.sparse import sw_mlp_ratios
+    from mixer_lightning.models import create_model
+
+    report: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+                                "torch": torch.__version__}}  # fmt: skip
+    torch.manual_seed(0)
+    s16 = create_model("mixer_s16", num_classes=1000)
+    log("Mixer-S/16, batch 32: ours vs timm ...")
+    s16_results = benchmark({"ours": s16, "timm": timm_equivalent(s16)}, batch_size=32, image_size=224,
+                            repeats=max(2, repeats // 2), warmup=1)  # fmt: skip
+    del s16
+    cifar, rp = create_model("mlp_mixer", **CIFAR_MIXER), create_model("mlp_mixer", permute=True, **CIFAR_MIXER)
+    log("CIFAR-size Mixer, batch 128: ours vs timm vs RP ...")
+    cifar_results = benchmark({"ours": cifar, "rp": rp, "timm": timm_equivalent(cifar)}, batch_size=128,
+                              image_size=32, num_classes=10, repeats=repeats)  # fmt: skip
+    log("CIFAR-size Mixer compiled (eager vs compiled, normal vs RP) ...")
+    compiled, rp_compiled = (
+        create_model("mlp_mixer", **CIFAR_MIXER),
+        create_model("mlp_mixer", permute=True, **CIFAR_MIXER),
+    )
+    compiled.compile()
+    rp_compiled.compile()
+    eager = create_model("mlp_mixer", **CIFAR_MIXER)
+    compile_results = benchmark({"eager": eager, "compiled": compiled, "rp_compiled": rp_compiled}, batch_size=128,
+                                image_size=32, num_classes=10, repeats=repeats)  # fmt: skip
+    log("SW-MLP at the Table S.3 CIFAR setting: sparse vs dense ...")
+    sparse = sw_mlp_ratios(repeats=max(2, repeats // 2))
+    report["mixer_vs_timm_train"] = min(
+        ratio_of(s16_results, "ours", "timm", "train_img_s"), ratio_of(cifar_results, "ours", "timm", "train_img_s")
+    )
+    report["mixer_vs_timm_infer"] = min(
+        ratio_of(s16_results, "ours", "timm", "infer_img_s"), ratio_of(cifar_results, "ours", "timm", "infer_img_s")
+    )
+    report["rp_overhead"] = ratio_of(cifar_results, "ours", "rp", "train_img_s") - 1
+    report["rp_overhead_compiled"] = ratio_of(compile_results, "compiled", "rp_compiled", "train_img_s") - 1
+    report["compile_speedup"] = ratio_of(compile_results, "compiled", "eager", "train_img_s")
+    report["sw_sparse_mem_ratio"] = sparse["ratios_sparse_over_dense"]["params_buffers_bytes"]
+    report["sw_sparse_speed_ratio"] = sparse["speedup_sparse_over_dense"]
+    report["details"] = {
+        "mixer_s16_224_batch32": s16_results,
+        "cifar_mixer_batch128": cifar_results,
+        "cifar_mixer_compiled_batch128": compile_results,
+        "sw_mlp_table_s3": {k: sparse[k] for k in ("setting", "bytes", "images_per_second")},
+    }
+    return report

@@ -1,0 +1,123 @@
+"""Benchmark models: training-step and inference throughput (images/s), FLOPs per image, peak GPU
+memory and, on a GPU of known peak, the model FLOP utilisation (MFU). Candidates run side by side in
+one process (interleaved repetitions, medians): every figure worth quoting is a ratio.
+
+Without a model, the standard suite (`mixer_lightning.benchmarks.models.standard_suite`): ours
+against timm, RP against normal, compiled against eager, sparse against dense SW-MLP.
+
+Examples:
+    mixer bench --json                                      the standard suite (a few minutes on a CPU)
+    mixer bench --model mixer_s16 --vs timm --batch_size 32
+    mixer bench --model mixer_b16 --vs timm --device cuda --precision bf16-mixed --batch_size 128
+    mixer bench --config configs/cifar10_fig5_s_mixer.yaml --compile --json
+"""
+
+from __future__ import annotations
+
+import json
+
+from jsonargparse import ArgumentParser, Namespace
+
+from mixer_lightning.errors import ConfigError, require
+
+PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
+
+
+def add_arguments(parser: ArgumentParser) -> None:
+    parser.add_argument("--model", type=str, default=None, help="a registered model (see `mixer models`)")
+    parser.add_argument("--config", type=str, default=None, help="or an experiment config: its model and data")
+    parser.add_argument("--vs", type=str, default=None, help="'timm': also run timm's equivalent model")
+    parser.add_argument("--compile", action="store_true", help="also run the model compiled (torch.compile)")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--image_size", type=int, default=None, help="default: the model's / the data's")
+    parser.add_argument("--num_classes", type=int, default=1000)
+    parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")
+    parser.add_argument("--precision", type=str, default="32-true", help=f"one of {', '.join(PRECISIONS)}")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps per candidate")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _model_from_config(path: str):
+    """The network of an experiment config, built for its data (num_classes, image_size, in_chans)."""
+    from jsonargparse import ArgumentParser as Parser
+
+    from mixer_lightning.analysis.features import datamodule_from_config
+    from mixer_lightning.tasks import ClassifierModule
+
+    data = datamodule_from_config([path])
+    import yaml
+
+    config = yaml.safe_load(open(path)) or {}
+    model = dict(config.get("model") or {})
+    require("class_path" in model, "config", f"{path!r} has no model: section with a class_path")
+    model["init_args"] = {**(model.get("init_args") or {}), "num_classes": data.num_classes,
+                          "image_size": data.image_size, "in_chans": data.in_chans}  # fmt: skip
+    parser = Parser(exit_on_error=False)
+    parser.add_subclass_arguments(ClassifierModule, "model")
+    module = parser.instantiate_classes(parser.parse_object({"model": model})).model
+    return module.net, data.image_size, data.in_chans, data.num_classes
+
+
+def run(args: Namespace) -> None:
+    from mixer_lightning.benchmarks.models import benchmark, standard_suite, timm_equivalent
+
+    require(args.precision in PRECISIONS, "precision", f"unknown precision {args.precision!r}",
+            f"choose one of {', '.join(PRECISIONS)}")  # fmt: skip
+    require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
+    require(args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
+    require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
+    if args.device.startswith("cuda"):
+        import torch
+
+        require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
+    if args.model is None and args.config is None:
+        log = (lambda *a, **k: None) if args.json else print
+        report = standard_suite(repeats=args.repeats if args.repeats != 10 else 5, log=log)
+        if args.json:
+            print(json.dumps(report, indent=2))
+            return
+        for key in ("mixer_vs_timm_train", "mixer_vs_timm_infer", "rp_overhead", "rp_overhead_compiled",
+                    "compile_speedup", "sw_sparse_mem_ratio", "sw_sparse_speed_ratio"):  # fmt: skip
+            print(f"{key:<24} {report[key]:8.3f}")
+        return
+    if args.config is not None:
+        require(args.model is None, "model", "give --model or --config, not both")
+        net, image_size, in_chans, num_classes = _model_from_config(args.config)
+    else:
+        from mixer_lightning.models import create_model, get_entry
+
+        get_entry(args.model, field="model")
+        kwargs = {"num_classes": args.num_classes}
+        if args.image_size:
+            kwargs["image_size"] = args.image_size
+        net = create_model(args.model, **kwargs)
+        image_size, in_chans, num_classes = net.stem.image_size, net.stem.proj.in_channels, args.num_classes
+    candidates = {"ours": net}
+    if args.vs == "timm":
+        candidates["timm"] = timm_equivalent(net)
+    if args.compile:
+        import copy
+
+        compiled = copy.deepcopy(net)
+        compiled.compile()
+        candidates["ours_compiled"] = compiled
+    try:
+        results = benchmark(candidates, batch_size=args.batch_size, image_size=image_size, in_chans=in_chans,
+                            num_classes=num_classes, device=args.device, precision=args.precision,
+                            repeats=args.repeats)  # fmt: skip
+    except RuntimeError as error:
+        if "out of memory" in str(error).lower():
+            raise ConfigError("batch_size", f"{args.batch_size} does not fit in memory", "lower --batch_size") from None
+        raise
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"{'candidate':<16} {'train img/s':>12} {'infer img/s':>12} {'GFLOP/img (train)':>18} {'MFU':>6}")
+    for name, r in results.items():
+        flops = f"{r['flops_per_image']['train'] / 1e9:.2f}" if r["flops_per_image"] else "-"
+        mfu = f"{r['mfu_train']:.1%}" if "mfu_train" in r else "-"
+        print(f"{name:<16} {r['train_img_s']:>12.1f} {r['infer_img_s']:>12.1f} {flops:>18} {mfu:>6}")
+    for name in results:
+        if name != "ours":
+            print(f"ours / {name}: train {results['ours']['train_img_s'] / results[name]['train_img_s']:.3f}, "
+                  f"inference {results['ours']['infer_img_s'] / results[name]['infer_img_s']:.3f}")  # fmt: skip

@@ -1,0 +1,251 @@
+"""Largest singular values of random SW-MLP and Mixer weights at a fixed number of connections Ω, over
+increasing width (Hayase & Karakida 2024, Sec. 4.3, Figure 4 right, App. D.1, Figure S.1).
+
+SW-MLP: at width m the first layer of an MLP block is M ⊙ A ∈ R^{γm×m}, drawn exactly as the model's
+``init: spectral`` draws it (M Bernoulli(p) with ones 1/√p, A ~ N(0, 1/m)), with the density
+p = Ω/(γm²) that keeps Ω = γpm² connections (App. D.1; eq. 18 uses this p). Its σ_max is computed by
+Lanczos on the sparse matrix, never forming the γm×m array, and compared with eq. (17)'s prediction
+√L₊, L₊ = c² + 3c²√γ(1−p)/q², c = 1 + √γ, q = √(pm), which grows about linearly with m.
+
+Mixer: the MLP-Mixer of the same width m = S·C and the same Ω (S and C from eq. 14; only up to the
+widest Mixer m_max = (Ω/γ)^{2/3}) has weights γS×S and γC×C drawn N(0, 1/S), N(0, 1/C). Its effective
+weights I ⊗ W and their permutations have W's singular values, so σ_max ≈ c = 1 + √γ, the
+Marchenko–Pastur edge, whatever the width.
+
+Default widths: the Mixer widths S·C of the paper's grid at (Ω, γ) (Fig. 4: C = 4 … 64 at Ω = 2^19,
+γ = 2), plus 2·m_max and 4·m_max, which only an SW-MLP reaches. Each value is the mean over
+``--seeds`` (the paper: five trials).
+
+Examples:
+    mixer spectrum --omega 2**19 --gamma 2                          Figure 4 (right)
+    mixer spectrum --omega 2**19 --gamma 2 --plot spectrum.png --json
+    mixer spectrum --omega 2**14 --gamma 2 --widths 128,256,512,1024 --all --plot s1.png   spectra too
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+
+import torch
+from jsonargparse import ArgumentParser, Namespace
+
+from mixer_lightning.analysis.spectrum import (
+    _svdvals,
+    eq17_sigma_max,
+    mixer_pair,
+    mp_edge,
+    mp_singular_value_density,
+    sparse_singular_values,
+    sw_mlp_weight,
+)
+from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.models.layers import hidden_width
+from mixer_lightning.width import default_channels, optimum, parse_int_expression, solve_tokens
+
+DEFAULT_SEEDS = "0,1,2,3,4"  # Figure 4's caption: five trials (App. C.2 says ten)
+DEFAULT_MAX_ENTRIES = 2**23  # --all: dense svdvals up to 8M entries (4096×2048: seconds in float64)
+
+
+def add_arguments(parser: ArgumentParser) -> None:
+    parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**19")
+    parser.add_argument("--gamma", type=float, default=2.0, help="expansion factor γ (Figure 4: 2)")
+    parser.add_argument("--widths", type=str, default=None, help="comma-separated SW-MLP widths m (default: see above)")
+    parser.add_argument("--seeds", type=str, default=DEFAULT_SEEDS, help="comma-separated seeds; values are means")
+    parser.add_argument("--all", action="store_true", help="also every singular value (dense svd; small widths)")
+    parser.add_argument("--max_entries", type=int, default=DEFAULT_MAX_ENTRIES, help="--all: largest γm·m done")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--plot", type=str, default=None, help="draw σ_max against m (and the spectra) to this PNG")
+
+
+def _ints(text: str, field: str) -> list[int]:
+    try:
+        values = [parse_int_expression(item.strip(), field) for item in str(text).split(",") if item.strip()]
+    except ConfigError:
+        raise ConfigError(field, f"cannot read {text!r}", "give comma-separated integers, e.g. 512,1024,2048") from None
+    require(bool(values) and all(v > 0 for v in values), field, f"needs positive integers, got {text!r}")
+    return values
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(item) for item in str(text).split(",") if item.strip()]
+    except ValueError:
+        raise ConfigError("seeds", f"cannot read {text!r}", "give comma-separated integers, e.g. 0,1,2") from None
+    require(bool(seeds) and all(s >= 0 for s in seeds), "seeds", f"needs integers >= 0, got {text!r}")
+    return seeds
+
+
+def default_grid(omega: int, gamma: float) -> list[dict]:
+    """The Mixer widths of the paper's grid (exact (S, C) pairs), then 2·m_max and 4·m_max."""
+    points = {}
+    for c in default_channels(omega, gamma):
+        s = solve_tokens(omega, c, gamma)
+        points.setdefault(s * c, {"m": s * c, "S": s, "C": c})
+    m_max = optimum(omega, gamma)["m"]
+    for factor in (2, 4):
+        m = round(factor * m_max)
+        points.setdefault(m, {"m": m, "S": None, "C": None})
+    return sorted(points.values(), key=lambda p: p["m"])
+
+
+def user_grid(omega: int, gamma: float, widths: list[int]) -> list[dict]:
+    """Each width with the Mixer of the same width and Ω, where one exists (S, C rounded)."""
+    points = []
+    for m in sorted(set(widths)):
+        pair = mixer_pair(omega, m, gamma)
+        s, c = (round(pair[0]), round(pair[1])) if pair is not None and round(pair[1]) >= 1 else (None, None)
+        points.append({"m": m, "S": s, "C": c})
+    return points
+
+
+def compute(omega: int, gamma: float, points: list[dict], seeds: list[int], full: bool = False,
+            max_entries: int = DEFAULT_MAX_ENTRIES) -> dict:  # fmt: skip
+    """σ_max (mean and std over seeds) of the SW-MLP and Mixer weights at each grid point."""
+    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
+    require(gamma >= 1, "gamma", f"must be >= 1 (a γm×m hidden layer), got {gamma}", "give e.g. 2")
+    for point in points:
+        m, p = point["m"], omega / (gamma * point["m"] ** 2)
+        require(
+            p <= 1,
+            "widths",
+            f"m = {m} is narrower than a dense layer with Ω = {omega:,} connections (p = Ω/(γm²) = {p:.3g} > 1)",
+            f"use widths >= {math.ceil(math.sqrt(omega / gamma))}",
+        )
+    if full:
+        require(
+            any(hidden_width(gamma, pt["m"]) * pt["m"] <= max_entries for pt in points),
+            "max_entries",
+            f"every width's γm×m weight has more than {max_entries:,} entries for the dense svd of --all",
+            "add smaller --widths or raise --max_entries",
+        )
+    sw_rows, mixer_rows, mixer_values = [], [], []
+    for point in points:
+        m = point["m"]
+        p = omega / (gamma * m * m)
+        hidden = hidden_width(gamma, m)
+        dense_ok = full and hidden * m <= max_entries
+        sigmas, spectra, connections = [], [], []
+        for seed in seeds:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                weight = sw_mlp_weight(m, p, gamma)
+            connections.append(weight.values().numel())
+            if dense_ok:
+                values = _svdvals(weight.to_dense())
+                spectra.append(values)
+                sigmas.append(float(values[0]))
+            else:
+                sigmas.append(float(sparse_singular_values(weight)[0]))
+        row = {"m": m, "hidden": hidden, "p": p, "q": math.sqrt(p * m), "connections": statistics.fmean(connections),
+               "sigma_max": statistics.fmean(sigmas), "sigma_max_std": _std(sigmas),
+               "eq17": eq17_sigma_max(m, p, gamma)}  # fmt: skip
+        if full:
+            row["singular_values"] = torch.stack(spectra).mean(0).tolist() if spectra else None
+        sw_rows.append(row)
+        if point["S"] is not None:
+            token, channel = [], []
+            for seed in seeds:
+                generator = torch.Generator().manual_seed(seed)
+                for n, out in ((point["S"], token), (point["C"], channel)):
+                    w = torch.randn(hidden_width(gamma, n), n, generator=generator, dtype=torch.float64) / math.sqrt(n)
+                    out.append(math.sqrt(float(torch.linalg.eigvalsh(w.T @ w)[-1])))  # σ_max², n×n Gram: fast
+            mixer_values.extend(token + channel)
+            mixer_rows.append({"m": m, "S": point["S"], "C": point["C"],
+                               "sigma_max_token": statistics.fmean(token),
+                               "sigma_max_channel": statistics.fmean(channel)})  # fmt: skip
+    best = optimum(omega, gamma)
+    return {
+        "omega": omega,
+        "gamma": gamma,
+        "seeds": seeds,
+        "mixer": {
+            "sigma_max": statistics.fmean(mixer_values) if mixer_values else None,
+            "mp_edge": mp_edge(gamma),
+            "m_max": best["m"],
+            "points": mixer_rows,
+        },
+        "sw_mlp": sw_rows,
+    }
+
+
+def _std(values: list[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def plot(result: dict, path: str) -> None:
+    """Figure 4 (right): σ_max against m, SW-MLP (mean ± std) and eq. (17), the Mixer and 1 + √γ; with
+    the full spectra (``--all``), their histograms against the Marchenko–Pastur law (Figure S.1 centre)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gamma, edge = result["gamma"], result["mixer"]["mp_edge"]
+    sw = result["sw_mlp"]
+    spectra = [r for r in sw if r.get("singular_values")]
+    fig, axes = plt.subplots(1, 2 if spectra else 1, figsize=(11 if spectra else 6.2, 4.2), squeeze=False)
+    ax = axes[0, 0]
+    ms = [r["m"] for r in sw]
+    ax.errorbar(ms, [r["sigma_max"] for r in sw], yerr=[r["sigma_max_std"] for r in sw], marker="o", ms=4,
+                capsize=3, color="C0", label="SW-MLP  M ⊙ A  (γm×m, p = Ω/γm²)")  # fmt: skip
+    ax.plot(ms, [r["eq17"] for r in sw], "--", color="C0", alpha=0.6, label="eq. (17): √L₊")
+    points = result["mixer"]["points"]
+    if points:
+        ax.plot([p["m"] for p in points], [p["sigma_max_token"] for p in points], "s", ms=4, color="C3",
+                label="Mixer token W (γS×S)")  # fmt: skip
+        ax.plot([p["m"] for p in points], [p["sigma_max_channel"] for p in points], "^", ms=4, color="C3",
+                mfc="none", label="Mixer channel V (γC×C)")  # fmt: skip
+    ax.axhline(edge, color="C3", linewidth=1.2, label=f"MP edge 1 + √γ = {edge:.3f}")
+    ax.axvline(result["mixer"]["m_max"], color="gray", linestyle=":", label="widest Mixer: m_max = (Ω/γ)^(2/3)")
+    ax.set(xscale="log", xlabel="width m", ylabel="largest singular value σ_max",
+           title=f"Random weights at Ω = {result['omega']:,}, γ = {gamma:g} ({len(result['seeds'])} seeds)")  # fmt: skip
+    ax.legend(fontsize=8)
+    if spectra:
+        ax = axes[0, 1]
+        top = max(max(r["singular_values"]) for r in spectra)
+        cmap = plt.get_cmap("viridis")
+        for i, r in enumerate(spectra):
+            ax.hist(r["singular_values"], bins=60, range=(0, top * 1.02), density=True, histtype="step",
+                    color=cmap(i / max(1, len(spectra) - 1)), label=f"SW-MLP m = {r['m']}, p = {r['p']:.3g}")  # fmt: skip
+        s = torch.linspace(0, top * 1.02, 400, dtype=torch.float64)
+        ax.plot(s, mp_singular_value_density(s, gamma), color="C3", linewidth=1.5, label="Mixer W: Marchenko–Pastur")
+        ax.set(xlabel="singular value", ylabel="density", title="All singular values (mean over seeds)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run(args: Namespace) -> None:
+    omega = parse_int_expression(args.omega, "omega")
+    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
+    require(args.gamma >= 1, "gamma", f"must be >= 1 (a γm×m hidden layer), got {args.gamma}", "give e.g. 2")
+    seeds = _seeds(args.seeds)
+    points = (
+        user_grid(omega, args.gamma, _ints(args.widths, "widths")) if args.widths else default_grid(omega, args.gamma)
+    )
+    result = compute(omega, args.gamma, points, seeds, full=args.all, max_entries=args.max_entries)
+    if args.plot:
+        plot(result, args.plot)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    mixer = result["mixer"]
+    print(f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}, {len(seeds)} seeds; "
+          f"Marchenko–Pastur edge 1 + √γ = {mixer['mp_edge']:.4f}; widest Mixer m_max = {mixer['m_max']:,.0f}")  # fmt: skip
+    by_width = {p["m"]: p for p in mixer["points"]}
+    print(
+        f"{'m':>7} {'p':>9} {'q=√(pm)':>8} {'SW-MLP σ_max':>17} {'eq. 17':>7}   {'Mixer (S, C): σ_max token / channel':<36}"
+    )
+    for row in result["sw_mlp"]:
+        mix = by_width.get(row["m"])
+        mixer_text = (f"({mix['S']}, {mix['C']}): {mix['sigma_max_token']:.4f} / {mix['sigma_max_channel']:.4f}"
+                      if mix else "none this wide at this Ω")  # fmt: skip
+        print(f"{row['m']:>7} {row['p']:>9.5f} {row['q']:>8.2f} {row['sigma_max']:>9.4f} ± {row['sigma_max_std']:.4f} "
+              f"{row['eq17']:>7.4f}   {mixer_text}")  # fmt: skip
+    if mixer["sigma_max"] is not None:
+        print(f"Mixer σ_max (mean over its weights) = {mixer['sigma_max']:.4f}")
+    if args.plot:
+        print(f"Plot written to {args.plot}")

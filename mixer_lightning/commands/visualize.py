@@ -1,0 +1,299 @@
+"""Pictures of a trained network's weights (Tolstikhin et al. 2021, Figure 5 and supplementary Figures
+1-2; Hayase & Karakida 2024, Figures 1 and S.9), written as PNGs into ``--out``:
+
+- ``token_mixing_units.png``: the hidden units of the first token-mixing layers (one panel per block,
+  default the first three, as Mixer Figure 5), each drawn on the √S0×√S0 patch grid it reads, followed
+  by its closest inverse (most negative cosine similarity), pairs sorted by spatial frequency;
+- ``stem_units.png``: the per-patch FC's units as P×P images (RGB for colour images; 0 is mid-grey);
+- ``sparsity_patterns.png``: the non-zero pattern of the effective m×m weights of the network's first
+  layers as the wide MLP sees them: I_C ⊗ W (token) and Wᵀ ⊗ I_S (channel) for a Mixer,
+  J2 (I ⊗ W) J1 for an RP Mixer, M ⊙ W for an SW-MLP.
+
+What the checkpoint's network has decides what is drawn; a picture that does not apply is skipped
+with the reason (an SW-MLP has no token mixing; an RP layer reads permuted entries, not patches;
+after a SkipLayer S0 → S the tokens are no patch grid), and asking for it with ``--what`` is an
+error. ``--demo`` needs no checkpoint: it draws Figure S.9, the patterns of an SW-MLP (p = 1/C), a
+Mixer's token and channel mixing and an RP Mixer's, freshly initialised at S = C = 8.
+
+Examples:
+    mixer visualize --ckpt runs/mixer/version_0/checkpoints/best.ckpt --out pictures
+    mixer visualize --ckpt best.ckpt --out pictures --what token_units --blocks 1,2 --units 0
+    mixer visualize --demo --out docs
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from jsonargparse import ArgumentParser, Namespace
+
+from mixer_lightning.errors import ConfigError, require
+
+PICTURES = ("token_units", "stem_units", "sparsity")
+FILES = {"token_units": "token_mixing_units.png", "stem_units": "stem_units.png", "sparsity": "sparsity_patterns.png"}
+
+
+def add_arguments(parser: ArgumentParser) -> None:
+    parser.add_argument("--ckpt", type=str, default=None, help="a checkpoint of `mixer fit` or `mixer convert`")
+    parser.add_argument("--out", type=str, required=True, help="folder for the PNGs")
+    parser.add_argument("--demo", action="store_true", help="no checkpoint: the sparsity patterns of Figure S.9")
+    parser.add_argument("--what", type=str, default=None, help=f"comma-separated subset of {', '.join(PICTURES)}")
+    parser.add_argument("--blocks", type=str, default=None, help="token units: 1-based blocks (default 1,2,3)")
+    parser.add_argument("--units", type=int, default=64, help="token units: pairs per block; stem: 2× units (0: all)")
+    parser.add_argument("--max_width", type=int, default=4096, help="sparsity: largest effective width m drawn")
+    parser.add_argument("--tokens", type=int, default=8, help="--demo: S")
+    parser.add_argument("--channels", type=int, default=8, help="--demo: C (the SW-MLP's p = 1/C)")
+    parser.add_argument("--seed", type=int, default=0, help="--demo: seed of the random weights")
+    parser.add_argument("--json", action="store_true", help="print what was written as JSON")
+
+
+# --------------------------------------------------------------------------------------------- drawing
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _tile(images: torch.Tensor, columns: int, gap: int = 1, pair_gap: int = 0) -> torch.Tensor:
+    """(N, h, w[, 3]) images -> one canvas, `columns` per row, NaN (drawn blank) between them; an extra
+    `pair_gap` after every second column keeps pairs together."""
+    n, h, w = images.shape[:3]
+    rows = math.ceil(n / columns)
+    extra = images.shape[3:]
+    col_offsets = [c * (w + gap) + (c // 2) * pair_gap for c in range(columns)]
+    width = col_offsets[-1] + w
+    canvas = torch.full((rows * (h + gap) - gap, width, *extra), float("nan"))
+    for k in range(n):
+        r, c = divmod(k, columns)
+        canvas[r * (h + gap) : r * (h + gap) + h, col_offsets[c] : col_offsets[c] + w] = images[k]
+    return canvas
+
+
+def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]]], title: str, path: Path) -> None:
+    """One panel per block, stacked: rows of 8 (unit, closest inverse) pairs, each tile scaled by its own
+    max |w| (Mixer Figure 5 puts the blocks side by side)."""
+    plt = _plt()
+    canvases = []
+    for _, images, pairs in panels:
+        tiles = images[[k for pair in pairs for k in pair]]
+        tiles = tiles / tiles.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None]
+        canvases.append(_tile(tiles, columns=2 * min(8, len(pairs)), gap=1, pair_gap=2))
+    width = 7.0
+    heights = [width * c.shape[0] / c.shape[1] + 0.55 for c in canvases]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width + 1.3, sum(heights) + 0.4), squeeze=False,
+                             gridspec_kw={"height_ratios": heights})  # fmt: skip
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="white")  # the gaps between tiles (NaN)
+    image = None
+    for ax, (block, images, pairs), canvas in zip(axes[:, 0], panels, canvases, strict=True):
+        image = ax.imshow(canvas.numpy(), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
+        side = images.shape[-1]
+        ax.set_title(f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse "
+                     f"({side}×{side} patch grid, low frequency first)", fontsize=9)  # fmt: skip
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.02, label="weight / max |weight| of the unit")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
+    """(C, in_chans, P, P) units as P×P images (RGB with 0 at mid-grey, or a diverging map for grey)."""
+    plt = _plt()
+    n, chans, p, _ = weight.shape
+    scaled = weight / weight.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None, None]  # in [-1, 1]
+    columns = max(1, min(16, math.ceil(math.sqrt(n))))
+    fig, ax = plt.subplots(figsize=(min(10, 1.0 + 0.55 * columns), min(10, 1.3 + 0.55 * math.ceil(n / columns))))
+    if chans == 3:
+        canvas = _tile((scaled.permute(0, 2, 3, 1) + 1) / 2, columns).numpy()
+        canvas[canvas != canvas] = 1.0  # NaN gaps: white
+        ax.imshow(canvas, interpolation="nearest")
+        note = "RGB, 0 = mid-grey"
+    else:
+        cmap = plt.get_cmap("RdBu_r").with_extremes(bad="white")
+        image = ax.imshow(_tile(scaled.mean(1), columns).numpy(), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
+        fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="weight / max |weight| of the unit")
+        note = "channel mean" if chans > 1 else "grey"
+    ax.set_title(f"{title}\n{n} linear projection units, {p}×{p} ({note}), low frequency first", fontsize=9)
+    ax.axis("off")
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> None:
+    """0/1 pictures of effective weights, one panel each, with their density."""
+    from mixer_lightning.analysis.visualize import pattern_image
+
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.9), squeeze=False)
+    for ax, (label, weight) in zip(axes[0], panels, strict=True):
+        density = float((weight != 0).float().mean())
+        rows, cols = weight.shape
+        ax.imshow(pattern_image(weight).numpy(), cmap="Greys", vmin=0, vmax=1, interpolation="nearest",
+                  extent=(0, cols, rows, 0))  # fmt: skip
+        ax.set_title(f"{label}\n{rows}×{cols}, non-zeros {density:.3g}", fontsize=9)
+        ax.set_xlabel("input unit", fontsize=8)
+        ax.set_ylabel("output unit", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- the pictures
+
+
+def _blocks(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        blocks = [int(b) for b in str(text).split(",") if b.strip()]
+    except ValueError:
+        raise ConfigError("blocks", f"cannot read {text!r}", "give comma-separated block numbers, e.g. 1,2,3") from None
+    require(bool(blocks), "blocks", "is empty", "give e.g. 1,2,3")
+    return blocks
+
+
+def network_patterns(net: torch.nn.Module, max_width: int) -> tuple[list[tuple[str, torch.Tensor]], list[str]]:
+    """The effective weights of the first mixing layers of a Mixer (or the first sparse layers of an
+    SW-MLP), and the reasons for skipping any."""
+    from mixer_lightning.analysis.visualize import first_effective_weight
+
+    panels, notes = [], []
+    if hasattr(net, "mixing_layers"):
+        layers = net.mixing_layers()[:2]  # block 1: token then channel mixing
+        if len(net.mixing_layers()) > 2 and layers[0].skip is not None:
+            layers = net.mixing_layers()[2:4]  # block 2 is S×C → S×C: square effective weights
+        for layer in layers:
+            m_in, m_out = layer.tokens_in * layer.channels, layer.tokens * layer.channels
+            if max(m_in, m_out) > max_width:
+                notes.append(f"{layer.axis} mixing: the effective weight is {m_out:,}×{m_in:,} (m = S·C > --max_width "
+                             f"{max_width}); its pattern is the same at any size: see --demo")  # fmt: skip
+                continue
+            weight = first_effective_weight(layer)
+            block = net.mixing_layers().index(layer) // 2 + 1
+            if layer.permuted:
+                label = f"RP {layer.axis} mixing (block {block}): J2 (I ⊗ W) J1"
+            else:
+                label = f"{layer.axis} mixing (block {block}): " + ("I_C ⊗ W" if layer.axis == "token" else "Wᵀ ⊗ I_S")
+            panels.append((label, weight))
+    elif hasattr(net, "sparse_layers"):
+        for name, layer in zip(("block 1 fc1", "block 1 fc2"), net.sparse_layers()[:2], strict=False):
+            if max(layer.in_features, layer.out_features) > max_width:
+                notes.append(
+                    f"SW-MLP {name}: {layer.out_features:,}×{layer.in_features:,} exceeds --max_width {max_width}"
+                )
+                continue
+            panels.append((f"SW-MLP {name}: M ⊙ W (p = {layer.density:.3g})", layer.effective_weight().detach()))
+    else:
+        notes.append(f"a {type(net).__name__} has no mixing or static sparse layers")
+    return panels, notes
+
+
+def demo_patterns(tokens: int, channels: int, seed: int) -> list[tuple[str, torch.Tensor]]:
+    """Figure S.9: freshly initialised effective weights at S tokens and C channels (m = S·C): an SW-MLP
+    layer with p = 1/C, a Mixer's token and channel mixing, an RP Mixer's token mixing."""
+    from mixer_lightning.analysis.effective import effective_linears
+    from mixer_lightning.models.layers import FcBlock
+    from mixer_lightning.models.pk import MixingLayer
+    from mixer_lightning.models.sparse import MaskedLinear
+
+    require(tokens >= 2 and channels >= 2, "tokens", f"S and C must be >= 2, got S={tokens}, C={channels}")
+    require(
+        tokens * channels <= 4096, "tokens", f"m = S·C = {tokens * channels} is too large to draw", "use S·C <= 4096"
+    )
+    m = tokens * channels
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        sw = MaskedLinear(m, m, 1.0 / channels).effective_weight().detach()
+        token = MixingLayer("token", FcBlock(tokens, tokens), tokens, tokens, channels)
+        channel = MixingLayer("channel", FcBlock(channels, channels), tokens, tokens, channels)
+        rp = MixingLayer("token", FcBlock(tokens, tokens), tokens, tokens, channels, permute=True)
+    return [
+        (f"SW-MLP: M ⊙ W (p = 1/{channels})", sw),
+        ("Mixer token mixing: I_C ⊗ W", effective_linears(token, torch.float32)[0].weight),
+        ("Mixer channel mixing: Wᵀ ⊗ I_S", effective_linears(channel, torch.float32)[0].weight),
+        ("RP Mixer token mixing: J2 (I ⊗ W) J1", effective_linears(rp, torch.float32)[0].weight),
+    ]
+
+
+def run(args: Namespace) -> None:
+    from mixer_lightning.analysis import visualize as vis
+
+    out = Path(args.out)
+    written, notes = [], []
+    if args.demo:
+        require(args.ckpt is None, "demo", "--demo draws freshly initialised weights", "drop --ckpt or --demo")
+        require(args.what in (None, "sparsity"), "what", "--demo draws the sparsity patterns only", "drop --what")
+        panels = demo_patterns(args.tokens, args.channels, args.seed)
+        out.mkdir(parents=True, exist_ok=True)
+        path = out / FILES["sparsity"]
+        draw_patterns(panels, f"Effective weights at initialisation, S = {args.tokens}, C = {args.channels}, "
+                              f"m = S·C = {args.tokens * args.channels} (Hayase & Karakida Fig. S.9)", path)  # fmt: skip
+        written.append(str(path))
+    else:
+        require(args.ckpt is not None, "ckpt", "no checkpoint given", "give --ckpt CKPT, or --demo")
+        require(args.units >= 0, "units", f"must be >= 0 (0: all), got {args.units}")
+        wanted = PICTURES if args.what is None else tuple(w.strip() for w in args.what.split(",") if w.strip())
+        for name in wanted:
+            require(name in PICTURES, "what", f"unknown picture {name!r}", f"choose from {', '.join(PICTURES)}")
+        explicit = args.what is not None
+        from mixer_lightning.tasks.loading import load_classifier
+
+        module = load_classifier(args.ckpt, field="ckpt")
+        net = module.net
+        title = f"{type(net).__name__} ({Path(args.ckpt).name})"
+        out.mkdir(parents=True, exist_ok=True)
+        if "token_units" in wanted:
+            blocks, skipped = vis.spatial_token_blocks(net, _blocks(args.blocks))
+            if explicit and not blocks:
+                raise ConfigError(
+                    "what", f"token_units do not apply: {'; '.join(skipped)}", "draw stem_units or sparsity"
+                )
+            notes.extend(f"token_units: {note}" for note in skipped)
+            if blocks:
+                panels = []
+                for block in blocks:
+                    images = vis.token_units(net, block)
+                    pairs = vis.paired_order(images)
+                    panels.append((block, images, pairs[: args.units] if args.units else pairs))
+                path = out / FILES["token_units"]
+                draw_token_units(panels, f"Token-mixing units of {title}", path)
+                written.append(str(path))
+        if "stem_units" in wanted:
+            stem = getattr(net, "stem", None)
+            if stem is None or not hasattr(stem, "proj"):
+                if explicit:
+                    raise ConfigError("what", f"stem_units do not apply: a {type(net).__name__} has no per-patch FC")
+                notes.append(f"stem_units: a {type(net).__name__} has no per-patch FC")
+            else:
+                units = vis.stem_units(net)
+                units = units[: 2 * args.units] if args.units else units
+                path = out / FILES["stem_units"]
+                draw_stem_units(units, f"Stem of {title}", path)
+                written.append(str(path))
+        if "sparsity" in wanted:
+            panels, skipped = network_patterns(net, args.max_width)
+            notes.extend(f"sparsity: {note}" for note in skipped)
+            if explicit and not panels:
+                raise ConfigError("what", f"sparsity does not apply: {'; '.join(skipped)}", "raise --max_width")
+            if panels:
+                path = out / FILES["sparsity"]
+                draw_patterns(panels, f"Effective weights of {title}", path)
+                written.append(str(path))
+    require(bool(written), "ckpt", f"no picture applies: {'; '.join(notes)}", "visualise a Mixer or an SW-MLP")
+    if args.json:
+        print(json.dumps({"written": written, "skipped": notes}, indent=2))
+        return
+    for note in notes:
+        print(f"skipped {note}")
+    for path in written:
+        print(f"written: {path}")

@@ -1,0 +1,129 @@
+"""Tiny datasets in the real on-disk formats (torchvision's, ImageFolder, Hugging Face parquet).
+
+Tests read them through the same code paths as the real datasets. torchvision checks the md5 sums
+of its files: `patch_torchvision_checks` disables that check, in tests only.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+
+def _images(n: int, height: int, width: int, channels: int, seed: int) -> np.ndarray:
+    """Images with structure (a gradient plus noise), so every augmentation op has something to do."""
+    rng = np.random.default_rng(seed)
+    ramp = np.linspace(0, 255, width)[None, None, :, None] * np.ones((n, height, 1, channels))
+    noise = rng.integers(0, 96, (n, height, width, channels))
+    return ((ramp * rng.uniform(0.3, 1.0, (n, 1, 1, channels)) + noise) % 256).astype(np.uint8)
+
+
+def write_cifar10(root: Path, per_batch: int = 20) -> Path:
+    """``root/cifar-10-batches-py``: 5 training batches and a test batch of `per_batch` images."""
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for seed, name in enumerate([f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]):
+        images = _images(per_batch, 32, 32, 3, seed).transpose(0, 3, 1, 2).reshape(per_batch, 3072)
+        batch = {"data": images, "labels": [int(v) for v in rng.integers(0, 10, per_batch)]}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+    with open(folder / "batches.meta", "wb") as f:
+        pickle.dump({"label_names": [f"class{i}" for i in range(10)]}, f)
+    return root
+
+
+def write_cifar100(root: Path, train: int = 100, test: int = 20) -> Path:
+    """``root/cifar-100-python``: train, test and meta pickles (fine and coarse labels)."""
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    for seed, (name, n) in enumerate([("train", train), ("test", test)]):
+        images = _images(n, 32, 32, 3, seed).transpose(0, 3, 1, 2).reshape(n, 3072)
+        fine = [int(v) for v in rng.integers(0, 100, n)]
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": images, "fine_labels": fine, "coarse_labels": [v // 5 for v in fine]}, f)
+    with open(folder / "meta", "wb") as f:
+        pickle.dump({"fine_label_names": [f"fine{i}" for i in range(100)], "coarse_label_names": []}, f)
+    return root
+
+
+def write_stl10(root: Path, train: int = 30, test: int = 20) -> Path:
+    """``root/stl10_binary``: the labelled splits as raw uint8 (column-major 96×96 planes, labels 1..10)."""
+    folder = root / "stl10_binary"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(2)
+    for seed, (split, n) in enumerate([("train", train), ("test", test)]):
+        # torchvision reads (N, 3, 96, 96) and transposes the last two axes (the files are column-major).
+        _images(n, 96, 96, 3, seed).transpose(0, 3, 2, 1).tofile(folder / f"{split}_X.bin")
+        rng.integers(1, 11, n).astype(np.uint8).tofile(folder / f"{split}_y.bin")
+    np.zeros((0,), np.uint8).tofile(folder / "unlabeled_X.bin")
+    (folder / "class_names.txt").write_text("\n".join(f"class{i}" for i in range(10)) + "\n")
+    (folder / "fold_indices.txt").write_text(" ".join(map(str, range(train))) + "\n")
+    return root
+
+
+def write_mnist(root: Path, train: int = 60, test: int = 20) -> Path:
+    """``root/MNIST/raw``: idx files (big-endian headers), as torchvision expects after download."""
+    folder = root / "MNIST" / "raw"
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    for seed, (prefix, n) in enumerate([("train", train), ("t10k", test)]):
+        images = _images(n, 28, 28, 1, seed)[..., 0]
+        (folder / f"{prefix}-images-idx3-ubyte").write_bytes(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
+        labels = rng.integers(0, 10, n).astype(np.uint8)
+        (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(struct.pack(">II", 2049, n) + labels.tobytes())
+    return root
+
+
+def write_image_folder(root: Path, classes: int = 3, per_class: int = 4, size: tuple[int, int] = (48, 40)) -> Path:
+    """``root/{train,val}/<class>/*.jpg`` (ImageNet layout), JPEGs of `size` (width, height) and one grey one."""
+    for seed, split in enumerate(["train", "val"]):
+        for c in range(classes):
+            folder = root / split / f"n0{c:07d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i, pixels in enumerate(_images(per_class, size[1], size[0], 3, 10 * seed + c)):
+                image = Image.fromarray(pixels)
+                if i == 0 and c == 0:
+                    image = image.convert("L")  # ImageNet holds a few grey JPEGs
+                image.save(folder / f"img{i}.jpg", quality=90)
+    return root
+
+
+def write_hf(root: Path, train: int = 40, test: int = 20, size: int = 32, classes: int = 10) -> Path:
+    """A local Hugging Face dataset in the hub's layout: ``root/data/{train,test}-00000-of-00001.parquet``,
+    image column ``img`` (PNG bytes) and ClassLabel column ``label``, like ``uoft-cs/cifar10``."""
+    import datasets
+
+    features = datasets.Features(
+        {"img": datasets.Image(), "label": datasets.ClassLabel(names=[f"c{i}" for i in range(classes)])}
+    )
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    for seed, (split, n) in enumerate([("train", train), ("test", test)]):
+        images = [Image.fromarray(pixels) for pixels in _images(n, size, size, 3, seed)]
+        labels = [i % classes for i in range(n)]
+        table = datasets.Dataset.from_dict({"img": images, "label": labels}, features=features)
+        table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+WRITERS = {
+    "cifar10": write_cifar10,
+    "cifar100": write_cifar100,
+    "stl10": write_stl10,
+    "mnist": write_mnist,
+    "imagenet": write_image_folder,
+    "folder": write_image_folder,
+    "hf": write_hf,
+}
+
+
+def patch_torchvision_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchvision verifies md5 sums of the real files; the fakes have other sums (tests only)."""
+    for module in ("cifar", "stl10"):
+        monkeypatch.setattr(f"torchvision.datasets.{module}.check_integrity", lambda *args, **kwargs: True)

@@ -1,0 +1,124 @@
+"""`mixer cka`: minibatch CKA with the unbiased HSIC (Nguyen et al. 2021) between the skip-connection
+inputs of two trained networks (Hayase & Karakida Sec. 3.4, Fig. 2)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from trained import DATA_CONFIG, checkpoint
+
+from mixer_lightning.analysis.cka import MinibatchCKA, MinibatchSampler, gram_linear, hsic_unbiased
+from mixer_lightning.cli import main
+
+
+def cka(capsys: pytest.CaptureFixture, *args: str) -> dict:
+    capsys.readouterr()  # drop what training the checkpoints printed
+    main(["cka", *args, "--config", DATA_CONFIG, "--accelerator", "cpu", "--json"])
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_network_against_itself_has_ones_on_the_diagonal(tmp_path_factory, capsys) -> None:
+    mixer = checkpoint("mixer", tmp_path_factory)
+    result = cka(capsys, "--ckpt", mixer, "--ckpt", mixer)
+    matrix = torch.tensor(result["cka"], dtype=torch.float64)
+    assert result["layers_a"] == result["layers_b"] == ["1.token", "1.channel"]
+    torch.testing.assert_close(torch.diagonal(matrix), torch.ones(2, dtype=torch.float64), rtol=0, atol=1e-9)
+    torch.testing.assert_close(matrix, matrix.T)
+    assert result["diagonal_mean"] == pytest.approx(1.0, abs=1e-9)
+    # digits: 359 test images -> 11 full minibatches of 32 (the partial one is dropped)
+    assert (result["batches"], result["examples"], result["batch_size"]) == (11, 352, 32)
+
+
+def test_a_mixer_against_an_sw_mlp_with_a_heat_map(tmp_path_factory, capsys) -> None:
+    mixer, sw_mlp = checkpoint("mixer", tmp_path_factory), checkpoint("sw_mlp", tmp_path_factory)
+    result = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--batches", "4", "--batch_size", "40",
+                 "--plot", "cka.png")  # fmt: skip
+    assert (result["model_a"], result["model_b"]) == ("MLPMixer", "SWMLP")
+    assert result["layers_b"] == ["1", "2"] and (result["batches"], result["examples"]) == (4, 160)
+    matrix = torch.tensor(result["cka"], dtype=torch.float64)
+    assert matrix.shape == (2, 2) and bool(((matrix > 0) & (matrix < 1)).all())
+    assert Path("cka.png").stat().st_size > 10_000
+    main(["cka", "--ckpt", mixer, "--ckpt", sw_mlp, "--config", DATA_CONFIG, "--accelerator", "cpu", "--batches", "4"])
+    out = capsys.readouterr().out
+    assert "CKA of MLPMixer" in out and "1.channel" in out and "mean of the diagonal" in out
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_matrix(tmp_path_factory, capsys) -> None:
+    """DDP (2 CPU processes, gloo, ddp_spawn): each takes whole minibatches (11 = 6 + 5), the HSIC sums
+    are torchmetrics states summed across processes, so the matrix is the one-process matrix."""
+    mixer, sw_mlp = checkpoint("mixer", tmp_path_factory), checkpoint("sw_mlp", tmp_path_factory)
+    one = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp)
+    two = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--devices", "2", "--strategy", "ddp_spawn")
+    assert (two["batches"], two["examples"]) == (one["batches"], one["examples"]) == (11, 352)
+    torch.testing.assert_close(torch.tensor(two["cka"]), torch.tensor(one["cka"]), rtol=1e-9, atol=1e-12)
+
+
+def test_bad_cka_inputs(tmp_path_factory, capsys) -> None:
+    mixer, kron = checkpoint("mixer", tmp_path_factory), checkpoint("kron", tmp_path_factory)
+    cases = [
+        (["--ckpt", mixer], "ckpt: needs exactly two checkpoints, got 1"),
+        (["--ckpt", mixer, "--ckpt", kron], "ckpt: "),
+        (["--ckpt", mixer, "--ckpt", mixer, "--batch_size", "3"], "batch_size: the unbiased HSIC needs at least 4"),
+        (["--ckpt", mixer, "--ckpt", "missing.ckpt"], "ckpt: no checkpoint file 'missing.ckpt'"),
+    ]
+    for args, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["cka", *args, "--config", DATA_CONFIG, "--accelerator", "cpu"])
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err
+    Path("big.yaml").write_text("data:\n  init_args:\n    dataset: digits\n    image_size: 16\n")
+    with pytest.raises(SystemExit):
+        main(["cka", "--ckpt", mixer, "--ckpt", mixer, "--config", "big.yaml"])
+    assert "config: the network was trained on image_size = 8, the data gives 16" in capsys.readouterr().err
+    assert "exposes no features before skip connections" in _error(capsys, kron, mixer)
+
+
+def _error(capsys, a: str, b: str) -> str:
+    with pytest.raises(SystemExit):
+        main(["cka", "--ckpt", a, "--ckpt", b, "--config", DATA_CONFIG])
+    return capsys.readouterr().err
+
+
+def test_unbiased_hsic_is_the_u_statistic() -> None:
+    """Song et al. 2012's estimator equals the U-statistic of E[k_ij l_ij] + E[k_ij] E[l_qr] − 2 E[k_ij l_iq]
+    over distinct indices, computed here by brute force."""
+    torch.manual_seed(0)
+    n = 7
+    x = torch.randn(n, 5, dtype=torch.float64)
+    y = x[:, :3] + 0.5 * torch.randn(n, 3, dtype=torch.float64)
+    k, l = gram_linear(x), gram_linear(y)
+    terms = [k[i, j] * l[i, j] + k[i, j] * l[q, r] - 2 * k[i, j] * l[i, q]
+             for i, j, q, r in itertools.permutations(range(n), 4)]  # fmt: skip
+    expected = torch.stack(terms).mean()
+    torch.testing.assert_close(hsic_unbiased(k[None], l[None])[0, 0], expected)
+    torch.testing.assert_close(hsic_unbiased(k[None], l[None], pairwise=False)[0], expected)
+
+
+def test_cka_invariances_and_minibatch_accumulation() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(64, 6, 5)
+    q, _ = torch.linalg.qr(torch.randn(30, 30))
+    rotated = (x.reshape(64, 30) @ q).reshape(64, 6, 5)  # orthogonal map and scale: CKA 1
+    noise = torch.randn(64, 12)
+    metric = MinibatchCKA(2, 3)
+    for batch in range(4):
+        s = slice(16 * batch, 16 * batch + 16)
+        metric.update([x[s], 3.0 * x[s]], [rotated[s], noise[s], x[s].reshape(16, -1)[:, :10]])
+    matrix = metric.compute()
+    torch.testing.assert_close(matrix[:, 0], torch.ones(2, dtype=torch.float64))
+    assert abs(float(matrix[0, 1])) < 0.2  # independent features: near 0 (unbiased: may be negative)
+    assert int(metric.batches) == 4 and int(metric.examples) == 64
+
+
+def test_minibatches_do_not_depend_on_the_number_of_processes() -> None:
+    one = list(MinibatchSampler(103, 10, seed=3))
+    assert len(one) == 10 and all(len(b) == 10 for b in one)  # the last 3 images are dropped
+    shards = [list(MinibatchSampler(103, 10, seed=3, rank=r, world_size=3)) for r in range(3)]
+    assert sorted(map(tuple, itertools.chain(*shards))) == sorted(map(tuple, one))
+    assert [len(s) for s in shards] == [4, 3, 3]
+    assert len(list(MinibatchSampler(103, 10, num_batches=4, seed=3))) == 4

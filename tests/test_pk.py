@@ -1,0 +1,133 @@
+"""PK layers, RP Mixers, the S-Mixer and Mixers given by Ω: models and the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import TEST_CONFIGS, read_json, run_dirs
+from mixer_lightning.cli import main
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.models import MLPMixer, Permutation, SMixer, create_model
+from mixer_lightning.width import omega
+
+RP_CONFIG = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
+
+
+def test_gather_backward_equals_indexing_backward() -> None:
+    torch.manual_seed(0)
+    perm = Permutation(12)
+    x = torch.randn(3, 12, dtype=torch.float64, requires_grad=True)
+    weights = torch.randn(3, 12, dtype=torch.float64)
+    (perm(x) * weights).sum().backward()
+    ours = x.grad.clone()
+    x.grad = None
+    (x[:, perm.index] * weights).sum().backward()
+    torch.testing.assert_close(ours, x.grad)
+    assert torch.autograd.gradcheck(lambda t: perm(t), (torch.randn(2, 12, dtype=torch.float64, requires_grad=True),))
+
+
+def test_permutations_are_frozen_buffers_restored_from_the_state_dict() -> None:
+    kwargs = dict(num_classes=4, image_size=8, in_chans=1, patch_size=2, channels=6, num_blocks=2, permute=True)
+    torch.manual_seed(0)
+    model = SMixer(**kwargs)
+    names = [name for name, _ in model.named_buffers() if name.endswith("index")]
+    assert len(names) == 8  # J1 and J2 of 2 blocks × (token, channel)
+    assert not any("permute" in name for name, _ in model.named_parameters())
+    torch.manual_seed(1)
+    other = SMixer(**kwargs)
+    x = torch.randn(2, 1, 8, 8)
+    with torch.no_grad():
+        model.head.weight.normal_()
+        assert not torch.equal(model.blocks[0].token_mixing.permute_in.index, other.blocks[0].token_mixing.permute_in.index)
+        other.load_state_dict(model.state_dict())
+        torch.testing.assert_close(other(x), model(x), rtol=0, atol=0)
+    # the inverse used by the backward pass follows the loaded permutation
+    layer = other.blocks[0].token_mixing.permute_in
+    assert torch.equal(layer.index[layer.inverse], torch.arange(layer.size))
+
+
+def test_a_broken_permutation_in_a_checkpoint_is_refused() -> None:
+    model = SMixer(num_classes=4, image_size=8, in_chans=1, patch_size=2, channels=6, num_blocks=1, permute=True)
+    state = model.state_dict()
+    state["blocks.0.token_mixing.permute_in.index"] = torch.zeros_like(state["blocks.0.token_mixing.permute_in.index"])
+    with pytest.raises(RuntimeError, match="is not a permutation"):
+        model.load_state_dict(state)
+
+
+def test_per_block_permute_flags() -> None:
+    model = create_model("s_mixer", num_classes=3, image_size=8, patch_size=2, channels=6, num_blocks=4,
+                         permute=[True, False, False, False])  # fmt: skip
+    assert [layer.permuted for layer in model.mixing_layers()] == [True, True] + [False] * 6
+    with pytest.raises(ConfigError, match=r"permute: a list needs one flag per block \(num_blocks=4\), got 3"):
+        create_model("s_mixer", image_size=8, patch_size=2, channels=6, num_blocks=4, permute=[True, False, True])
+
+
+def test_s_mixer_layers_are_single_fc_with_square_weights() -> None:
+    model = create_model("s_mixer", num_classes=3, image_size=16, patch_size=4, tokens=10, channels=6, num_blocks=2)
+    first, second = model.blocks[0], model.blocks[1]
+    assert first.token_mixing.mlp.fc.weight.shape == (10, 16)  # S0 = 16 -> S = 10
+    assert first.token_mixing.skip is not None and first.token_mixing.skip.proj.weight.shape == (10, 16)
+    assert second.token_mixing.mlp.fc.weight.shape == (10, 10)  # W ∈ R^{S×S}
+    assert second.channel_mixing.mlp.fc.weight.shape == (6, 6)  # V ∈ R^{C×C}
+    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 3)
+
+
+def test_models_given_by_omega() -> None:
+    model = create_model("s_mixer", image_size=32, patch_size=4, channels=16, omega=2**18, num_blocks=1)
+    assert model.tokens == 173  # the paper's (C, S) = (16, 173) at Ω = 2^18
+    mixer = create_model("mlp_mixer", image_size=32, patch_size=4, channels=64, omega=2**19, gamma=2, num_blocks=1)
+    assert mixer.tokens == 64 and mixer.token_hidden == 128 and mixer.channel_hidden == 128
+    assert omega(mixer.tokens, mixer.channels, 2) == 2**19
+    with pytest.raises(ConfigError, match="tokens=100 contradicts omega=262144"):
+        create_model("s_mixer", image_size=32, patch_size=4, channels=16, omega=2**18, tokens=100)
+    with pytest.raises(ConfigError, match="omega: 100 is unreachable with channels=64"):
+        create_model("s_mixer", image_size=32, patch_size=4, channels=64, omega=100)
+
+
+def test_rp_checkpoint_reproduces_its_validation_accuracy_exactly() -> None:
+    main(["fit", "--config", RP_CONFIG])
+    (run,) = run_dirs("digits_rp_s_mixer")
+    summary = read_json(run / "fit_summary.json")
+    # Evaluate with another seed: the permutations must come from the checkpoint, not the seed.
+    main(["validate", "--config", str(run / "config.yaml"), "--ckpt_path", summary["best_checkpoint"],
+          "--seed_everything", "123"])  # fmt: skip
+    metrics = read_json(run_dirs("digits_rp_s_mixer")[-1] / "val_metrics.json")
+    assert metrics["val/acc1"] == summary["best_score"]
+    checkpoint = torch.load(summary["best_checkpoint"], weights_only=True)
+    assert sum(key.endswith("permute_in.index") for key in checkpoint["state_dict"]) == 4
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--model.permute", "[true, false, true]"], "model.permute: a list needs one flag per block (num_blocks=2), got 3"),
+        (["--model.omega", "10"], "model.omega: 10 is unreachable with channels=8"),
+        (["--model.omega", "5000", "--model.tokens", "3"], "model.tokens: tokens=3 contradicts omega=5000"),
+        (["--model.channels", "-1"], "model.channels: must be positive, got -1"),
+    ],
+)
+def test_bad_pk_arguments_are_one_line_errors(flags: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", RP_CONFIG, *flags])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not Path("runs").exists()
+
+
+def test_mlp_mixer_rp_trains_through_the_cli() -> None:
+    main(["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--model.permute", "true",
+          "--model.skip_layer", "true", "--trainer.max_epochs", "1"])  # fmt: skip
+    checkpoint = torch.load(run_dirs("digits_mixer")[-1] / "checkpoints" / "last.ckpt", weights_only=True)
+    assert any(key.endswith("skip.proj.weight") for key in checkpoint["state_dict"])
+    assert any(key.endswith("permute_out.index") for key in checkpoint["state_dict"])
+
+
+def test_mlp_mixer_is_not_an_s_mixer_preset() -> None:
+    from mixer_lightning.tasks import SMixerModule
+
+    with pytest.raises(ConfigError, match="model.preset: 'mixer_b16' is a mlp_mixer model, not s_mixer"):
+        SMixerModule(num_classes=10, image_size=32, in_chans=3, preset="mixer_b16")
+    assert isinstance(create_model("mixer_ss8", num_classes=10), MLPMixer)
