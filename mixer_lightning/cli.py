@@ -23,8 +23,8 @@ from mixer_lightning.checkpointing import SPECIAL_CKPT_PATHS, AtomicCheckpointIO
 from mixer_lightning.commands import COMMANDS, HelpFormatter, run_command, summary
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError, find_config_error
-from mixer_lightning.tasks.loading import read_checkpoint
 from mixer_lightning.tasks import ClassifierModule
+from mixer_lightning.tasks.loading import read_checkpoint
 
 # Facts of the data that the model must agree with, copied into every model's init arguments.
 LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")
@@ -110,7 +110,11 @@ class MixerCLI(LightningCLI):
         try:
             trainer = super().instantiate_trainer(**kwargs)
         except (ValueError, MisconfigurationException) as error:  # e.g. FSDP on the CPU, a GPU that is not there
-            raise ConfigError("trainer", str(error).strip().splitlines()[0]) from None
+            problem = str(error).strip().splitlines()[0].rstrip("!.")
+            fix = None
+            if "gpu backend" in problem.lower() or "cuda" in problem.lower() and "not available" in problem.lower():
+                fix = "use --trainer.accelerator cpu (or auto), or run on a machine with a CUDA GPU"
+            raise ConfigError("trainer", problem, fix) from None
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not FSDP's sharded IO, nor a user's
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer

@@ -74,10 +74,13 @@ def solve_tokens(omega_: float, channels: int, gamma: float = 1.0) -> int:
     return tokens
 
 
-def resolve_tokens(tokens: int | None, omega_: float | None, channels: int, gamma: float) -> int | None:
-    """S from either ``tokens`` or ``omega`` (with C, γ); both given must agree."""
+def resolve_tokens(tokens: int | None, omega_: float | str | None, channels: int, gamma: float) -> int | None:
+    """S from either ``tokens`` or ``omega`` (with C, γ; Ω as a number or as the paper writes it,
+    ``2**18``); both given must agree."""
     if omega_ is None:
         return tokens
+    if isinstance(omega_, str):
+        omega_ = parse_int_expression(omega_, "omega")
     solved = solve_tokens(omega_, channels, gamma)
     if tokens is not None and tokens != solved:
         raise ConfigError(

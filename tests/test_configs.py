@@ -48,8 +48,8 @@ def test_there_is_a_config_for_every_experiment_of_this_issue() -> None:
     for name in (
         "quickstart.yaml", "cifar10_mixer_ss8.yaml", "cifar10_mixer_ss_w.yaml", "cifar100_mixer_ss8.yaml",
         "cifar100_mixer_ss_w.yaml", "imagenet_mixer_b16.yaml", "imagenet_mixer_b_w.yaml",
-        "imagenet_mixer_b16_tolstikhin.yaml", "imagenet_mixer_l16_tolstikhin.yaml", "fig2_cifar10_mixer.yaml",
-        "fig4_cifar10_mixer.yaml",
+        "imagenet_mixer_b16_tolstikhin.yaml", "imagenet_mixer_l16_tolstikhin.yaml", "cifar10_fig2_mixer.yaml",
+        "cifar10_fig4_mixer.yaml",
     ):  # fmt: skip
         assert name in names
     assert {p.stem for p in OVERLAYS} >= {"cpu", "gpu", "ddp", "fsdp", "bf16", "tpu", "multinode"}

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from fakedata import write_hf, write_image_folder
 
 from conftest import TEST_CONFIGS, read_json, run_dirs
-from fakedata import write_hf, write_image_folder
 from mixer_lightning.checkpointing import AtomicCheckpointIO
 from mixer_lightning.cli import main
 
@@ -291,7 +291,8 @@ CATALOGUE = [
      "data.batch_size: mixup/cutmix mix every image with another of its batch"),
     ("fsdp on the cpu", ["fit", "--config", TINY, "--trainer.strategy", "fsdp"], 2,
      "trainer: The strategy `fsdp` requires a GPU accelerator"),
-    ("a gpu that is not there", ["fit", "--config", TINY, "--trainer.accelerator", "gpu"], 2, "trainer: "),
+    ("a gpu that is not there", ["fit", "--config", TINY, "--trainer.accelerator", "gpu"], 2,
+     "trainer: No supported gpu backend found; use --trainer.accelerator cpu (or auto)"),
     ("corrupt image", ["fit", "--config", TINY, "--data.dataset", "folder", "--data.root", "{folder}",
      "--data.image_size", "16", "--data.val_split", "0"], 2, "data.root: cannot read image '{bad_image}'"),
     ("width command", ["width", "--omega", "-5"], 2, "omega: must be positive, got -5"),

@@ -8,22 +8,12 @@ module name the field as ``data.<argument>``).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-import yaml
 from torch import nn
 
+from mixer_lightning.config_files import load_configs
 from mixer_lightning.errors import ConfigError, require
-
-
-def _merge(base: dict, update: dict) -> dict:
-    merged = dict(base)
-    for key, value in update.items():
-        merged[key] = (
-            _merge(merged[key], value) if isinstance(value, dict) and isinstance(merged.get(key), dict) else value
-        )
-    return merged
 
 
 def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):
@@ -34,15 +24,7 @@ def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | N
 
     paths = [paths] if isinstance(paths, str) else list(paths)
     require(bool(paths), field, "no config given", "give --config DATA.yaml (a config with a data: section)")
-    config: dict = {}
-    for path in paths:
-        require(Path(path).is_file(), field, f"no such file {path!r}", "give the path of a YAML config")
-        try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as error:
-            raise ConfigError(field, f"{path!r} is not valid YAML ({str(error).splitlines()[0]})") from None
-        require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping")
-        config = _merge(config, loaded)
+    config = load_configs(paths, field)
     data = config.get("data")
     require(
         isinstance(data, dict),

@@ -24,14 +24,18 @@ def compare(
     warmup: int = 3,
     device: torch.device | str | None = None,
 ) -> dict[str, float]:
-    """Median seconds per call of each candidate, measured round-robin (A, B, A, B, ...)."""
+    """Median seconds per call of each candidate, measured round-robin with the order rotated every
+    round (A B C, B C A, C A B, ...): a candidate that always ran first (after the others' memory
+    traffic) was measurably slower here than an identical copy of it that ran second."""
     for fn in candidates.values():
         for _ in range(warmup):
             fn()
     _sync(device)
+    names = list(candidates)
     times: dict[str, list[float]] = {name: [] for name in candidates}
-    for _ in range(repeats):
-        for name, fn in candidates.items():
+    for round_ in range(repeats):
+        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+            fn = candidates[name]
             _sync(device)
             start = time.perf_counter()
             fn()

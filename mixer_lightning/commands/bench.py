@@ -33,7 +33,8 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--num_classes", type=int, default=1000)
     parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")
     parser.add_argument("--precision", type=str, default="32-true", help=f"one of {', '.join(PRECISIONS)}")
-    parser.add_argument("--repeats", type=int, default=10, help="timed steps per candidate")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="timed steps per candidate (default 10; the suite: 12 at CIFAR size, fewer for the big models)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -42,12 +43,11 @@ def _model_from_config(path: str):
     from jsonargparse import ArgumentParser as Parser
 
     from mixer_lightning.analysis.features import datamodule_from_config
+    from mixer_lightning.config_files import load_configs
     from mixer_lightning.tasks import ClassifierModule
 
     data = datamodule_from_config([path])
-    import yaml
-
-    config = yaml.safe_load(open(path)) or {}
+    config = load_configs([path])
     model = dict(config.get("model") or {})
     require("class_path" in model, "config", f"{path!r} has no model: section with a class_path")
     model["init_args"] = {**(model.get("init_args") or {}), "num_classes": data.num_classes,
@@ -64,7 +64,7 @@ def run(args: Namespace) -> None:
     require(args.precision in PRECISIONS, "precision", f"unknown precision {args.precision!r}",
             f"choose one of {', '.join(PRECISIONS)}")  # fmt: skip
     require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
-    require(args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
+    require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
     require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
     if args.device.startswith("cuda"):
         import torch
@@ -72,12 +72,12 @@ def run(args: Namespace) -> None:
         require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
     if args.model is None and args.config is None:
         log = (lambda *a, **k: None) if args.json else print
-        report = standard_suite(repeats=args.repeats if args.repeats != 10 else 5, log=log)
+        report = standard_suite(**({"repeats": args.repeats} if args.repeats else {}), log=log)
         if args.json:
             print(json.dumps(report, indent=2))
             return
         for key in ("mixer_vs_timm_train", "mixer_vs_timm_infer", "rp_overhead", "rp_overhead_compiled",
-                    "compile_speedup", "sw_sparse_mem_ratio", "sw_sparse_speed_ratio"):  # fmt: skip
+                    "compile_speedup", "sw_sparse_mem_ratio", "sw_sparse_speed_ratio", "noise"):  # fmt: skip
             print(f"{key:<24} {report[key]:8.3f}")
         return
     if args.config is not None:
@@ -104,7 +104,7 @@ def run(args: Namespace) -> None:
     try:
         results = benchmark(candidates, batch_size=args.batch_size, image_size=image_size, in_chans=in_chans,
                             num_classes=num_classes, device=args.device, precision=args.precision,
-                            repeats=args.repeats)  # fmt: skip
+                            repeats=args.repeats or 10)  # fmt: skip
     except RuntimeError as error:
         if "out of memory" in str(error).lower():
             raise ConfigError("batch_size", f"{args.batch_size} does not fit in memory", "lower --batch_size") from None

@@ -15,7 +15,7 @@ works anywhere.
 
 Examples:
     mixer cka --ckpt runs/mixer/version_0/checkpoints/best.ckpt --ckpt runs/sw_mlp/version_0/checkpoints/best.ckpt \\
-        --config configs/fig2_cifar10_mixer.yaml --plot cka.png
+        --config configs/cifar10_fig2_mixer.yaml --plot cka.png
     mixer cka --ckpt A.ckpt --ckpt B.ckpt --config data.yaml --batches 20 --json
     mixer cka --ckpt A.ckpt --ckpt B.ckpt --config data.yaml --accelerator gpu --devices 4 --strategy ddp
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Literal
 
 from jsonargparse import ArgumentParser, Namespace
 
@@ -36,7 +37,7 @@ def add_arguments(parser: ArgumentParser) -> None:
                         help="a checkpoint; give it twice (A, then B; the same file twice compares a network with itself)")  # fmt: skip
     parser.add_argument("--config", type=str, action="append", required=True,
                         help="YAML config(s) whose data: section gives the images")  # fmt: skip
-    parser.add_argument("--split", type=str, default="test", choices=["test", "val"], help="which split's images")
+    parser.add_argument("--split", type=Literal["test", "val"], default="test", help="which split's images")
     parser.add_argument("--batch_size", type=int, default=None, help="minibatch size n (default: data.eval_batch_size)")
     parser.add_argument("--batches", type=int, default=None, help="use at most this many minibatches")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of the images")

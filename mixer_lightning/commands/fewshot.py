@@ -14,7 +14,7 @@ a number fixes it (big_vision's fixed choice is ``--l2 1024``); a comma-separate
 your own, selected the same way.
 
 Examples:
-    mixer fewshot --ckpt runs/mixer/version_0/checkpoints/best.ckpt --config configs/fig2_cifar10_mixer.yaml --shots 5
+    mixer fewshot --ckpt runs/mixer/version_0/checkpoints/best.ckpt --config configs/cifar10_fig2_mixer.yaml --shots 5
     mixer fewshot --ckpt best.ckpt --config data.yaml --shots 1,5,10,25 --seeds 0,1,2 --json
     mixer fewshot --ckpt best.ckpt --config data.yaml --shots 10 --l2 1024
 """

@@ -26,6 +26,7 @@ from pathlib import Path
 import yaml
 from jsonargparse import ArgumentParser, Namespace
 
+from mixer_lightning.config_files import deep_merge, load_configs
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.width import default_channels, density, optimum, parse_int_expression, solve_tokens
 
@@ -53,25 +54,6 @@ def _ints(text: str, field: str) -> list[int]:
         raise ConfigError(field, f"cannot read {text!r}", "give comma-separated integers, e.g. 16,32,48") from None
     require(bool(values) and all(v > 0 for v in values), field, f"needs positive integers, got {text!r}")
     return values
-
-
-def deep_merge(base: dict, update: dict) -> dict:
-    """`update` over `base`, recursively for mappings (what composing ``--config`` files does)."""
-    merged = dict(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = deep_merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def load_base(paths: list[str]) -> dict:
-    config: dict = {}
-    for path in paths:
-        require(Path(path).is_file(), "config", f"no such file {path!r}", "give the path of a YAML config")
-        config = deep_merge(config, yaml.safe_load(Path(path).read_text()) or {})
-    return config
 
 
 def model_family(config: dict) -> tuple[str, float | None]:
@@ -117,7 +99,7 @@ def grid(args: Namespace, base: dict) -> tuple[list[dict], float, float]:
 
 def emit(args: Namespace, directory: str) -> list[dict]:
     """Write one config per grid point and seed, the manifest and the scripts; return the runs."""
-    base = load_base(args.config)
+    base = load_configs(args.config)
     points, omega, gamma = grid(args, base)
     seeds = [int(s) for s in str(args.seeds).split(",") if s.strip() != ""]
     root = Path(directory)

@@ -85,7 +85,11 @@ class PatchEmbed(nn.Module):
         self.proj = nn.Conv2d(in_chans, channels, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.proj(x)  # (B, C, G, G)
+        # The projection reads the image channels-last (NHWC): its output is then laid out as
+        # (B, G, G, C), so the (B, S0, C) tokens below are a view, not a transposing copy of every
+        # token (the copy an NCHW stem pays, timm's included; 7-20% of a CIFAR-size training step on
+        # a CPU, benchmarks/RESULTS.md). The same values up to rounding (the same sums, in another order).
+        x = self.proj(x.contiguous(memory_format=torch.channels_last))  # (B, C, G, G)
         if self.regions == 1:
             return x.flatten(2).transpose(1, 2)  # (B, S0, C), raster order
         batch, channels, k = x.shape[0], x.shape[1], self.regions

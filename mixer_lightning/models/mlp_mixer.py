@@ -60,7 +60,7 @@ class MLPMixer(PKMixer):
         patch_size: int = 16,
         tokens: int | None = None,
         channels: int = 512,
-        omega: float | None = None,
+        omega: float | str | None = None,
         gamma: float = 4.0,
         token_hidden: int | None = None,
         channel_hidden: int | None = None,

@@ -44,7 +44,7 @@ class SMixer(PKMixer):
         patch_size: int = 4,
         tokens: int | None = None,
         channels: int = 128,
-        omega: float | None = None,
+        omega: float | str | None = None,
         num_blocks: int = 8,
         permute: bool | list[bool] = False,
         skip_layer: bool | None = None,

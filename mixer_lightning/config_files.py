@@ -1,0 +1,38 @@
+"""Reading YAML configs outside LightningCLI (sweeps, analysis commands): several files compose
+as repeated ``--config`` do, later files over earlier ones, recursively for mappings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mixer_lightning.errors import ConfigError, require
+
+
+def deep_merge(base: dict, update: dict) -> dict:
+    """`update` over `base`, recursively for mappings (what composing ``--config`` files does)."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_configs(paths: list[str] | str, field: str = "config") -> dict:
+    """The YAML files at `paths` merged in order; a missing, unreadable or non-mapping file is a
+    `ConfigError` naming `field`."""
+    paths = [paths] if isinstance(paths, str) else list(paths)
+    require(bool(paths), field, "no config given", "give --config FILE.yaml")
+    config: dict = {}
+    for path in paths:
+        require(Path(path).is_file(), field, f"no such file {path!r}", "give the path of a YAML config")
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ConfigError(field, f"{path!r} is not valid YAML ({str(error).splitlines()[0]})") from None
+        require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping")
+        config = deep_merge(config, loaded)
+    return config

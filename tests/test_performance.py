@@ -1,0 +1,132 @@
+"""The performance paths give the same outputs as the plain ones (channels-last stem, torch.compile,
+bf16), and `mixer bench` measures ours against timm through the real command line. No wall-clock
+time is asserted anywhere: speed figures are ratios in benchmarks/RESULTS.md."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import TEST_CONFIGS, read_json, run_dirs
+from mixer_lightning.cli import main
+from mixer_lightning.models import create_model
+from mixer_lightning.models.layers import PatchEmbed
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+
+
+@pytest.mark.parametrize("regions", [1, 2])
+def test_channels_last_stem_gives_the_nchw_values_as_a_contiguous_token_tensor(regions: int) -> None:
+    torch.manual_seed(0)
+    stem = PatchEmbed(image_size=16, patch_size=2, in_chans=3, channels=5, regions=regions).double()
+    x = torch.randn(4, 3, 16, 16, dtype=torch.float64)
+    tokens = stem(x)
+    # The reference: an NCHW convolution, tokens gathered region by region, raster inside a region.
+    reference = F.conv2d(x, stem.proj.weight, stem.proj.bias, stride=2)  # (B, C, 8, 8)
+    g = 8 // regions
+    reference = reference.view(4, 5, regions, g, regions, g).permute(0, 2, 4, 3, 5, 1).reshape(4, 64, 5)
+    # The NHWC kernel sums the same products in another order: equal to float64 rounding.
+    torch.testing.assert_close(tokens, reference, rtol=1e-12, atol=1e-12)
+    if regions == 1:
+        assert tokens.is_contiguous()  # a view of the NHWC convolution output: no transposing copy
+    tokens.sum().backward()  # and the gradient flows through the memory-format change
+    assert stem.proj.weight.grad is not None and torch.isfinite(stem.proj.weight.grad).all()
+
+
+def test_compile_option_gives_the_eager_outputs_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["fit", "--config", TINY, "--model.compile", "true", "--trainer.max_epochs", "1",
+          "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"])  # fmt: skip
+    run = run_dirs("digits_mixer")[-1]
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert checkpoint["hyper_parameters"]["compile"] is True
+    # Parameter names are those of the eager network (nn.Module.compile compiles in place).
+    assert not any("_orig_mod" in key for key in checkpoint["state_dict"])
+    from mixer_lightning.tasks import MLPMixerModule
+
+    eager = MLPMixerModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt", compile=False).eval()
+    compiled = MLPMixerModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt").eval()
+    compiled.configure_model()
+    x = torch.randn(8, 1, 8, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), eager(x), rtol=1e-5, atol=1e-5)
+    assert compiled.net._compiled_call_impl is not None and eager.net._compiled_call_impl is None
+
+
+@pytest.mark.parametrize("name", ["mlp_mixer", "s_mixer", "rp_mlp_mixer"])
+def test_bf16_autocast_follows_float32(name: str) -> None:
+    torch.manual_seed(0)
+    kwargs = dict(num_classes=10, image_size=16, patch_size=2, channels=64, num_blocks=2)
+    if name == "rp_mlp_mixer":
+        name, kwargs = "mlp_mixer", {**kwargs, "permute": True}
+    model = create_model(name, **kwargs)
+    for module in model.modules():  # the zero head would make every output 0 = 0
+        if isinstance(module, torch.nn.Linear) and module.out_features == 10:
+            torch.nn.init.normal_(module.weight, std=0.1)
+    x = torch.randn(16, 3, 16, 16)
+    with torch.no_grad():
+        reference = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = model(x)
+        model_bf16 = create_model(name, **kwargs)
+        model_bf16.load_state_dict(model.state_dict())
+        true_bf16 = model_bf16.bfloat16()(x.bfloat16())
+    assert low.dtype == torch.bfloat16
+    for output in (low.float(), true_bf16.float()):
+        error = (output - reference).norm() / reference.norm()
+        assert error < 0.05, error  # bf16 keeps 8 bits of mantissa: ~1% relative error per layer
+
+
+def test_bf16_mixed_training_through_the_cli() -> None:
+    main(["fit", "--config", TINY, "--trainer.precision", "bf16-mixed", "--trainer.max_epochs", "1"])
+    run = run_dirs("digits_mixer")[-1]
+    summary = read_json(run / "fit_summary.json")
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    # Mixed precision keeps float32 master weights: the checkpoint holds float32, trained (finite) values.
+    assert all(v.dtype == torch.float32 for k, v in checkpoint["state_dict"].items() if v.is_floating_point())
+    assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values() if v.is_floating_point())
+    assert summary
+
+
+def test_bench_ours_against_timm_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["bench", "--config", TINY, "--vs", "timm", "--batch_size", "8", "--repeats", "2", "--json"])
+    results = json.loads(capsys.readouterr().out)
+    assert set(results) == {"ours", "timm"}
+    for figures in results.values():
+        assert figures["train_img_s"] > 0 and figures["infer_img_s"] > 0
+    # The same network in both libraries: the same FLOPs, counted by torch's FLOP counter.
+    ours, timm = results["ours"]["flops_per_image"], results["timm"]["flops_per_image"]
+    assert ours == timm and 0 < ours["forward"] < ours["train"]
+
+    main(["bench", "--config", TINY, "--batch_size", "4", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "train img/s" in out and out.splitlines()[1].startswith("ours")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "mixer_x99"], "model: unknown model 'mixer_x99'"),
+        (["--model", "mixer_s16", "--vs", "flax"], "vs: unknown baseline 'flax'; use --vs timm"),
+        (["--model", "mixer_s16", "--precision", "fp8"], "precision: unknown precision 'fp8'"),
+        (["--model", "mixer_s16", "--batch_size", "0"], "batch_size: must be positive, got 0"),
+        (["--model", "s_mixer", "--vs", "timm"], "vs: timm has no equivalent of a SMixer"),
+    ],
+)
+def test_bad_bench_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", *args])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_compare_rotates_the_order_of_candidates_every_round() -> None:
+    from mixer_lightning.benchmarks.timing import compare
+
+    calls: list[str] = []
+    medians = compare({name: (lambda n=name: calls.append(n)) for name in "abc"}, repeats=3, warmup=0)
+    assert calls == list("abcbcacab")  # each candidate runs first, second and third once
+    assert set(medians) == set("abc") and all(t >= 0 for t in medians.values())
