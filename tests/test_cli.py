@@ -122,3 +122,17 @@ def test_installed_console_script() -> None:
     result = subprocess.run([str(script), "models", "mixer_b16", "--json"], capture_output=True, text=True, check=True)
     (row,) = json.loads(result.stdout)
     assert row["family"] == "mlp_mixer" and round(row["params_without_head"] / 1e6) == 59
+
+
+def test_project_commands_start_without_importing_lightning() -> None:
+    # `mixer width` is arithmetic: it must not pay Lightning's (and torch's) import time.
+    code = (
+        "import sys\n"
+        "from mixer_lightning.cli import main\n"
+        "main(['width', '--omega', '2**18', '--json'])\n"
+        "heavy = sorted(m for m in ('lightning', 'torch') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["optimum"]["S"] == 64
