@@ -113,6 +113,7 @@ def test_bench_ours_against_timm_through_the_cli(capsys: pytest.CaptureFixture[s
         (["--model", "mixer_s16", "--precision", "fp8"], "precision: unknown precision 'fp8'"),
         (["--model", "mixer_s16", "--batch_size", "0"], "batch_size: must be positive, got 0"),
         (["--model", "s_mixer", "--vs", "timm"], "vs: timm has no equivalent of a SMixer"),
+        (["--kernels", "--model", "mixer_s16"], "kernels: takes no --model or --config; drop --model/--config"),
     ],
 )
 def test_bad_bench_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -121,6 +122,19 @@ def test_bad_bench_arguments(args: list[str], message: str, capsys: pytest.Captu
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_bench_kernels_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    # Every permutation kernel is checked against x[:, index] and every compiled op against eager
+    # inside the suite; here: the tables are complete and relative to their baselines.
+    main(["bench", "--kernels", "--repeats", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    permutation, elementwise = report["permutation"], report["elementwise"]
+    assert permutation["shape"] == [128, 64 * 128]
+    assert {"copy", "transpose_token_mixing", "gather_ours", "row_gather_batch_last"} <= set(permutation["ms"])
+    assert permutation["over_copy"]["copy"] == 1.0 and all(t > 0 for t in permutation["ms"].values())
+    assert set(elementwise["compiled_over_eager"]) == {"gelu", "gelu_backward", "layer_norm"}
+    assert all(r > 0 for r in elementwise["compiled_over_eager"].values())
 
 
 def test_compare_rotates_the_order_of_candidates_every_round() -> None:

@@ -13,6 +13,7 @@ from conftest import CONFIGS, TEST_CONFIGS
 from mixer_lightning.cli import main
 
 TINY_S_MIXER = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
+TINY_SW_MLP = str(TEST_CONFIGS / "sw_mlp_digits.yaml")
 
 
 def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None:
@@ -67,6 +68,54 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture) -> None:
     assert [(row["point"], row["seeds"]) for row in report["summary"]] == [("C4_S20", 2), ("C8_S12", 1)]
     with open("sweeps/tiny/report.csv") as f:
         assert len(list(csv.DictReader(f))) == 3
+
+
+def test_emit_the_paper_sw_mlp_density_grid(capsys: pytest.CaptureFixture) -> None:
+    main(["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18", "--emit", "sweeps/sw"])
+    manifest = json.loads(Path("sweeps/sw/sweep.json").read_text())
+    # Fig. 5's SW-MLP arm: 1-p = 0.1 ... 0.9 at Ω = 2^18 gives m = √(Ω/p) = 540, 612, 724, 935, 1619 (eq. S.43).
+    assert [(r["p"], r["m"]) for r in manifest["runs"]] == [(0.9, 540), (0.7, 612), (0.5, 724), (0.3, 935), (0.1, 1619)]
+    assert manifest["gamma"] == 1.0 and all(r["C"] is None for r in manifest["runs"])
+    config = yaml.safe_load(Path("sweeps/sw/configs/p0.3_m935_seed0.yaml").read_text())
+    assert {"density": 0.3, "omega": 262144, "width": None, "impl": "sparse"}.items() <= config["model"]["init_args"].items()
+    assert "p = 0.3, m = 935" in Path("sweeps/sw/configs/p0.3_m935_seed0.yaml").read_text().splitlines()[0]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "sweeps/sw/configs/p0.3_m935_seed0.yaml", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["init_args"]["density"] == 0.3
+
+
+def test_sw_mlp_sweep_runs_here_and_reports_against_width(capsys: pytest.CaptureFixture) -> None:
+    main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--densities", "0.5,0.25", "--seeds", "0",
+          "--run", "sweeps/sw_tiny"])  # fmt: skip
+    capsys.readouterr()
+    main(["sweep", "report", "sweeps/sw_tiny", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    # γ = 2 (MLP blocks): m = √(Ω/(γp)) = 64 and 91.
+    assert [(row["point"], row["m"], row["C"]) for row in report["summary"]] == [("p0.5_m64", 64, None),
+                                                                               ("p0.25_m91", 91, None)]  # fmt: skip
+    assert all(0.0 <= row["test_error_mean"] <= 1.0 for row in report["summary"])
+    assert Path("sweeps/sw_tiny/error_vs_width.png").stat().st_size > 5000
+    assert not Path("sweeps/sw_tiny/error_vs_channels.png").exists()  # an SW-MLP has no C
+    main(["sweep", "report", "sweeps/sw_tiny"])
+    assert "p0.5_m64" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "config, args, message",
+    [
+        (TINY_S_MIXER, ["--densities", "0.5"], "densities: the s_mixer family is swept over channels, not densities"),
+        (TINY_SW_MLP, ["--channels", "4"], "channels: an SW-MLP sweep is over densities, not channels or patch sizes"),
+        (TINY_SW_MLP, ["--densities", "0.5,1.5"], "densities: needs values in (0, 1], got '0.5,1.5'"),
+    ],
+)
+def test_bad_density_sweeps(config: str, args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "--config", config, "--omega", "4096", *args, "--emit", "x"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not Path("x").exists()
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ Examples:
     mixer bench --model mixer_s16 --vs timm --batch_size 32
     mixer bench --model mixer_b16 --vs timm --device cuda --precision bf16-mixed --batch_size 128
     mixer bench --config configs/cifar10_fig5_s_mixer.yaml --compile --json
+    mixer bench --kernels                                   permutation and element-wise kernels, eager vs compiled
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--config", type=str, default=None, help="or an experiment config: its model and data")
     parser.add_argument("--vs", type=str, default=None, help="'timm': also run timm's equivalent model")
     parser.add_argument("--compile", action="store_true", help="also run the model compiled (torch.compile)")
+    parser.add_argument("--kernels", action="store_true",
+                        help="time the memory-bound kernels instead: RP permutations and element-wise ops, eager vs compiled")  # fmt: skip
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--image_size", type=int, default=None, help="default: the model's / the data's")
     parser.add_argument("--num_classes", type=int, default=1000)
@@ -66,6 +69,15 @@ def run(args: Namespace) -> None:
     require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
     require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
     require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
+    if args.kernels:
+        from mixer_lightning.benchmarks.kernels import format_report, kernel_suite
+
+        require(args.model is None and args.config is None, "kernels", "takes no --model or --config",
+                "drop --model/--config, or drop --kernels")  # fmt: skip
+        require(args.device == "cpu", "device", "--kernels measures CPU kernels", "drop --device")
+        report = kernel_suite(**({"repeats": args.repeats} if args.repeats else {}))
+        print(json.dumps(report, indent=2) if args.json else format_report(report))
+        return
     if args.device.startswith("cuda"):
         import torch
 

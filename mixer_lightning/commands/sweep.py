@@ -4,14 +4,17 @@ array), and a report that gathers the finished runs into a CSV and the paper's p
 
 Grid points: for each channel size C, S is solved from (Ω, C, γ) (``--channels``, default the paper's
 values and their mirrors); or, with ``--patch_sizes``, C = in_chans·P² for each patch size P (the
-ImageNet sweep of Figure 6). Each point is run once per seed.
+ImageNet sweep of Figure 6). For an SW-MLP config the grid is over the density p instead
+(``--densities``, default the paper's 1-p ∈ {0.1, 0.3, 0.5, 0.7, 0.9}), each at the width
+m = √(Ω/(γp)) with the same Ω (Fig. 5's SW-MLP arm, eq. S.43). Each point is run once per seed.
 
 Examples:
     mixer sweep --config configs/cifar10_fig5_s_mixer.yaml --omega 2**18 --seeds 0,1,2 --emit sweeps/fig5_c10
     mixer sweep --config configs/imagenet_fig6_mlp_mixer.yaml --omega 290217984 --gamma 4 \\
         --patch_sizes 7,8,14,16,28,32 --emit sweeps/fig6_in1k
     mixer sweep --config configs/cifar10_fig5_s_mixer.yaml --omega 2**18 --run sweeps/fig5_c10   # here, in turn
-    mixer sweep report sweeps/fig5_c10 sweeps/fig5_c10_rp      # CSV + error against width and against C
+    mixer sweep --config configs/cifar10_fig5_sw_mlp.yaml --omega 2**18 --seeds 0,1,2 --emit sweeps/fig5_c10_sw
+    mixer sweep report sweeps/fig5_c10 sweeps/fig5_c10_rp sweeps/fig5_c10_sw   # CSV + error vs width and vs C
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.width import default_channels, density, optimum, parse_int_expression, solve_tokens
 
 # LightningModule class name -> (family, γ when the family fixes it)
-FAMILIES = {"SMixerModule": ("s_mixer", 1.0), "MLPMixerModule": ("mlp_mixer", None)}
+FAMILIES = {"SMixerModule": ("s_mixer", 1.0), "MLPMixerModule": ("mlp_mixer", None), "SWMLPModule": ("sw_mlp", None)}
+# Hayase & Karakida Fig. 5: the SW-MLP at sparsity 1-p ∈ {0.1, 0.3, 0.5, 0.7, 0.9}.
+PAPER_DENSITIES = (0.9, 0.7, 0.5, 0.3, 0.1)
 MANIFEST = "sweep.json"
 
 
@@ -42,6 +47,8 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--patch_sizes", type=str, default=None, help="sweep P with C = in_chans·P² instead")
     parser.add_argument("--in_chans", type=int, default=3, help="image channels, for C = in_chans·P²")
+    parser.add_argument("--densities", type=str, default=None,
+                        help="SW-MLP configs: comma-separated densities p (default: the paper's 0.9,0.7,0.5,0.3,0.1)")  # fmt: skip
     parser.add_argument("--seeds", type=str, default="0", help="comma-separated seeds")
     parser.add_argument("--emit", type=str, default=None, help="write configs and scripts to this directory")
     parser.add_argument("--run", type=str, default=None, help="write them there and run them here, one by one")
@@ -68,12 +75,57 @@ def model_family(config: dict) -> tuple[str, float | None]:
     return FAMILIES[name]
 
 
+def _densities(text: str | None) -> list[float]:
+    if text is None:
+        return list(PAPER_DENSITIES)
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(
+            "densities", f"cannot read {text!r}", "give comma-separated numbers, e.g. 0.9,0.5,0.1"
+        ) from None
+    require(bool(values) and all(0 < v <= 1 for v in values), "densities", f"needs values in (0, 1], got {text!r}",
+            "give densities p such as 0.9,0.5,0.1")  # fmt: skip
+    return values
+
+
+def sw_mlp_grid(args: Namespace, init_args: dict, omega: int) -> tuple[list[dict], float]:
+    """SW-MLP points at fixed Ω: one per density p, at the width the model itself derives from (Ω, p)."""
+    from mixer_lightning.models.sw_mlp import resolve_width_density
+
+    require(not args.channels and not args.patch_sizes, "channels",
+            "an SW-MLP sweep is over densities, not channels or patch sizes", "use --densities")  # fmt: skip
+    import inspect
+
+    from mixer_lightning.models import get_entry
+    from mixer_lightning.models.sw_mlp import SWMLP
+
+    # γ as the model resolves it: the config's value, else its preset's, else SWMLP's default block.
+    settings = {**(get_entry(init_args["preset"]).defaults if init_args.get("preset") else {}),
+                **{k: v for k, v in init_args.items() if v is not None}}  # fmt: skip
+    block = settings.get("block") or inspect.signature(SWMLP).parameters["block"].default
+    gamma = 1.0 if block == "fc" else float(args.gamma or settings.get("gamma") or 2.0)
+    if block == "fc" and args.gamma not in (None, 1, 1.0):
+        raise ConfigError("gamma", "a single-FC SW-MLP block has γ = 1", "drop --gamma (or use block: mlp)")
+    points = []
+    for p in _densities(args.densities):
+        m, p = resolve_width_density(1, gamma, None, None, p, float(omega))
+        points.append({"id": f"p{p:g}_m{m}", "C": None, "S": None, "P": init_args.get("patch_size"), "m": m, "p": p,
+                       "overrides": {"omega": omega, "density": p, "width": None, "channels": None}})  # fmt: skip
+    return points, gamma
+
+
 def grid(args: Namespace, base: dict) -> tuple[list[dict], float, float]:
     """The grid points (model overrides and their width figures), Ω and γ."""
     omega = parse_int_expression(args.omega, "omega")
     require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**18")
     family, fixed_gamma = model_family(base)
     init_args = base["model"].get("init_args", {}) or {}
+    if family == "sw_mlp":
+        points, gamma = sw_mlp_grid(args, init_args, omega)
+        return points, omega, gamma
+    require(args.densities is None, "densities", f"the {family} family is swept over channels, not densities",
+            "drop --densities (or sweep an SW-MLP config)")  # fmt: skip
     gamma = fixed_gamma or args.gamma or init_args.get("gamma") or 4.0
     if fixed_gamma is not None and args.gamma not in (None, fixed_gamma):
         raise ConfigError("gamma", f"the {family} family has γ = {fixed_gamma:g}", "drop --gamma")
@@ -120,9 +172,11 @@ def emit(args: Namespace, directory: str) -> list[dict]:
                 },
             )
             path = root / "configs" / f"{name}.yaml"
+            shape = (f"p = {point['p']:g}, m = {point['m']:,}" if point["C"] is None
+                     else f"C = {point['C']}, S = {point['S']}, m = S·C = {point['m']:,}")  # fmt: skip
             header = (
-                f"# Sweep point {point['id']} (seed {seed}): Ω = {omega:,}, γ = {gamma:g}, C = {point['C']}, "
-                f"S = {point['S']}, m = S·C = {point['m']:,}\n# From: {' + '.join(args.config)}\n"
+                f"# Sweep point {point['id']} (seed {seed}): Ω = {omega:,}, γ = {gamma:g}, {shape}\n"
+                f"# From: {' + '.join(args.config)}\n"
             )
             path.write_text(header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
             run_dir = root / "runs" / point["id"] / f"seed{seed}"
@@ -241,7 +295,7 @@ def summarise(rows: list[dict]) -> list[dict]:
                         "m": first["m"], "p": first["p"], "seeds": len(members),
                         "test_error_mean": statistics.fmean(errors),
                         "test_error_std": statistics.stdev(errors) if len(errors) > 1 else 0.0})  # fmt: skip
-    return sorted(summary, key=lambda r: (r["series"], r["C"]))
+    return sorted(summary, key=lambda r: (r["series"], r["m"]))
 
 
 def plot_summary(summary: list[dict], omega: float, gamma: float, out: Path) -> list[Path]:
@@ -252,10 +306,15 @@ def plot_summary(summary: list[dict], omega: float, gamma: float, out: Path) -> 
     import matplotlib.pyplot as plt
 
     paths = []
-    for x, name, label in (("m", "error_vs_width.png", "effective width m = S·C"), ("C", "error_vs_channels.png", "C")):
+    figures = [("m", "error_vs_width.png", "effective width m = S·C")]
+    if any(r["C"] is not None for r in summary):  # not for SW-MLP series alone: they have no C
+        figures.append(("C", "error_vs_channels.png", "C"))
+    for x, name, label in figures:
         fig, ax = plt.subplots(figsize=(6, 4))
         for series in sorted({r["series"] for r in summary}):
-            rows = sorted((r for r in summary if r["series"] == series), key=lambda r: r[x])
+            rows = sorted((r for r in summary if r["series"] == series and r[x] is not None), key=lambda r: r[x])
+            if not rows:
+                continue  # an SW-MLP series has no C: it appears against the width m only
             ax.errorbar([r[x] for r in rows], [r["test_error_mean"] for r in rows],
                         yerr=[r["test_error_std"] for r in rows], marker="o", capsize=3, label=series)  # fmt: skip
         if x == "C":
@@ -296,13 +355,17 @@ def run_report(args: Namespace) -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{'series':<24} {'C':>6} {'S':>6} {'m':>8} {'seeds':>5} {'test error':>16}")
+    print(f"{'series':<20} {'point':<14} {'C':>6} {'S':>6} {'p':>8} {'m':>8} {'seeds':>5} {'test error':>16}")
     for r in result["summary"]:
         error = f"{r['test_error_mean']:.4f} ± {r['test_error_std']:.4f}"
-        print(f"{r['series']:<24} {r['C']:>6} {r['S']:>6} {r['m']:>8} {r['seeds']:>5} {error:>16}")
-    print(f"best: {min(result['summary'], key=lambda r: r['test_error_mean'])['point']}; "
-          f"S = C at {optimum(result['omega'], result['gamma'])['C']:.4g}; written: {result['csv']}, "
-          + ", ".join(result["plots"]))  # fmt: skip
+        c, s = ("-", "-") if r["C"] is None else (r["C"], r["S"])
+        print(
+            f"{r['series']:<20} {r['point']:<14} {c:>6} {s:>6} {r['p']:>8.4g} {r['m']:>8} {r['seeds']:>5} {error:>16}"
+        )
+    best = min(result["summary"], key=lambda r: r["test_error_mean"])["point"]
+    optimum_note = (f"; S = C at {optimum(result['omega'], result['gamma'])['C']:.4g}"
+                    if any(r["C"] is not None for r in result["summary"]) else "")  # fmt: skip
+    print(f"best: {best}{optimum_note}; written: {result['csv']}, " + ", ".join(result["plots"]))
 
 
 SUBCOMMANDS = {"report": (add_report_arguments, run_report)}

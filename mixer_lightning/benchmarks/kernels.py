@@ -1,0 +1,114 @@
+"""Where an RP block and a compiled step lose time: the memory-bound kernels, side by side.
+
+Two tables, each measured interleaved in one process (`mixer_lightning.benchmarks.timing.compare`):
+
+- **permutation**: ways to apply one frozen permutation J of the m = S·C entries of a (B, m)
+  activation tensor (the J1/J2 of an RP Mixer's PK layers, Hayase & Karakida Def. 5.1), against a
+  plain contiguous copy of the same bytes (the floor of any memory-bound kernel) and the transposing
+  copy (B, S, C) -> (B, C, S) that a normal Mixer's token mixing pays instead (its J_c). Ratios are
+  ``time ÷ copy``. ``row_gather_batch_last`` is the same permutation on the (m, B) layout, where
+  every entry moves a contiguous row of B values: fast, but only in a layout where LayerNorm (over
+  C) is no longer over the last axis.
+- **elementwise**: the non-GEMM work of a Mixer training step, ATen's eager kernels against the
+  kernels Inductor (``torch.compile``) generates for the same op; ratios are ``compiled ÷ eager``.
+
+The defaults are the CIFAR-size Mixer of the standard suite (batch 128, S = 64, C = 128, D_C = 512).
+
+    mixer bench --kernels [--repeats 20] [--json]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn import functional as F
+
+from mixer_lightning.benchmarks.timing import compare
+
+
+def _compiled(fn: Callable) -> Callable:
+    return torch.compile(fn, dynamic=False)
+
+
+def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, repeats: int = 20) -> dict:
+    """Milliseconds per call and time ÷ contiguous copy for each way of permuting (B, S·C) entries."""
+    m = tokens * channels
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, m, generator=generator)
+    index = torch.randperm(m, generator=generator)
+    x_batch_last = x.t().contiguous()  # (m, B)
+    unsafe_index = _compiled(lambda t, i: torch.ops.aten._unsafe_index(t, [None, i]))
+    candidates = {
+        "copy": lambda: x.clone(),
+        "transpose_token_mixing": lambda: x.view(batch, tokens, channels).transpose(1, 2).contiguous(),
+        "gather_ours": lambda: torch.gather(x, -1, index.expand(x.shape)),
+        "index_select_last": lambda: x.index_select(-1, index),
+        "indexing": lambda: x[:, index],
+        "compiled_indexing": lambda: unsafe_index(x, index),
+        "row_gather_batch_last": lambda: x_batch_last.index_select(0, index),
+    }
+    reference = x[:, index]
+    for name, fn in candidates.items():
+        if name not in ("copy", "transpose_token_mixing", "row_gather_batch_last"):
+            assert torch.equal(fn(), reference), name
+    assert torch.equal(candidates["row_gather_batch_last"]().t(), reference)
+    times = compare(candidates, repeats=repeats, warmup=2)
+    return {
+        "shape": [batch, m],
+        "ms": {name: 1e3 * t for name, t in times.items()},
+        "over_copy": {name: t / times["copy"] for name, t in times.items()},
+    }
+
+
+def elementwise_table(batch: int = 128, tokens: int = 64, channels: int = 128, hidden: int = 512,
+                      repeats: int = 20) -> dict:  # fmt: skip
+    """Milliseconds per call, eager and compiled, of the element-wise ops of a Mixer step."""
+    generator = torch.Generator().manual_seed(0)
+    rows = batch * tokens
+    h = torch.randn(rows, hidden, generator=generator)  # the channel MLP's hidden pre-activations
+    grad = torch.randn(rows, hidden, generator=generator)
+    x = torch.randn(rows, channels, generator=generator)
+    weight, bias = torch.ones(channels), torch.zeros(channels)
+
+    def gelu(t):
+        return F.gelu(t)
+
+    def gelu_backward(g, t):
+        return torch.ops.aten.gelu_backward(g, t)
+
+    def layer_norm(t):
+        return F.layer_norm(t, (channels,), weight, bias, 1e-6)
+
+    ops = {"gelu": (gelu, (h,)), "gelu_backward": (gelu_backward, (grad, h)), "layer_norm": (layer_norm, (x,))}
+    candidates = {}
+    for name, (fn, args) in ops.items():
+        compiled = _compiled(fn)
+        torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-5)
+        candidates[f"{name}_eager"] = lambda fn=fn, args=args: fn(*args)
+        candidates[f"{name}_compiled"] = lambda fn=compiled, args=args: fn(*args)
+    times = compare(candidates, repeats=repeats, warmup=2)
+    return {
+        "shapes": {"gelu": [rows, hidden], "gelu_backward": [rows, hidden], "layer_norm": [rows, channels]},
+        "ms": {name: 1e3 * t for name, t in times.items()},
+        "compiled_over_eager": {name: times[f"{name}_compiled"] / times[f"{name}_eager"] for name in ops},
+    }
+
+
+def kernel_suite(repeats: int = 20) -> dict:
+    return {"permutation": permutation_table(repeats=repeats), "elementwise": elementwise_table(repeats=repeats)}
+
+
+def format_report(report: dict) -> str:
+    perm, elem = report["permutation"], report["elementwise"]
+    lines = [
+        f"permuting a {perm['shape'][0]} x {perm['shape'][1]} float32 tensor",
+        f"{'kernel':<24} {'ms':>8} {'÷ copy':>8}",
+    ]
+    lines += [f"{name:<24} {ms:>8.3f} {perm['over_copy'][name]:>8.2f}" for name, ms in perm["ms"].items()]
+    lines += ["", f"{'op':<24} {'eager ms':>9} {'compiled ms':>12} {'compiled ÷ eager':>17}"]
+    for name, ratio in elem["compiled_over_eager"].items():
+        lines.append(
+            f"{name:<24} {elem['ms'][name + '_eager']:>9.3f} {elem['ms'][name + '_compiled']:>12.3f} {ratio:>17.2f}"
+        )
+    return "\n".join(lines)
