@@ -36,6 +36,27 @@ def test_channels_last_stem_gives_the_nchw_values_as_a_contiguous_token_tensor(r
     assert stem.proj.weight.grad is not None and torch.isfinite(stem.proj.weight.grad).all()
 
 
+@pytest.mark.parametrize("block", ["mlp", "fc", "skip"])
+def test_token_mixing_on_columns_equals_the_transposed_mlp_with_gradients(block: str) -> None:
+    """`linear_columns` (W X + b, a batched GEMM, no transposes) is the transpose-MLP-transpose of
+    timm's token mixing: the same values and gradients, in float64."""
+    from mixer_lightning.models.layers import FcBlock, MlpBlock, linear_columns
+
+    torch.manual_seed(0)
+    f = {"mlp": MlpBlock(6, 12, 5), "fc": FcBlock(6, 5), "skip": torch.nn.Linear(6, 5, bias=False)}[block].double()
+    columns = (lambda t: linear_columns(f, t)) if block == "skip" else f.forward_columns
+    x = torch.randn(3, 6, 7, dtype=torch.float64, requires_grad=True)
+    ours = columns(x)
+    reference = f(x.transpose(1, 2)).transpose(1, 2)
+    assert ours.shape == (3, 5, 7) and ours.is_contiguous()
+    torch.testing.assert_close(ours, reference, rtol=1e-12, atol=1e-12)
+    grad = torch.randn_like(ours)
+    got = torch.autograd.grad(ours, [x, *f.parameters()], grad)
+    want = torch.autograd.grad(reference, [x, *f.parameters()], grad)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
 def test_compile_option_gives_the_eager_outputs_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     main(["fit", "--config", TINY, "--model.compile", "true", "--trainer.max_epochs", "1",
           "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"])  # fmt: skip

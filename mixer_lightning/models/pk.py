@@ -93,14 +93,15 @@ class MixingLayer(nn.Module):
         channel:  Y = U + Mat ∘ J2 ∘ (I_S ⊗ f) ∘ J1 ∘ vec(LN(U))               f: C → C
 
     with f the mixing function (the two-layer MLP of an MLP-Mixer, Hayase eq. S.5-S.6, or the single
-    FC + σ of an S-Mixer, eq. S.7-S.8). Without ``permute`` (J1, J2 ∈ {I, J_c}) token mixing is the
-    usual transpose-MLP-transpose; with it, J1 and J2 are frozen random permutations (RP Mixer,
+    FC + σ of an S-Mixer, eq. S.7-S.8). Without ``permute`` (J1, J2 ∈ {I, J_c}) token mixing is f
+    on the columns of X (what transpose-MLP-transpose computes, without the transposes); with it, J1 and J2 are frozen random permutations (RP Mixer,
     eq. S.13). The shortcut is the identity, or SkipLayer(X) = LN(W̃X) in a first block that maps
     S0 → S (eq. S.14).
 
     Args:
         axis: ``token`` or ``channel``.
-        mlp: f, acting on the last axis: (…, S_in) → (…, S) for token mixing, (…, C) → (…, C) for channel.
+        mlp: f, acting on the last axis: (…, S_in) → (…, S) for token mixing, (…, C) → (…, C) for channel;
+            a token-mixing f also has ``forward_columns`` (f on the columns of X, `layers.linear_columns`).
         tokens_in, tokens, channels: S_in (S0 in a first block, else S), S and C.
         permute: draw random J1 (S_in·C entries) and J2 (S·C entries).
         skip: the first block's SkipLayer, or None for the identity shortcut.
@@ -159,7 +160,7 @@ class MixingLayer(nn.Module):
             y = self.mlp(y)
             return self.permute_out(y.reshape(batch, -1)).view(batch, self.tokens, self.channels)
         if self.axis == "token":
-            return self.mlp(x.transpose(1, 2)).transpose(1, 2)
+            return self.mlp.forward_columns(x)  # W·LN(X) from the left: no transposes (layers.linear_columns)
         return self.mlp(x)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
