@@ -5,7 +5,8 @@ Two tables, each measured interleaved in one process (`mixer_lightning.benchmark
 - **permutation**: ways to apply one frozen permutation J of the m = S·C entries of a (B, m)
   activation tensor (the J1/J2 of an RP Mixer's PK layers, Hayase & Karakida Def. 5.1), against a
   plain contiguous copy of the same bytes (the floor of any memory-bound kernel) and the transposing
-  copy (B, S, C) -> (B, C, S) that a normal Mixer's token mixing pays instead (its J_c). Ratios are
+  copy (B, S, C) -> (B, C, S) that timm's token mixing pays for its J_c (ours applies W from the left
+  and pays none, `mixer_lightning.models.layers.linear_columns`). Ratios are
   ``time ÷ copy``. ``row_gather_batch_last`` is the same permutation on the (m, B) layout, where
   every entry moves a contiguous row of B values: fast, but only in a layout where LayerNorm (over
   C) is no longer over the last axis.
