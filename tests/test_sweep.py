@@ -97,8 +97,23 @@ def test_sw_mlp_sweep_runs_here_and_reports_against_width(capsys: pytest.Capture
     assert all(0.0 <= row["test_error_mean"] <= 1.0 for row in report["summary"])
     assert Path("sweeps/sw_tiny/error_vs_width.png").stat().st_size > 5000
     assert not Path("sweeps/sw_tiny/error_vs_channels.png").exists()  # an SW-MLP has no C
+    config = yaml.safe_load(Path("sweeps/sw_tiny/configs/p0.25_m91_seed0.yaml").read_text())
+    assert config["model"]["init_args"]["gamma"] == 2.0  # the γ that m = 91 was solved with
     main(["sweep", "report", "sweeps/sw_tiny"])
     assert "p0.5_m64" in capsys.readouterr().out
+
+
+def test_sw_mlp_sweep_takes_gamma_for_mlp_blocks_only(capsys: pytest.CaptureFixture) -> None:
+    main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--gamma", "4", "--densities", "0.5", "--emit", "g4"])
+    (run,) = json.loads(Path("g4/sweep.json").read_text())["runs"]
+    assert (run["m"], run["p"]) == (45, 0.5)  # m = √(Ω/(γp)) = √(4096/2) ≈ 45
+    assert yaml.safe_load(Path(run["config"]).read_text())["model"]["init_args"]["gamma"] == 4.0
+    with pytest.raises(SystemExit) as exit_info:  # Fig. 5's single-FC blocks have no hidden layer
+        main(["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18", "--gamma", "2",
+              "--emit", "fc"])  # fmt: skip
+    assert exit_info.value.code == 2
+    assert "gamma: a single-FC SW-MLP block has γ = 1; drop --gamma (or use block: mlp)" in capsys.readouterr().err
+    assert not Path("fc").exists()
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,8 @@ def sw_mlp_grid(args: Namespace, init_args: dict, omega: int) -> tuple[list[dict
         m, p = resolve_width_density(1, gamma, None, None, p, float(omega))
         points.append({"id": f"p{p:g}_m{m}", "C": None, "S": None, "P": init_args.get("patch_size"), "m": m, "p": p,
                        "overrides": {"omega": omega, "density": p, "width": None, "channels": None}})  # fmt: skip
+        if block != "fc":  # the model must use the γ its width was solved with (--gamma may differ from the config's)
+            points[-1]["overrides"]["gamma"] = gamma
     return points, gamma
 
 
