@@ -77,7 +77,8 @@ def test_emit_the_paper_sw_mlp_density_grid(capsys: pytest.CaptureFixture) -> No
     assert [(r["p"], r["m"]) for r in manifest["runs"]] == [(0.9, 540), (0.7, 612), (0.5, 724), (0.3, 935), (0.1, 1619)]
     assert manifest["gamma"] == 1.0 and all(r["C"] is None for r in manifest["runs"])
     config = yaml.safe_load(Path("sweeps/sw/configs/p0.3_m935_seed0.yaml").read_text())
-    assert {"density": 0.3, "omega": 262144, "width": None, "impl": "sparse"}.items() <= config["model"]["init_args"].items()
+    expected = {"density": 0.3, "omega": 262144, "width": None, "impl": "sparse"}
+    assert expected.items() <= config["model"]["init_args"].items()
     assert "p = 0.3, m = 935" in Path("sweeps/sw/configs/p0.3_m935_seed0.yaml").read_text().splitlines()[0]
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "sweeps/sw/configs/p0.3_m935_seed0.yaml", "--print_config"])
