@@ -1,5 +1,6 @@
-"""Reading YAML configs outside LightningCLI (sweeps, analysis commands): several files compose
-as repeated ``--config`` do, later files over earlier ones, recursively for mappings."""
+"""Reading YAML configs (sweeps, analysis commands, and the files `mixer fit` is given, checked first):
+several files compose as repeated ``--config`` do, later files over earlier ones, recursively for
+mappings; a class path outside the trusted packages is refused before import (`mixer_lightning.trust`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.trust import check_class_paths
 
 
 def deep_merge(base: dict, update: dict) -> dict:
@@ -34,5 +36,6 @@ def load_configs(paths: list[str] | str, field: str = "config") -> dict:
         except yaml.YAMLError as error:
             raise ConfigError(field, f"{path!r} is not valid YAML ({str(error).splitlines()[0]})") from None
         require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping")
+        check_class_paths(loaded, field, repr(str(path)))  # before anything imports the classes it names
         config = deep_merge(config, loaded)
     return config

@@ -19,10 +19,12 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from mixer_lightning.callbacks import PredictionWriter
 from mixer_lightning.checkpointing import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, check_checkpoint, find_last_run
 from mixer_lightning.commands import HelpFormatter, summary
+from mixer_lightning.config_files import load_configs
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import read_checkpoint
+from mixer_lightning.trust import check_class_paths
 
 # Facts of the data that the model must agree with, copied into every model's init arguments.
 LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")
@@ -76,9 +78,22 @@ class MixerCLI(LightningCLI):
         path = config.get("ckpt_path") if config is not None else None
         if subcommand == "fit" and path == "last":
             self._resume_last_run(config)
-        elif path and path not in SPECIAL_CKPT_PATHS and path != "last":
-            read_checkpoint(path)  # missing, truncated, not a checkpoint, pickled code: one-line errors
+            path = config.ckpt_path
+        if path and path not in SPECIAL_CKPT_PATHS and path != "last":
+            # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
+            # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
+            read_checkpoint(path)
         super()._parse_ckpt_path()
+
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """Check the class paths of every config file given (``--config``, or a file for a group such as
+        ``--model m.yaml``) before jsonargparse imports them (`mixer_lightning.trust`)."""
+        given = sys.argv[1:] if args is None else args  # `run` puts the arguments in sys.argv
+        for value in given if isinstance(given, (list, tuple)) else []:
+            name = str(value).split("=", 1)[-1]
+            if name.endswith((".yaml", ".yml", ".json")) and Path(name).is_file():
+                check_class_paths(load_configs([name], "config"), "config", repr(name))
+        super().parse_arguments(parser, args)
 
     def _resume_last_run(self, config) -> None:
         """``--ckpt_path last``: continue the most recent run of this experiment, in its own run

@@ -6,7 +6,8 @@ import json
 import warnings
 from pathlib import Path
 
-import pytest
+import lightning.pytorch  # noqa: F401  (first import here: its log handlers bind to pytest's session stream,
+import pytest  #             not to the stream of the first test that imports it, closed after that test)
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"

@@ -64,7 +64,7 @@ def test_bad_cka_inputs(tmp_path_factory, capsys) -> None:
         (["--ckpt", mixer], "ckpt: needs exactly two checkpoints, got 1"),
         (["--ckpt", mixer, "--ckpt", kron], "ckpt: "),
         (["--ckpt", mixer, "--ckpt", mixer, "--batch_size", "3"], "batch_size: the unbiased HSIC needs at least 4"),
-        (["--ckpt", mixer, "--ckpt", "missing.ckpt"], "ckpt: no checkpoint file 'missing.ckpt'"),
+        (["--ckpt", mixer, "--ckpt", "missing.ckpt"], "ckpt: no such file 'missing.ckpt'"),
     ]
     for args, message in cases:
         with pytest.raises(SystemExit) as exit_info:

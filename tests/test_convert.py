@@ -340,5 +340,5 @@ def test_missing_and_non_weight_files_are_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="init_from: no such file"):
         read_weights("nowhere.npz")
     Path("garbage.pth").write_bytes(b"not a torch file")
-    with pytest.raises(ConfigError, match="init_from: garbage.pth"):
+    with pytest.raises(ConfigError, match="init_from: .garbage.pth. is truncated or not a PyTorch file"):
         read_weights("garbage.pth")

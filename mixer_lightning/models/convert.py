@@ -25,7 +25,6 @@ and the official models were trained with it, so weights read from a JAX file im
 from __future__ import annotations
 
 import math
-import pickle
 import re
 import warnings
 import zipfile
@@ -40,6 +39,7 @@ from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.models.mlp_mixer import MLPMixer
+from mixer_lightning.trust import check_class_paths, load_torch_file
 
 Format = Literal["lightning", "timm", "jax", "mixer"]
 
@@ -205,24 +205,8 @@ class WeightsFile:
         return max(blocks) + 1 if blocks else 0
 
 
-_PICKLE_FIX = (
-    "torch.load(weights_only=True) refuses it because unpickling can run arbitrary code; if you trust the "
-    "file, re-save only its tensors: torch.save(torch.load(FILE, weights_only=False)['state_dict'], "
-    "'weights.pth') (timm: its clean_checkpoint.py does this)"
-)
-
-
 def _torch_load(path: Path, field: str) -> Any:
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        # The message's first line names the refused global, e.g. "Unsupported global: GLOBAL argparse.Namespace".
-        detail = " ".join(line.strip() for line in str(error).splitlines() if "global" in line.lower())[:200]
-        raise ConfigError(field, f"{path} needs pickled Python code to load ({detail or error})", _PICKLE_FIX) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        raise ConfigError(
-            field, f"{path} is not a PyTorch file ({str(error).splitlines()[0][:160]})", "give a .pth/.ckpt file"
-        ) from None
+    return load_torch_file(path, field, "give a .pth/.ckpt file")
 
 
 def _strip_prefix(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -267,6 +251,7 @@ def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
         if "pytorch-lightning_version" in raw:
             fmt = "lightning"
             hparams = dict(raw.get("hyper_parameters") or {})
+            check_class_paths(hparams, field, str(path))  # names are compared, never imported; still refused
             class_path = hparams.pop("_class_path", None)
         raw = raw["state_dict"]
     elif "model" in raw and isinstance(raw["model"], Mapping):  # {"model": state_dict}, as DeiT/ResMLP files

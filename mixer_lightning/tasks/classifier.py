@@ -28,6 +28,7 @@ from mixer_lightning.errors import ConfigError, TrainingError, field_prefix, req
 from mixer_lightning.models import get_entry
 from mixer_lightning.models.convert import build_initialised, implied_arguments, read_weights
 from mixer_lightning.optim import WarmupDecayLR, param_groups
+from mixer_lightning.tasks.loading import family_module
 
 
 def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollection:
@@ -110,6 +111,7 @@ class ClassifierModule(LightningModule):
         with field_prefix("model"):
             weights = read_weights(self.init_from, "init_from") if self.init_from else None
             if weights is not None and weights.class_path:
+                family_module(weights.class_path, "init_from", repr(self.init_from))  # looked up, never imported
                 saved = weights.class_path.rsplit(".", 1)[-1]
                 require(
                     saved == type(self).__name__,

@@ -2,64 +2,72 @@
 
 Every checkpoint is read with ``torch.load(weights_only=True)``: tensors and plain containers only,
 never pickled code. A `mixer fit` (or `mixer convert`) checkpoint names its LightningModule class in
-its hyper-parameters (``_class_path``), so any family is rebuilt without a config.
+its hyper-parameters (``_class_path``), so any family is rebuilt without a config; that name is looked
+up among the registered families (`family_module`), never imported (`mixer_lightning.trust`).
 """
 
 from __future__ import annotations
 
-import importlib
-import pickle
-import zipfile
+import inspect
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from mixer_lightning.errors import ConfigError
+from mixer_lightning.trust import check_class_paths, load_torch_file
 
 
 def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any]:
-    """The checkpoint dict at `path`, or a `ConfigError` saying what is wrong with the file."""
-    path = Path(path)
+    """The checkpoint dict at `path`, or a `ConfigError` saying what is wrong with the file.
+
+    The names it carries are checked before anything could import them (`mixer_lightning.trust`): its
+    module class must be a registered family (`family_module`), any other class path trusted."""
     fix = "give the path of a checkpoint written by `mixer fit` or `mixer convert`"
-    if not path.is_file():
-        raise ConfigError(field, f"no checkpoint file {str(path)!r}", fix)
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        if "Unsupported global" in str(error):  # a class or function the file would have to import
-            raise ConfigError(
-                field,
-                f"{str(path)!r} needs pickled Python code to load, which is refused for safety (weights_only=True)",
-                "re-save it as a plain state dict or safetensors, or convert it with `mixer convert`",
-            ) from None
-        raise ConfigError(
-            field, f"{str(path)!r} is truncated or not a PyTorch checkpoint (it does not unpickle)", fix
-        ) from None
-    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as error:
-        message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch checkpoint ({message})", fix) from None
+    checkpoint = load_torch_file(path, field, fix)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise ConfigError(
             field,
             f"{str(path)!r} is a bare weights file, not a mixer checkpoint",
             "turn it into one with `mixer convert --from FILE --model NAME --out model.ckpt`",
         )
+    hparams = checkpoint.get("hyper_parameters")
+    if hparams is not None:
+        if not isinstance(hparams, dict):
+            raise ConfigError(field, f"{str(path)!r} has malformed hyper_parameters ({type(hparams).__name__})", fix)
+        if "_class_path" in hparams:
+            family_module(hparams["_class_path"], field, repr(str(path)))
+        check_class_paths(hparams, field, repr(str(path)))
     return checkpoint
 
 
+def family_module(class_path: Any, field: str, source: str) -> type:
+    """The registered family's LightningModule class named `class_path` (as Lightning writes it,
+    ``mixer_lightning.tasks.mixer.MLPMixerModule``, or re-exported, ``mixer_lightning.tasks.MLPMixerModule``).
+    Looked up, never imported: any other name is a one-line refusal."""
+    from mixer_lightning.tasks import FAMILY_MODULES
+
+    known = {}
+    for cls in FAMILY_MODULES:
+        known[f"{cls.__module__}.{cls.__qualname__}"] = cls
+        known[f"mixer_lightning.tasks.{cls.__name__}"] = cls
+    if isinstance(class_path, str) and class_path in known:
+        return known[class_path]
+    names = ", ".join(cls.__name__ for cls in FAMILY_MODULES)
+    raise ConfigError(
+        field,
+        f"{source} names the model class {class_path!r}, which is not one of this project's families ({names}); "
+        "refused, since building it could run code",
+        "use a checkpoint written by `mixer fit` or `mixer convert`",
+    )
+
+
 def module_class(checkpoint: dict[str, Any], path: str | Path, field: str = "ckpt_path") -> type:
-    """The LightningModule class a checkpoint was trained with."""
+    """The LightningModule class a checkpoint was trained with (a registered family)."""
     class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
     if not class_path:
         raise ConfigError(field, f"{str(path)!r} does not say which model it holds (no _class_path)", "pass --config")
-    module_name, _, class_name = class_path.rpartition(".")
-    try:
-        return getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError):
-        raise ConfigError(
-            field, f"{str(path)!r} holds an unknown model class {class_path}", "update mixer-lightning"
-        ) from None
+    return family_module(class_path, field, repr(str(path)))
 
 
 def describe_mismatch(
@@ -100,6 +108,18 @@ def load_classifier(path: str | Path, field: str = "ckpt_path"):
     cls = module_class(checkpoint, path, field)
     hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
     hparams.pop("init_from", None)  # the checkpoint holds the weights already
+    accepted = {  # a family's __init__ passes **kwargs on to ClassifierModule's
+        name
+        for klass in cls.__mro__
+        if "__init__" in vars(klass)
+        for name, parameter in inspect.signature(klass.__init__).parameters.items()
+        if parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
+    }
+    unknown = sorted(set(hparams) - set(accepted))
+    if unknown:
+        raise ConfigError(
+            field, f"{str(path)!r} has hyper-parameters {cls.__name__} does not take: {', '.join(unknown)}", "check the file"
+        )
     module = cls(**hparams)
     module.on_load_checkpoint(checkpoint)  # what Lightning's loading does first (fills absent metric states)
     problem = describe_mismatch(module, checkpoint["state_dict"])

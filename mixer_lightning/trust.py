@@ -1,0 +1,104 @@
+"""What the project turns from a file into code: nothing but the classes of trusted packages.
+
+A checkpoint is data. It is read with ``torch.load(weights_only=True)`` (tensors and plain containers,
+never pickled code; `load_torch_file` is the one place that reads one), and the names it carries are
+looked up, never imported: the LightningModule class (``_class_path``) must be one of this project's
+registered families (`mixer_lightning.tasks.loading.family_module`), and any other ``class_path`` in
+its hyper-parameters must lie in a trusted package.
+
+A YAML config names classes by design (``class_path: lightning.pytorch.callbacks.EarlyStopping``).
+Every config the ``mixer`` command reads (``--config`` files, a run's saved config.yaml, sweep
+manifests) is checked, before anything is imported, by `check_class_paths`: each class path must lie
+in a trusted package (`TRUSTED_PACKAGES`), or in one the user names in ``MIXER_TRUSTED_MODULES``
+(comma-separated, e.g. ``MIXER_TRUSTED_MODULES=my_lab.callbacks``) for their own extensions.
+Importing a module runs its code, so a name outside these is refused before import, in one line.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from mixer_lightning.errors import ConfigError
+
+TRUSTED_PACKAGES = ("mixer_lightning", "torch", "torchvision", "lightning", "pytorch_lightning", "torchmetrics", "timm")
+TRUSTED_ENV = "MIXER_TRUSTED_MODULES"
+# The keys under which Lightning, jsonargparse and this project write class names into files.
+CLASS_KEYS = ("class_path", "_class_path", "_instantiator")
+_DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+
+
+def trusted_prefixes() -> tuple[str, ...]:
+    """The trusted packages, with those named in ``MIXER_TRUSTED_MODULES``."""
+    extra = [name.strip() for name in os.environ.get(TRUSTED_ENV, "").split(",") if name.strip()]
+    return (*TRUSTED_PACKAGES, *extra)
+
+
+def is_trusted(class_path: str) -> bool:
+    """Whether `class_path` (``package.module.Name``) lies in a trusted package."""
+    if not isinstance(class_path, str) or not _DOTTED.match(class_path):
+        return False
+    return any(class_path == prefix or class_path.startswith(prefix + ".") for prefix in trusted_prefixes())
+
+
+def class_paths(obj: Any, where: str = "") -> Iterator[tuple[str, Any]]:
+    """Every (location, value) of a class-naming key (`CLASS_KEYS`) in the nested dicts/lists `obj`."""
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            location = f"{where}.{key}" if where else str(key)
+            if key in CLASS_KEYS:
+                yield location, value
+            else:
+                yield from class_paths(value, location)
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from class_paths(value, f"{where}[{i}]")
+
+
+def check_class_paths(obj: Any, field: str, source: str) -> None:
+    """A `ConfigError` on `field` if `obj` (a parsed config or hyper-parameters read from `source`)
+    names a class outside the trusted packages; checked before anything is imported."""
+    for location, value in class_paths(obj):
+        if not is_trusted(value):
+            raise ConfigError(
+                field,
+                f"{source} names {value!r} at {location}, outside the trusted packages; refused, since importing it "
+                "would run its code",
+                f"if you trust it, add its package to {TRUSTED_ENV} (comma-separated)",
+            )
+
+
+def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
+    """``torch.load(path, weights_only=True)`` on the CPU; any failure is one `ConfigError` on `field`:
+    a file that needs pickled code is refused for safety (whatever torch's message), a damaged or
+    foreign file is named as such, with `fix`."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(field, f"no such file {str(path)!r}", fix)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        # The file names a class or function to import ("Unsupported global: GLOBAL argparse.Namespace";
+        # torch 2.14 says "unsupported GLOBAL posix.system whose module posix is blocked" for os.system):
+        # refused for safety. Other unpickling errors ("Unsupported operand 110") mean it is no pickle.
+        found = re.search(r"GLOBAL\s+([\w.]+)", str(error), re.IGNORECASE)
+        if found:
+            raise ConfigError(
+                field,
+                f"{str(path)!r} needs pickled Python code ({found.group(1)}) to load, refused for safety "
+                "(weights_only=True)",
+                "if you trust the file, re-save its tensors: torch.save(torch.load(FILE, weights_only=False)"
+                "['state_dict'], 'weights.pth'), or convert it with `mixer convert`",
+            ) from None
+        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file (it does not unpickle)", fix) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, IndexError, TypeError) as error:
+        # A text file read as a legacy pickle raises KeyError('1') or similar from the unpickler.
+        message = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({message})", fix) from None
