@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cka": ("mixer_lightning.commands.cka", "minibatch CKA between the skip-connection inputs of two checkpoints"),
     "visualize": ("mixer_lightning.commands.visualize", "token-mixing units, stem units, effective weight patterns"),
     "fewshot": ("mixer_lightning.commands.fewshot", "linear few-shot accuracy of frozen features (ridge regression)"),
+    "export": ("mixer_lightning.commands.export", "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked"),
 }
 
 

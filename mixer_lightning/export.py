@@ -1,0 +1,141 @@
+"""Exporting a trained network for inference outside PyTorch's eager mode: ONNX, ``torch.export``
+(``.pt2``) and TorchScript, each checked against the eager network on a batch.
+
+Two layers of the project are written for training speed in ways tracers do not follow, so the
+network is first copied into an equivalent, exportable form (`exportable`):
+
+- a `Permutation` (the frozen J1, J2 of an RP Mixer) is a custom autograd function (its backward is
+  a gather by the inverse permutation); for inference it is the plain gather ``x[..., index]``;
+- a `SparseLinear` (the SW-MLP's CSR weight, ``impl: sparse``) has no tracer support for sparse
+  tensors; it becomes an ``nn.Linear`` holding the dense s·(M ⊙ W) (what inference runtimes run
+  fastest anyway), refused when that dense weight would exceed `MAX_DENSE_ENTRIES`.
+
+Both replacements compute the same function: the check after export compares the exported file's
+outputs with the original eager network's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+from pathlib import Path
+from typing import Literal
+
+import torch
+from torch import nn
+
+from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.models.pk import Permutation
+from mixer_lightning.models.sparse import SparseLinear
+
+Format = Literal["onnx", "pt2", "torchscript"]
+FORMATS: tuple[str, ...] = ("onnx", "pt2", "torchscript")
+SUFFIXES = {"onnx": ".onnx", "pt2": ".pt2", "torchscript": ".pt"}
+MAX_DENSE_ENTRIES = 2**28  # 1 GiB of float32 per SW-MLP layer
+
+
+class GatherPermutation(nn.Module):
+    """y = x[..., index]: a frozen permutation as a plain gather (inference only)."""
+
+    def __init__(self, index: torch.Tensor):
+        super().__init__()
+        self.register_buffer("index", index.clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.index_select(x, -1, self.index)
+
+
+def _dense_linear(layer: SparseLinear) -> nn.Linear:
+    entries = layer.out_features * layer.in_features
+    require(
+        entries <= MAX_DENSE_ENTRIES,
+        "ckpt_path",
+        f"an SW-MLP layer of {layer.out_features}×{layer.in_features} would need a dense weight of {entries:,} "
+        "entries to export",
+        "export a narrower SW-MLP (the exported form is dense)",
+    )
+    dense = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None)
+    with torch.no_grad():
+        dense.weight.copy_(layer.effective_weight())
+        if layer.bias is not None:
+            dense.bias.copy_(layer.bias)
+    return dense
+
+
+def exportable(net: nn.Module) -> nn.Module:
+    """A copy of `net` in eval mode, in float32 on the CPU, with every `Permutation` and `SparseLinear`
+    replaced by an equivalent traceable module (see the module docstring). `net` is not changed."""
+    net = copy.deepcopy(net).float().cpu().eval()
+    for name, module in list(net.named_modules()):
+        if isinstance(module, Permutation):
+            replacement: nn.Module = GatherPermutation(module.index)
+        elif isinstance(module, SparseLinear):
+            replacement = _dense_linear(module)
+        else:
+            continue
+        parent_name, _, child = name.rpartition(".")
+        setattr(net.get_submodule(parent_name) if parent_name else net, child, replacement)
+    return net
+
+
+def _export_onnx(net: nn.Module, example: torch.Tensor, path: Path) -> None:
+    try:
+        import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
+    except ImportError:
+        raise ConfigError(
+            "format", "ONNX export needs the packages onnx and onnxscript", "pip install 'mixer-lightning[export]'"
+        ) from None
+    batch = torch.export.Dim("batch", min=1)
+    with contextlib.redirect_stdout(io.StringIO()):  # the exporter prints its progress on stdout
+        program = torch.onnx.export(net, (example,), dynamo=True, dynamic_shapes=({0: batch},), verbose=False)
+    program.save(str(path))
+
+
+def _run_onnx(path: Path, x: torch.Tensor) -> torch.Tensor:
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ConfigError(
+            "format", "checking an ONNX export needs onnxruntime", "pip install 'mixer-lightning[export]'"
+        ) from None
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
+
+
+def export_network(net: nn.Module, fmt: str, path: str | Path, image_size: int, in_chans: int, batch_size: int = 2,
+                   seed: int = 0) -> float:  # fmt: skip
+    """Export `net` (any family) to `path` in `fmt`, written atomically, and return the largest
+    absolute difference between the exported file's logits and the eager network's, on a batch of
+    `batch_size` + 1 random images (one more than the traced batch: the batch dimension is dynamic)."""
+    require(fmt in FORMATS, "format", f"unknown format {fmt!r}", f"choose one of {', '.join(FORMATS)}")
+    require(batch_size >= 1, "batch_size", f"must be positive, got {batch_size}")
+    path = Path(path)
+    generator = torch.Generator().manual_seed(seed)
+    example = torch.randn(batch_size, in_chans, image_size, image_size, generator=generator)
+    check = torch.randn(batch_size + 1, in_chans, image_size, image_size, generator=generator)
+    eager = copy.deepcopy(net).float().cpu().eval()
+    traced = exportable(net)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with torch.no_grad():
+            if fmt == "onnx":
+                _export_onnx(traced, example, temporary)
+            elif fmt == "pt2":
+                batch = torch.export.Dim("batch", min=1)
+                torch.export.save(torch.export.export(traced, (example,), dynamic_shapes=({0: batch},)), temporary)
+            else:
+                torch.jit.save(torch.jit.trace(traced, example), str(temporary))
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    with torch.no_grad():
+        expected = eager(check)
+        if fmt == "onnx":
+            got = _run_onnx(path, check)
+        elif fmt == "pt2":
+            got = torch.export.load(path).module()(check)
+        else:
+            got = torch.jit.load(str(path))(check)
+    return float((got - expected).abs().max())
