@@ -185,6 +185,8 @@ class WeightsFile:
         architecture: architecture arguments the file implies (a mixer-lightning checkpoint's saved
             hyper-parameters; ``act="gelu_tanh"`` for a JAX file), to use where the user gives none.
         class_path: the LightningModule class of a mixer-lightning checkpoint.
+        preprocessing: what the weights were trained on, from timm's ``pretrained_cfg`` (``mean``,
+            ``std``, ``crop_pct``, ``interpolation``, ``input_size``), for weights named on a hub.
     """
 
     path: str
@@ -192,6 +194,7 @@ class WeightsFile:
     state_dict: dict[str, torch.Tensor]
     architecture: dict[str, Any] = field(default_factory=dict)
     class_path: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
 
     def file_key(self, key: str) -> str:
         """This project's parameter name as the file spells it."""
@@ -227,6 +230,8 @@ def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
     Everything is read without executing code: ``torch.load(weights_only=True)``, safetensors, or
     ``numpy.load(allow_pickle=False)``; a file that needs pickled objects is refused with the fix.
     """
+    if str(path).startswith(HUB_PREFIXES):
+        return read_hub_weights(str(path), field)
     path = Path(path)
     require(
         path.is_file(),
@@ -265,6 +270,45 @@ def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
             _refuse_glu(state_dict, timm_key)
     architecture = {k: v for k, v in hparams.items() if not k.startswith("_")}
     return WeightsFile(str(path), fmt, state_dict, architecture, class_path)
+
+
+HUB_PREFIXES = ("timm:", "hf-hub:")
+PREPROCESSING_KEYS = ("mean", "std", "crop_pct", "interpolation", "input_size")
+
+
+def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
+    """Weights named on a hub, through timm and huggingface_hub (their cache, ``HF_HUB_CACHE``, and
+    ``HF_HUB_OFFLINE=1`` apply): ``timm:mixer_b16_224.goog_in21k_ft_in1k`` (a timm model name with its
+    pretrained tag) or ``hf-hub:ORG/REPO`` (a timm-format hub repository: config.json + weights). The
+    architecture is the timm model's (so no preset is needed) and ``preprocessing`` its
+    ``pretrained_cfg``."""
+    import timm
+
+    model_name = name.removeprefix("timm:")
+    try:
+        timm_model = timm.create_model(model_name, pretrained=True)
+    except RuntimeError as error:
+        if "Unknown model" in str(error) or "Invalid pretrained tag" in str(error):
+            raise ConfigError(field, f"timm knows no model {model_name!r}", "see timm.list_pretrained('mixer*')") from None
+        raise
+    except Exception as error:  # huggingface_hub: LocalEntryNotFoundError, OfflineModeIsEnabled, connection errors
+        cause = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            field,
+            f"cannot fetch {name!r} from the hub or its cache ({type(error).__name__}: {cause})",
+            "download it once where the hub is reachable (it is then cached; HF_HUB_OFFLINE=1 uses the cache), "
+            "or give a local weights file",
+        ) from None
+    try:
+        architecture = timm_architecture(timm_model)
+    except ConfigError as error:
+        raise ConfigError(field, f"{name}: {error.problem}", error.fix) from None
+    for fact in ("num_classes", "image_size", "in_chans"):  # facts of the data, not of the architecture
+        architecture.pop(fact)
+    architecture.pop("drop_rate"), architecture.pop("drop_path")  # training settings, not the function
+    cfg = getattr(timm_model, "pretrained_cfg", None) or {}
+    preprocessing = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in PREPROCESSING_KEYS}
+    return WeightsFile(name, "timm", _timm_state_dict(timm_model), architecture, None, preprocessing)
 
 
 def _read_jax(path: Path, field: str) -> WeightsFile:
