@@ -45,7 +45,9 @@ def parse_int_expression(text: str | int, field: str = "omega") -> int:
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub, ast.Pow)):
             left, right = evaluate(node.left), evaluate(node.right)
             if isinstance(node.op, ast.Pow):
-                if not 0 <= right <= 512 or abs(left).bit_length() * right > MAX_EXPRESSION_BITS + right:
+                if right < 0:
+                    raise ValueError("not an integer expression")
+                if right > 2**20 or (abs(left).bit_length() - 1) * right > MAX_EXPRESSION_BITS:
                     raise ValueError("exponent out of range")
                 return bounded(left**right)
             return bounded({ast.Mult: left * right, ast.Add: left + right, ast.Sub: left - right}[type(node.op)])
@@ -53,7 +55,12 @@ def parse_int_expression(text: str | int, field: str = "omega") -> int:
 
     try:
         return evaluate(ast.parse(str(text).strip().replace("^", "**"), mode="eval").body)
-    except (SyntaxError, ValueError, KeyError, RecursionError, MemoryError):
+    except ValueError as error:
+        if str(error) in ("too large", "exponent out of range"):
+            raise ConfigError(field, f"{text!r} is too large (past 2**{MAX_EXPRESSION_BITS})",
+                              "write e.g. 262144 or 2**18") from None  # fmt: skip
+        raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
+    except (SyntaxError, KeyError, RecursionError, MemoryError):
         raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
 
 
@@ -89,6 +96,22 @@ def parse_real_expression(text: str | float, field: str) -> float:
     return value
 
 
+MAX_OMEGA = 2**62  # connections per layer: far past any model (Mixer-B/16 has 2.9e8), and exact in float64 ratios
+MAX_WIDTH = 2**40
+
+
+def check_omega(omega_: float, field: str = "omega") -> None:
+    """Ω must be positive and below `MAX_OMEGA` (``2**100`` is a typo, not a model)."""
+    require(omega_ > 0, field, f"must be positive, got {omega_}", "give e.g. 2**18")
+    require(omega_ <= MAX_OMEGA, field, f"{omega_:.4g} connections per layer is past any model (at most 2**62)",
+            "give e.g. 2**18 (Figure 5) or 290217984 (Mixer-B/16)")  # fmt: skip
+
+
+def check_width(width: float, field: str = "width") -> None:
+    require(width > 0, field, f"must be positive, got {width}", "give e.g. 4096")
+    require(width <= MAX_WIDTH, field, f"{width:.4g} is past any model (at most 2**40)", "give e.g. 4096")
+
+
 def omega(tokens: float, channels: float, gamma: float = 1.0) -> float:
     """Ω = γ(C²S + CS²)/2: average connections per mixing layer (eq. 14)."""
     return gamma * (channels**2 * tokens + channels * tokens**2) / 2
@@ -102,7 +125,7 @@ def tokens_from_omega(omega_: float, channels: float, gamma: float = 1.0) -> flo
 def solve_tokens(omega_: float, channels: int, gamma: float = 1.0) -> int:
     """S for (Ω, C, γ), rounded to the nearest integer as the paper's lists; a `ConfigError` if
     Ω cannot give a single token at this C."""
-    require(omega_ > 0, "omega", f"must be positive, got {omega_}", "give e.g. 2**18")
+    check_omega(omega_)
     require(channels > 0, "channels", f"must be positive, got {channels}")
     require(gamma > 0, "gamma", f"must be positive, got {gamma}")
     tokens = round(tokens_from_omega(omega_, channels, gamma))
@@ -254,8 +277,8 @@ def default_width_channels(width: int) -> list[int]:
 
 def gamma_points(omega_: float, width: int, channels: list[int] | None = None) -> list[GammaPoint]:
     """(C, S = m/C, γ of eq. S.46) for each C that divides m (default `default_width_channels`)."""
-    require(omega_ > 0, "omega", f"must be positive, got {omega_}", "give e.g. 2**20")
-    require(width > 0, "width", f"must be positive, got {width}", "give e.g. 4096")
+    check_omega(omega_)
+    check_width(width)
     channels = default_width_channels(width) if channels is None else channels
     require(bool(channels), "channels", f"no C divides m = {width} with C, S >= 4", "give --channels")
     points = []

@@ -28,6 +28,7 @@ from jsonargparse import ArgumentParser, Namespace
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.errors import require
 from mixer_lightning.width import (
+    check_omega,
     default_channels,
     gamma_at_width,
     gamma_optimum,
@@ -56,8 +57,8 @@ def add_arguments(parser: ArgumentParser) -> None:
 
 def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsity: list[float] | None = None) -> dict:
     """The pairs, the optimum and the SW-MLP widths, as `mixer width --json` prints them."""
-    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**18")
-    require(gamma > 0, "gamma", f"must be positive, got {gamma}")
+    check_omega(omega)
+    require(0 < gamma <= 1024, "gamma", f"must be in (0, 1024], got {gamma}")
     channels = channels or default_channels(omega, gamma)
     require(all(c > 0 for c in channels), "channels", f"must be positive, got {channels}")
     sparsity = PAPER_SPARSITIES if sparsity is None else sparsity

@@ -30,6 +30,8 @@ from mixer_lightning.commands.lists import integers, reals, scalars
 from mixer_lightning.config_files import deep_merge
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.width import (
+    check_omega,
+    check_width,
     default_channels,
     density,
     gamma_points,
@@ -239,7 +241,7 @@ def _sw_mlp_width(args, config_paths: list[str], init_args: dict) -> tuple[int, 
     config's ``width``, else its ``channels`` × S0 (S0 from the data's image size)."""
     if args.width is not None:
         width = parse_int_expression(args.width, "width")
-        require(width > 0, "width", f"must be positive, got {width}", "give e.g. 4096")
+        check_width(width)
         return width, {"width": width, "channels": None}
     if init_args.get("width"):
         return int(init_args["width"]), {}
@@ -282,7 +284,7 @@ def width_grid(args, base: dict, config_paths: list[str]) -> tuple[str, list[Gri
     omega = None
     if args.omega is not None:
         omega = parse_int_expression(args.omega, "omega")
-        require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**18")
+        check_omega(omega)
     sizes = args.channels or args.patch_sizes or args.width is not None or args.densities is not None
     family, fixed_gamma = model_family(base, required=omega is not None or bool(sizes))
     init_args = (base.get("model") or {}).get("init_args") or {}
