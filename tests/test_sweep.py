@@ -153,6 +153,25 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
     assert "best for lr p0.5_m64: lr = 0.02" in capsys.readouterr().out
 
 
+def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
+    """Fig. S.3 (left): γ varied at a fixed Mixer (S = C = 16 here), no width grid; the report plots
+    the error against γ and names the best."""
+    main(["sweep", "--config", TINY_MIXER, "--grid", "model.init_args.gamma=1,2,4", "--seeds", "0,1", "--emit", "g"])
+    data = manifest("g")
+    assert data["kind"] == "base" and [r["name"] for r in data["runs"]][:2] == ["gamma1_seed0", "gamma1_seed1"]
+    assert yaml.safe_load(Path("g/configs/gamma4_seed1.yaml").read_text())["model"]["init_args"]["gamma"] == 4
+    for run in data["runs"]:
+        Path(run["run_dir"]).mkdir(parents=True)
+        acc = {1: 0.5, 2: 0.6, 4: 0.7}[run["axes"]["gamma"]]
+        Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": acc}))
+    main(["sweep", "report", "g"])
+    out = capsys.readouterr().out
+    assert "best for g base: gamma = 4" in out and Path("g/error_vs_gamma.png").stat().st_size > 5000
+    err = one_line_error(capsys, ["sweep", "--config", TINY_S_MIXER, "--grid", "model.optimizer.init_args.lr=0.1",
+                                  "--emit", "x"])  # fmt: skip
+    assert "grid: model.init_args.optimizer is not set in the base config" in err  # nothing to vary: the default
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -34,6 +34,8 @@ Examples:
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from jsonargparse import ArgumentParser, Namespace
 
 from mixer_lightning.errors import require
@@ -87,7 +89,7 @@ def run_point_command(args: Namespace) -> None:
     """Bring one run of a sweep to its end: skip it if tested, test it if fitted, resume it from its own
     checkpoints/last.ckpt if killed, else fit it; then test. What run_all.sh and slurm_array.sh call."""
     manifest = read_manifest(args.directory, "directory")
-    names = [entry.get("name") for entry in manifest["runs"]]
+    names = [entry.get("name") or Path(entry["config"]).stem for entry in manifest["runs"]]
     require(args.name in names, "name", f"{args.name!r} is not a run of {args.directory!r}",
             f"give one of {', '.join(n for n in names[:6] if n)}{', …' if len(names) > 6 else ''}")  # fmt: skip
     run_point(manifest["runs"][names.index(args.name)])
