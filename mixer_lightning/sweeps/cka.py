@@ -94,9 +94,9 @@ def cka_report(directories: list[str], names: list[str], manifests: list[dict], 
     outcome = {"rows": rows, "summary": summary, "csv": None, "plots": []}
     if not rows:
         return outcome
-    from mixer_lightning.sweeps.report import _write_csv
+    from mixer_lightning.sweeps.report import write_csv
 
-    _write_csv(out / "cka.csv", rows)
+    write_csv(out / "cka.csv", rows)
     outcome["csv"] = str(out / "cka.csv")
     if plot:
         outcome["plots"] = [str(plot_cka(summary, references, out / "cka_vs_density.png"))]
@@ -105,9 +105,9 @@ def cka_report(directories: list[str], names: list[str], manifests: list[dict], 
 
 def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
     """Average diagonal CKA against the density p (log₂ axis), one line per series (Fig. 2(a))."""
-    from mixer_lightning.sweeps.report import _pyplot
+    from mixer_lightning.sweeps.report import pyplot
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
     for i, series in enumerate(sorted({r["series"] for r in summary})):
         rows = sorted((r for r in summary if r["series"] == series), key=lambda r: r["p"])

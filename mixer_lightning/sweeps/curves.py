@@ -26,7 +26,7 @@ from pathlib import Path
 from mixer_lightning.analysis.curves import epoch_curves, has_logs, spread
 from mixer_lightning.commands.lists import comma_list
 from mixer_lightning.errors import require
-from mixer_lightning.sweeps.report import _pyplot, _write_csv, series_names
+from mixer_lightning.sweeps.report import pyplot, series_names, write_csv
 from mixer_lightning.sweeps.runs import MANIFEST, check_output_directory, read_manifest
 
 
@@ -80,7 +80,7 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
 
 def plot(curves: list[dict], metric: str, path: Path) -> Path:
     """Mean over seeds with the min–max band; colour by point, line style by series."""
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 4.4))
     points = sorted({c["point"] for c in curves})
     series = sorted({c["series"] for c in curves})
@@ -109,7 +109,7 @@ def run_curves(args) -> None:
     curves = compute(args.directories, metrics, points)
     out.mkdir(parents=True, exist_ok=True)
     table = [{"series": c["series"], "point": c["point"], "metric": c["metric"], **row} for c in curves for row in c["rows"]]
-    _write_csv(out / "curves.csv", table)
+    write_csv(out / "curves.csv", table)
     plots = [str(plot(curves, metric, out / f"curves_{metric.replace('/', '_')}.png")) for metric in metrics]
     if args.json:
         print(json.dumps({"curves": curves, "csv": str(out / "curves.csv"), "plots": plots}, indent=2))

@@ -103,7 +103,7 @@ def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
     return best
 
 
-def _write_csv(path: Path, table: list[dict]) -> None:
+def write_csv(path: Path, table: list[dict]) -> None:
     fields: list[str] = []
     for row in table:
         fields += [k for k in row if k not in fields]
@@ -116,7 +116,7 @@ def _write_csv(path: Path, table: list[dict]) -> None:
 # ------------------------------------------------------------------------------------------ plots
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
@@ -147,7 +147,7 @@ def _plot_lines(ax, summary: list[dict], x, label, y: str = "test_error_mean", e
 
 def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[str], out: Path) -> list[Path]:
     """The plots of the module docstring that the summary has data for."""
-    plt = _pyplot()
+    plt = pyplot()
     manifest = manifests[0]
     kind, omega, gamma, width = (manifest.get(k) for k in ("kind", "omega", "gamma", "width"))
     context = ", ".join(t for t in (f"Ω = {omega:,}" if omega else "", f"γ = {gamma:g}" if gamma else "",
@@ -236,8 +236,8 @@ def report_directories(directories: list[str], plot: bool = True, out: str | Non
               "summary": [], "best": [], "plots": [], "csv": None}  # fmt: skip
     if rows:
         summary = summarise(rows, axis_names)
-        _write_csv(out_dir / "report.csv", rows)
-        _write_csv(out_dir / "summary.csv", summary)
+        write_csv(out_dir / "report.csv", rows)
+        write_csv(out_dir / "summary.csv", summary)
         result.update(summary=summary, best=best_by_axes(summary, axis_names), csv=str(out_dir / "report.csv"))
         if plot:
             result["plots"] = [str(p) for p in plot_summary(summary, manifests, axis_names, out_dir)]
