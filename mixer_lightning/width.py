@@ -10,6 +10,8 @@ command, the sweeps and the analyses.
   S* = C* = (Ω/γ)^{1/3} with m_max = (Ω/γ)^{2/3} (eq. 15), where the non-zero ratio p = Ω/(γm²)
   is smallest.
 - An SW-MLP of density p at the same Ω has width m = √(Ω/(γp)) (eq. S.43).
+- At fixed Ω and fixed width m = S·C, the expansion factor is γ = 2Ω/(m(C + m/C)), a single peak in C
+  at C* = S* = √m with γ_max = Ω/(m√m) (App. D.3, eq. S.46; Fig. S.3).
 """
 
 from __future__ import annotations
@@ -20,31 +22,94 @@ from dataclasses import asdict, dataclass
 
 from mixer_lightning.errors import ConfigError, require
 
+MAX_EXPRESSION_BITS = 1024  # an expression's value (and every step of it) stays below 2**1024
+
 
 def parse_int_expression(text: str | int, field: str = "omega") -> int:
     """An integer written plainly (``262144``) or as the paper writes Ω (``2**18``, ``2^18``,
-    ``3*2**20``, ``290217984``)."""
+    ``3*2**20``, ``290217984``). Values past 2**1024 are refused before they are computed
+    (``(2**512)**512`` would take the machine's memory)."""
     if isinstance(text, int) and not isinstance(text, bool):
         return text
 
+    def bounded(value: int) -> int:
+        if abs(value).bit_length() > MAX_EXPRESSION_BITS:
+            raise ValueError("too large")
+        return value
+
     def evaluate(node: ast.AST) -> int:
         if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
-            return node.value
+            return bounded(node.value)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -evaluate(node.operand)
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub, ast.Pow)):
             left, right = evaluate(node.left), evaluate(node.right)
             if isinstance(node.op, ast.Pow):
-                if not 0 <= right <= 512:
+                if right < 0:
+                    raise ValueError("not an integer expression")
+                if right > 2**20 or (abs(left).bit_length() - 1) * right > MAX_EXPRESSION_BITS:
                     raise ValueError("exponent out of range")
-                return left**right
-            return {ast.Mult: left * right, ast.Add: left + right, ast.Sub: left - right}[type(node.op)]
+                return bounded(left**right)
+            return bounded({ast.Mult: left * right, ast.Add: left + right, ast.Sub: left - right}[type(node.op)])
         raise ValueError("not an integer expression")
 
     try:
         return evaluate(ast.parse(str(text).strip().replace("^", "**"), mode="eval").body)
-    except (SyntaxError, ValueError, KeyError):
+    except ValueError as error:
+        if str(error) in ("too large", "exponent out of range"):
+            raise ConfigError(field, f"{text!r} is too large (past 2**{MAX_EXPRESSION_BITS})",
+                              "write e.g. 262144 or 2**18") from None  # fmt: skip
         raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
+    except (SyntaxError, KeyError, RecursionError, MemoryError):
+        raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
+
+
+def parse_real_expression(text: str | float, field: str) -> float:
+    """A finite real number written plainly (``0.015625``, ``1e-3``) or as an expression (``2**-6``,
+    ``2^-6``, ``1/64``, ``10**8``)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        def evaluate(node: ast.AST) -> float:
+            if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+                return float(node.value)
+            if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+                operand = evaluate(node.operand)
+                return -operand if isinstance(node.op, ast.USub) else operand
+            if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Div, ast.Add, ast.Sub, ast.Pow)):
+                left, right = evaluate(node.left), evaluate(node.right)
+                if isinstance(node.op, ast.Pow):
+                    if abs(right) > 4096:
+                        raise ValueError("exponent out of range")
+                    return math.pow(left, right)
+                if isinstance(node.op, ast.Div):
+                    return left / right
+                return {ast.Mult: left * right, ast.Add: left + right, ast.Sub: left - right}[type(node.op)]
+            raise ValueError("not a number")
+
+        try:
+            value = evaluate(ast.parse(str(text).strip().replace("^", "**"), mode="eval").body)
+        except (SyntaxError, ValueError, KeyError, ZeroDivisionError, OverflowError, RecursionError, MemoryError):
+            value = math.nan
+    if not math.isfinite(value):
+        raise ConfigError(field, f"cannot read {text!r} as a finite number", "write e.g. 0.5, 1e-3 or 2**-6")
+    return value
+
+
+MAX_OMEGA = 2**62  # connections per layer: far past any model (Mixer-B/16 has 2.9e8), and exact in float64 ratios
+MAX_WIDTH = 2**40
+
+
+def check_omega(omega_: float, field: str = "omega") -> None:
+    """Ω must be positive and below `MAX_OMEGA` (``2**100`` is a typo, not a model)."""
+    require(omega_ > 0, field, f"must be positive, got {omega_}", "give e.g. 2**18")
+    require(omega_ <= MAX_OMEGA, field, f"{omega_:.4g} connections per layer is past any model (at most 2**62)",
+            "give e.g. 2**18 (Figure 5) or 290217984 (Mixer-B/16)")  # fmt: skip
+
+
+def check_width(width: float, field: str = "width") -> None:
+    require(width > 0, field, f"must be positive, got {width}", "give e.g. 4096")
+    require(width <= MAX_WIDTH, field, f"{width:.4g} is past any model (at most 2**40)", "give e.g. 4096")
 
 
 def omega(tokens: float, channels: float, gamma: float = 1.0) -> float:
@@ -60,7 +125,7 @@ def tokens_from_omega(omega_: float, channels: float, gamma: float = 1.0) -> flo
 def solve_tokens(omega_: float, channels: int, gamma: float = 1.0) -> int:
     """S for (Ω, C, γ), rounded to the nearest integer as the paper's lists; a `ConfigError` if
     Ω cannot give a single token at this C."""
-    require(omega_ > 0, "omega", f"must be positive, got {omega_}", "give e.g. 2**18")
+    check_omega(omega_)
     require(channels > 0, "channels", f"must be positive, got {channels}")
     require(gamma > 0, "gamma", f"must be positive, got {gamma}")
     tokens = round(tokens_from_omega(omega_, channels, gamma))
@@ -163,3 +228,67 @@ def model_connections(model) -> dict:
     require(callable(report), "model", f"{type(model).__name__} does not report its connections")
     layers = [int(count) for count in report()]
     return {"layers": layers, "omega": sum(layers) / len(layers)}
+
+
+# ------------------------------------------------------------- γ at fixed width m (App. D.3, eq. S.46)
+
+
+def gamma_at_width(omega_: float, width: float, channels: float) -> float:
+    """γ = 2Ω/(m(C + m/C)): the expansion factor that keeps Ω connections per layer at width m = S·C
+    (eq. 14 with S = m/C; App. D.3)."""
+    return 2 * omega_ / (width * (channels + width / channels))
+
+
+def gamma_optimum(omega_: float, width: float) -> dict[str, float]:
+    """C* = S* = √m and γ_max = Ω/(m√m): the widest expansion at fixed (Ω, m) (eq. S.46)."""
+    side = math.sqrt(width)
+    return {"S": side, "C": side, "gamma": omega_ / (width * side)}
+
+
+def _hidden(gamma: float, n: int) -> int:
+    """D = γn rounded half up, as the models round it (`mixer_lightning.models.layers.hidden_width`)."""
+    return max(1, int(math.floor(gamma * n + 0.5)))
+
+
+@dataclass(frozen=True)
+class GammaPoint:
+    """One (C, S = m/C, γ) point at fixed Ω and width m (eq. S.46)."""
+
+    C: int
+    S: int
+    m: int
+    gamma: float
+    p: float  # non-zero ratio of the effective weights, (1/S + 1/C)/2
+    connections: float  # Ω of the model as built: D_S = γS and D_C = γC rounded, (C·D_S·S + S·D_C·C)/2
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_width_channels(width: int) -> list[int]:
+    """The C of a γ grid at fixed m: the powers of two dividing m with C and S = m/C both >= 4, and
+    √m itself (the optimum of eq. S.46) where it is an integer."""
+    channels = {c for c in (2**k for k in range(2, 40)) if width % c == 0 and c >= 4 and width // c >= 4}
+    root = math.isqrt(width)
+    if root * root == width:
+        channels.add(root)
+    return sorted(channels)
+
+
+def gamma_points(omega_: float, width: int, channels: list[int] | None = None) -> list[GammaPoint]:
+    """(C, S = m/C, γ of eq. S.46) for each C that divides m (default `default_width_channels`)."""
+    check_omega(omega_)
+    check_width(width)
+    channels = default_width_channels(width) if channels is None else channels
+    require(bool(channels), "channels", f"no C divides m = {width} with C, S >= 4", "give --channels")
+    points = []
+    for c in channels:
+        if c <= 0 or width % c:
+            divisors = [d for d in range(1, width + 1) if width % d == 0][:12]
+            raise ConfigError("channels", f"{c} does not divide the width m = {width} (S = m/C must be an integer)",
+                              f"choose divisors of {width}, e.g. {','.join(map(str, divisors))}")  # fmt: skip
+        s = width // c
+        gamma = gamma_at_width(omega_, width, c)
+        realised = (c * _hidden(gamma, s) * s + s * _hidden(gamma, c) * c) / 2
+        points.append(GammaPoint(C=c, S=s, m=width, gamma=gamma, p=density(s, c, gamma), connections=realised))
+    return points

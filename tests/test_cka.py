@@ -39,6 +39,7 @@ def test_a_mixer_against_an_sw_mlp_with_a_heat_map(tmp_path_factory, capsys) -> 
                  "--plot", "cka.png")  # fmt: skip
     assert (result["model_a"], result["model_b"]) == ("MLPMixer", "SWMLP")
     assert result["layers_b"] == ["1", "2"] and (result["batches"], result["examples"]) == (4, 160)
+    assert result["mixing_a"] == {"S": 16, "C": 16} and "mixing_b" not in result  # the Mixer's p = (1/S + 1/C)/2
     matrix = torch.tensor(result["cka"], dtype=torch.float64)
     assert matrix.shape == (2, 2) and bool(((matrix > 0) & (matrix < 1)).all())
     assert Path("cka.png").stat().st_size > 10_000

@@ -12,9 +12,11 @@ import torch
 
 from mixer_lightning.analysis.effective import effective_linears
 from mixer_lightning.analysis.spectrum import (
+    d1_width_density,
     mixer_pair,
     mixing_layer_spectra,
     mp_singular_value_density,
+    normalised_sparse_singular_values,
     singular_values,
     sparse_singular_values,
     spectral_norm,
@@ -22,7 +24,7 @@ from mixer_lightning.analysis.spectrum import (
 )
 from mixer_lightning.cli import main
 from mixer_lightning.models import MLPMixer, SMixer
-from mixer_lightning.models.sparse import SparseLinear
+from mixer_lightning.models.sparse import SparseLinear, bernoulli_pattern
 
 
 def spectrum(capsys: pytest.CaptureFixture, *args: str) -> dict:
@@ -85,6 +87,14 @@ def test_full_spectra_and_text_output(capsys: pytest.CaptureFixture) -> None:
         (["--omega", "2**14", "--gamma", "0.5"], "gamma: must be >= 1"),
         (["--omega", "2**14", "--widths", "128,x"], "widths: cannot read '128,x'"),
         (["--omega", "2**14", "--seeds", "a"], "seeds: cannot read 'a'"),
+        (["--omega", "2**14", "--seeds", "0,,1"], "seeds: cannot read '0,,1': item 2 is empty"),
+        (["--omega", "2**100"], "omega: 1.268e+30 connections per layer is more than one weight drawn here may hold"),
+        (["--omega", "2**14", "--widths", "2**40"], "widths: m = 1,099,511,627,776 is wider than"),
+        (["--omega", "10**3", "--a", "30"], "a: needs scaling indices a in [0, 8]"),
+        (["--omega", "10**3", "--a", "1", "--trials", "0"], "trials: must be in [1, 10000]"),
+        (["--omega", "10**3", "--a", "1", "--trials", "3", "--seeds", "0"], "trials: give --seeds or --trials"),
+        (["--omega", "10**3", "--a", "1", "--gamma", "2"], "gamma: App. D.1's scaling is for square"),
+        (["--omega", "10**3", "--a", "1", "--widths", "64"], "a: --a sets the widths itself"),
         (["--omega", "2**14", "--widths", "2048", "--all", "--max_entries", "1000"], "max_entries: every width"),
     ],
 )
@@ -93,6 +103,47 @@ def test_bad_spectrum_arguments(args: list[str], message: str, capsys: pytest.Ca
         main(["spectrum", *args])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_figure_s1_lambda_max_grows_with_the_scaling_index(capsys: pytest.CaptureFixture) -> None:
+    """App. D.1 (Fig. S.1 right): at Ω = 10^3, m = Ω^((1+a)/2), p = Ω^(-a); the normalised λ_max grows
+    with a, from about 2 (a dense Gaussian W, the Mixers' case) at a = 0."""
+    result = spectrum(capsys, "--omega", "10**3", "--a", "0,0.5,1,1.5", "--trials", "5")
+    rows = result["scaling"]
+    assert [(r["m"], round(r["p"], 6)) for r in rows] == [(32, 1.0), (178, 0.031623), (1000, 0.001), (5623, 3.2e-05)]
+    sigmas = [r["lambda_max"] for r in rows]
+    assert all(b > a + 0.2 for a, b in zip(sigmas, sigmas[1:], strict=False)), sigmas
+    assert rows[0]["lambda_max"] == pytest.approx(2.0, abs=0.2) and rows[-1]["lambda_max"] > 6
+    assert all(r["connections"] == pytest.approx(1000, rel=0.1) for r in rows)  # m²p = Ω
+    assert [r["zero_fraction"] > 0.8 for r in rows] == [False, False, False, True]  # most rows of Z are empty
+    for r in rows:  # a probability density over the singular values (zeros included)
+        edges, density = r["histogram"]["edges"], r["histogram"]["density"]
+        assert sum(d * (b - a) for d, a, b in zip(density, edges, edges[1:], strict=False)) == pytest.approx(1.0)
+
+
+def test_figure_s1_centre_at_the_papers_setting(capsys: pytest.CaptureFixture) -> None:
+    """Fig. S.1 centre: a = 1.5, Ω = 10^3, 50 trials; the normalised spectrum has mean λ² = 1."""
+    main(["spectrum", "--omega", "10**3", "--a", "1.5", "--trials", "50", "--plot", "s1.png"])
+    out = capsys.readouterr().out
+    assert "50 trials" in out and "5,623" in out and "Plot written to s1.png" in out
+    assert Path("s1.png").stat().st_size > 20_000
+    torch.manual_seed(0)
+    draw = normalised_sparse_singular_values(1e3, 1.5)
+    assert float((draw["values"] ** 2).sum()) / draw["m"] == pytest.approx(1.0)  # tr(Q/c)/m = 1
+
+
+def test_normalised_singular_values_by_blocks_equal_the_dense_svd() -> None:
+    for omega, a in ((300, 0.8), (100, 1.2), (200, 0.0)):
+        torch.manual_seed(3)
+        blocks = normalised_sparse_singular_values(omega, a)
+        torch.manual_seed(3)  # the same draw, as a dense m×m matrix
+        m, p = d1_width_density(omega, a)
+        row, col = bernoulli_pattern(m, m, min(1.0, p))
+        z = torch.zeros(m, m, dtype=torch.float64)
+        z[row, col] = torch.randn(row.numel(), dtype=torch.float64)
+        dense = torch.linalg.svdvals(z) / torch.sqrt(torch.diagonal(z @ z.T).mean())
+        ours = torch.cat([blocks["values"], torch.zeros(blocks["zeros"], dtype=torch.float64)])
+        torch.testing.assert_close(torch.sort(ours, descending=True).values, dense, rtol=0, atol=1e-10)
 
 
 def test_sparse_lanczos_matches_dense_svd_and_the_model_draw() -> None:

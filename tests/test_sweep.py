@@ -1,38 +1,70 @@
-"""`mixer sweep`: emitted grid configs and scripts, an in-process run, and the report."""
+"""`mixer sweep`: grids (width at fixed Ω, γ at fixed m, SW-MLP densities, generic axes), emitted configs
+and scripts, what a run still needs (skip, test, resume, fit), the report, the CKA step of Fig. 2(a)
+and the loss curves of App. D.7; bad input is one line and writes nothing."""
 
 from __future__ import annotations
 
 import csv
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from conftest import CONFIGS, TEST_CONFIGS
 from mixer_lightning.cli import main
+from mixer_lightning.sweeps import runs as sweep_runs
+from mixer_lightning.sweeps.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
 
 TINY_S_MIXER = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
 TINY_SW_MLP = str(TEST_CONFIGS / "sw_mlp_digits.yaml")
+TINY_MIXER = str(TEST_CONFIGS / "digits_mixer.yaml")
+FIG2_SW_MLP = str(TEST_CONFIGS / "digits_fig2_sw_mlp.yaml")
+FIG2_MIXER = str(TEST_CONFIGS / "digits_fig2_mixer.yaml")
+MIXER = str(Path(sys.executable).with_name("mixer"))
+
+
+def manifest(directory: str) -> dict:
+    return json.loads(Path(directory, "sweep.json").read_text())
+
+
+def one_line_error(capsys: pytest.CaptureFixture, args: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mixer: error: "), err
+    return err[0]
+
+
+# ----------------------------------------------------------------------------------------- emit
 
 
 def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None:
     main(["sweep", "--config", str(CONFIGS / "cifar10_fig5_s_mixer.yaml"), "--omega", "2**18",
           "--seeds", "0,1,2", "--emit", "sweeps/fig5"])  # fmt: skip
-    manifest = json.loads(Path("sweeps/fig5/sweep.json").read_text())
-    points = sorted({(r["C"], r["S"]) for r in manifest["runs"]})
+    runs = manifest("sweeps/fig5")["runs"]
+    points = sorted({(r["C"], r["S"]) for r in runs})
     assert points == [(16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]
-    assert len(manifest["runs"]) == 18 and {r["seed"] for r in manifest["runs"]} == {0, 1, 2}
+    assert len(runs) == 18 and {r["seed"] for r in runs} == {0, 1, 2} and len({r["run_dir"] for r in runs}) == 18
     config = yaml.safe_load(Path("sweeps/fig5/configs/C48_S83_seed2.yaml").read_text())
     assert config["seed_everything"] == 2
     assert config["model"]["init_args"]["channels"] == 48 and config["model"]["init_args"]["omega"] == 262144
     assert config["model"]["init_args"]["tokens"] is None
-    assert config["trainer"]["logger"]["init_args"]["save_dir"] == "sweeps/fig5/runs"
+    assert config["trainer"]["logger"]["init_args"] == {"save_dir": "sweeps/fig5/runs", "name": "C48_S83",
+                                                        "version": "seed2"}  # fmt: skip
     assert config["trainer"]["max_epochs"] == 200  # the rest of the base config is kept
     for script in ("run_all.sh", "slurm_array.sh"):
         text = Path("sweeps/fig5", script).read_text()
-        assert text.count("sweeps/fig5/configs/") == 18 and "mixer fit" in text and "mixer test" in text
+        assert "C48_S83_seed2" in text and "mixer sweep point sweeps/fig5" in text
+        assert os.access(Path("sweeps/fig5", script), os.X_OK)
     assert "#SBATCH --array=0-17" in Path("sweeps/fig5/slurm_array.sh").read_text()
+    assert "mixer sweep report sweeps/fig5" in Path("sweeps/fig5/run_all.sh").read_text()
     # The emitted config is a ready config: the real parser accepts it.
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "sweeps/fig5/configs/C48_S83_seed2.yaml", "--print_config"])
@@ -43,7 +75,7 @@ def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None
 def test_imagenet_patch_size_sweep() -> None:
     main(["sweep", "--config", str(CONFIGS / "imagenet_fig6_mlp_mixer.yaml"), "--omega", "290217984", "--gamma", "4",
           "--patch_sizes", "7,8,14,16,28,32", "--emit", "sweeps/in1k"])  # fmt: skip
-    runs = json.loads(Path("sweeps/in1k/sweep.json").read_text())["runs"]
+    runs = manifest("sweeps/in1k")["runs"]
     assert [(r["P"], r["C"], r["S"]) for r in runs] == [
         (7, 147, 923), (8, 192, 779), (14, 588, 283), (16, 768, 196), (28, 2352, 26), (32, 3072, 15)
     ]  # fmt: skip
@@ -51,42 +83,284 @@ def test_imagenet_patch_size_sweep() -> None:
     assert config["model"]["init_args"]["patch_size"] == 16 and config["model"]["init_args"]["gamma"] == 4
 
 
-def test_run_here_then_report(capsys: pytest.CaptureFixture) -> None:
-    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--seeds", "0",
-          "--run", "sweeps/tiny"])  # fmt: skip
-    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4", "--seeds", "0,1",
-          "--run", "sweeps/tiny"])  # a second seed for C = 4 joins the sweep; finished runs are not repeated
+def test_gamma_grid_at_fixed_width(capsys: pytest.CaptureFixture) -> None:
+    """App. D.3 / Fig. S.3: m = S·C fixed, γ = 2Ω/(m(C + m/C)) per C (eq. S.46), peaking at C = √m."""
+    main(["sweep", "--config", TINY_MIXER, "--omega", "2**12", "--width", "64", "--emit", "s3"])
+    data = manifest("s3")
+    assert data["kind"] == "gamma_at_width" and data["width"] == 64
+    grid = [(r["C"], r["S"], r["gamma"]) for r in data["runs"]]
+    assert [(c, s) for c, s, _ in grid] == [(4, 16), (8, 8), (16, 4)]  # powers of two with C, S >= 4, and √m = 8
+    for c, s, gamma in grid:
+        assert c * s == 64 and gamma == pytest.approx(2 * 2**12 / (64 * (c + 64 / c)))
+    assert max(grid, key=lambda g: g[2])[:2] == (8, 8)  # γ_max = Ω/(m√m) = 8 at C* = S* = √m
+    config = yaml.safe_load(Path("s3/configs/C4_S16_g6.4_seed0.yaml").read_text())
+    assert {"channels": 4, "tokens": 16, "omega": None}.items() <= config["model"]["init_args"].items()
+    assert config["model"]["init_args"]["gamma"] == pytest.approx(6.4)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "s3/configs/C8_S8_g8_seed0.yaml", "--print_config"])
+    assert exit_info.value.code in (0, None)
+    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["init_args"]["gamma"] == 8.0
+    err = one_line_error(capsys, ["sweep", "--config", TINY_MIXER, "--omega", "2**12", "--width", "64",
+                                  "--channels", "3", "--emit", "x"])  # fmt: skip
+    assert "channels: 3 does not divide the width m = 64" in err
+    assert not Path("x").exists()
+
+
+def test_sw_mlp_density_grid_at_fixed_width_with_a_cka_reference() -> None:
+    """Fig. 2(a): p = 2^-n, n = 0 … 10 by default, all at one width, plus the Mixer once per seed."""
+    main(["sweep", "--config", FIG2_SW_MLP, "--width", "256", "--cka_reference", FIG2_MIXER, "--seeds", "0,1",
+          "--emit", "fig2"])  # fmt: skip
+    data = manifest("fig2")
+    grid = [r for r in data["runs"] if r["role"] == "grid"]
+    assert data["kind"] == "densities_at_width" and data["cka_reference"] == [FIG2_MIXER]
+    assert sorted({r["p"] for r in grid}, reverse=True) == [2.0**-n for n in range(11)]
+    assert {r["m"] for r in grid} == {256} and len(grid) == 22
+    reference = [r for r in data["runs"] if r["role"] == "reference"]
+    assert [(r["name"], r["seed"]) for r in reference] == [("reference_seed0", 0), ("reference_seed1", 1)]
+    config = yaml.safe_load(Path(reference[1]["config"]).read_text())
+    assert config["model"]["class_path"].endswith("MLPMixerModule") and config["seed_everything"] == 1
+    sw = yaml.safe_load(Path("fig2/configs/p0.0009766_m256_seed0.yaml").read_text())["model"]["init_args"]
+    assert {"density": 2.0**-10, "width": 256, "channels": None, "omega": None}.items() <= sw.items()
+
+
+def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture) -> None:
+    """Table 1 (upper): the learning rate picked per setting from a search, by the mean over seeds."""
+    main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--densities", "0.5,0.25", "--seeds", "0,1",
+          "--grid", "model.optimizer.init_args.lr=0.01,0.02", "--emit", "lr"])  # fmt: skip
+    capsys.readouterr()
+    data = manifest("lr")
+    assert data["axes"] == [{"key": "model.init_args.optimizer.init_args.lr", "name": "lr", "values": [0.01, 0.02]}]
+    assert len(data["runs"]) == 8 and len({r["run_dir"] for r in data["runs"]}) == 8
+    config = yaml.safe_load(Path("lr/configs/p0.5_m64_lr0.02_seed1.yaml").read_text())
+    assert config["model"]["init_args"]["optimizer"]["init_args"]["lr"] == 0.02
+    assert config["model"]["init_args"]["density"] == 0.5  # the width grid's values stay
+    # Finished runs (their test metrics written as `mixer test` writes them): lr 0.02 wins at p = 0.5,
+    # lr 0.01 at p = 0.25.
+    accuracy = {("p0.5_m64", 0.01): 0.5, ("p0.5_m64", 0.02): 0.7, ("p0.25_m91", 0.01): 0.6, ("p0.25_m91", 0.02): 0.4}
+    for run in data["runs"]:
+        Path(run["run_dir"]).mkdir(parents=True)
+        acc = accuracy[(run["width_point"], run["axes"]["lr"])] + 0.01 * run["seed"]
+        Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": acc}))
+    main(["sweep", "report", "lr", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert sorted((b["point"], b["lr"]) for b in report["best"]) == [("p0.25_m91", 0.01), ("p0.5_m64", 0.02)]
+    assert {(r["point"], r["seeds"]) for r in report["summary"]} == {
+        ("p0.5_m64_lr0.01", 2), ("p0.5_m64_lr0.02", 2), ("p0.25_m91_lr0.01", 2), ("p0.25_m91_lr0.02", 2)}  # fmt: skip
+    with open("lr/summary.csv") as f:
+        assert {row["lr"] for row in csv.DictReader(f)} == {"0.01", "0.02"}
+    assert Path("lr/error_vs_lr.png").stat().st_size > 5000 and Path("lr/error_vs_sparsity.png").is_file()
+    main(["sweep", "report", "lr"])  # the series is the directory's name
+    assert "best for lr p0.5_m64: lr = 0.02" in capsys.readouterr().out
+
+
+def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
+    """Fig. S.3 (left): γ varied at a fixed Mixer (S = C = 16 here), no width grid; the report plots
+    the error against γ and names the best."""
+    main(["sweep", "--config", TINY_MIXER, "--grid", "model.init_args.gamma=1,2,4", "--seeds", "0,1", "--emit", "g"])
+    data = manifest("g")
+    assert data["kind"] == "base" and [r["name"] for r in data["runs"]][:2] == ["gamma1_seed0", "gamma1_seed1"]
+    assert yaml.safe_load(Path("g/configs/gamma4_seed1.yaml").read_text())["model"]["init_args"]["gamma"] == 4
+    for run in data["runs"]:
+        Path(run["run_dir"]).mkdir(parents=True)
+        acc = {1: 0.5, 2: 0.6, 4: 0.7}[run["axes"]["gamma"]]
+        Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": acc}))
+    main(["sweep", "report", "g"])
+    out = capsys.readouterr().out
+    assert "best for g base: gamma = 4" in out and Path("g/error_vs_gamma.png").stat().st_size > 5000
+    err = one_line_error(capsys, ["sweep", "--config", TINY_S_MIXER, "--grid", "model.optimizer.init_args.lr=0.1",
+                                  "--emit", "x"])  # fmt: skip
+    assert "grid: model.init_args.optimizer is not set in the base config" in err  # nothing to vary: the default
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--grid", "model.optimizer.init_args.lrr=0.1"], "did you mean model.init_args.optimizer.init_args.lr?"),
+        (["--grid", "seed_everything=1,2"], "grid: seed_everything is set by --seeds"),
+        (["--grid", "model.init_args.density=0.1,0.2"], "grid: model.init_args.density is set by the width grid"),
+        (["--grid", "model.init_args.optimizer.init_args.lr=0.01,1e-2"], "'1e-2' is given twice"),
+        (["--grid", "lr"], "grid: cannot read 'lr'"),
+    ],
+)
+def test_bad_axes(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    err = one_line_error(capsys, ["sweep", "--config", TINY_SW_MLP, "--omega", "4096", *args, "--emit", "x"])
+    assert message in err
+    assert not Path("x").exists()
+
+
+# ------------------------------------------------------------------------- one line, nothing written
+
+
+@pytest.mark.parametrize(
+    "config, args, message",
+    [
+        (TINY_S_MIXER, ["--seeds", "1,1", "--channels", "8,8"], "seeds: '1' is given twice in '1,1'"),
+        (TINY_S_MIXER, ["--channels", "8,8"], "channels: '8' is given twice in '8,8'"),
+        (TINY_S_MIXER, ["--seeds", "0,,x"], "seeds: cannot read '0,,x': item 2 is empty"),
+        (TINY_S_MIXER, ["--seeds", "x"], "seeds: cannot read 'x': 'x' is not an integer"),
+        (TINY_S_MIXER, ["--seeds", "-1"], "seeds: needs integers in [0, 4294967295]"),
+        (TINY_S_MIXER, ["--channels", "4,-8"], "channels: needs positive integers"),
+        (TINY_S_MIXER, ["--patch_sizes", "2,"], "patch_sizes: cannot read '2,': item 2 is empty"),
+        (TINY_S_MIXER, ["--densities", "0.5"], "densities: the s_mixer family is swept over channels, not densities"),
+        (TINY_SW_MLP, ["--channels", "4"], "channels: an SW-MLP sweep is over densities, not channels or patch sizes"),
+        (TINY_SW_MLP, ["--densities", "0.5,1.5"], "densities: needs densities p in (0, 1]"),
+        (TINY_SW_MLP, ["--densities", "0.5,2**-1"], "densities: '2**-1' is given twice"),
+        (TINY_SW_MLP, ["--densities", "0.5,0.5000001"], "densities: two values give the same grid point p0.5_m64"),
+        (TINY_S_MIXER, ["--omega", "2**100"], "omega: 1.268e+30 connections per layer is past any model"),
+        (TINY_S_MIXER, ["--width", "64"], "width: the s_mixer family has γ = 1"),
+    ],
+)
+def test_bad_grids(config: str, args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    omega = [] if "--omega" in args else ["--omega", "4096"]
+    err = one_line_error(capsys, ["sweep", "--config", config, *omega, *args, "--emit", "x"])
+    assert message in err, err
+    assert not Path("x").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--omega", "1000", "--emit", "x", "--run", "y"], "emit: give exactly one of --emit DIR or --run DIR"),
+        (["--omega", "3", "--channels", "8", "--emit", "x"], "omega: 3 is unreachable with channels=8"),
+        (["--omega", "1000", "--gamma", "2", "--emit", "x"], "gamma: the s_mixer family has γ = 1"),
+        (["--channels", "8", "--emit", "x"], "omega: a channel or patch-size grid needs --omega"),
+        (["--omega", "2000", "--emit", "earlier"], "emit: 'earlier' holds a sweep of another grid (channels grid, "
+                                                   "Ω = 1,000"),
+    ],
+)
+def test_bad_sweeps(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4", "--emit", "earlier"])
+    before = sorted(str(p) for p in Path("earlier").rglob("*"))
+    assert message in one_line_error(capsys, ["sweep", "--config", TINY_S_MIXER, *args])
+    assert not Path("x").exists() and sorted(str(p) for p in Path("earlier").rglob("*")) == before
+
+
+def test_bad_output_directories(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    sweep = ["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4"]
+    Path("a_file").write_text("mine\n")
+    assert "emit: 'a_file' is a file, not a directory" in one_line_error(capsys, [*sweep, "--emit", "a_file"])
+    assert "emit: 'a_file' is a file, so 'a_file/sub' cannot be created" in one_line_error(
+        capsys, [*sweep, "--emit", "a_file/sub"])  # fmt: skip
+    assert Path("a_file").read_text() == "mine\n"
+    Path("locked").mkdir()
+    if os.geteuid() == 0:  # root writes anywhere: the permission check is made to fail as it would for a user
+        real_access = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p).name == "locked" else real_access(p, mode))
+    else:
+        Path("locked").chmod(0o500)
+    assert "run: cannot write in 'locked' (permission denied)" in one_line_error(capsys, [*sweep, "--run", "locked/s"])
+    assert list(Path("locked").iterdir()) == []
+    monkeypatch.setenv("MIXER_ARGS", "--config 'unclosed")
+    assert "MIXER_ARGS: cannot read" in one_line_error(capsys, [*sweep, "--run", "s"])
+    assert not Path("s").exists()
+
+
+def test_a_started_run_keeps_its_config(capsys: pytest.CaptureFixture) -> None:
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4", "--emit", "s"])
+    (run,) = manifest("s")["runs"]
+    Path(run["run_dir"], "checkpoints").mkdir(parents=True)
+    Path(run["run_dir"], "checkpoints", "last.ckpt").write_bytes(b"started")
+    config = Path(run["config"]).read_text()
+    Path("other.yaml").write_text(Path(TINY_S_MIXER).read_text().replace("max_epochs: 2", "max_epochs: 3"))
+    err = one_line_error(capsys, ["sweep", "--config", "other.yaml", "--omega", "1000", "--channels", "4",
+                                  "--emit", "s"])  # fmt: skip
+    assert "emit: C4_S20_seed0 has started" in err and Path(run["config"]).read_text() == config
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--emit", "s"])  # extends
+    assert [r["name"] for r in manifest("s")["runs"]] == ["C4_S20_seed0", "C8_S12_seed0"]
+
+
+# ---------------------------------------------------------------------- what a run still needs
+
+
+def test_run_states_and_the_commands_they_give(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "C4_S20" / "seed0"
+    entry = {"name": "C4_S20_seed0", "config": "s/configs/C4_S20_seed0.yaml", "run_dir": str(run_dir)}
+    assert run_state(run_dir) == FRESH
+    assert sweep_runs.fit_arguments(entry, FRESH) == ["fit", "--config", entry["config"]]
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
+    assert run_state(run_dir) == PARTIAL
+    assert sweep_runs.fit_arguments(entry, PARTIAL, ["--trainer.max_epochs", "3"]) == [
+        "fit", "--config", entry["config"], "--ckpt_path", "last", "--trainer.max_epochs", "3"]  # fmt: skip
+    (run_dir / "fit_summary.json").write_text("{}")
+    assert run_state(run_dir) == FITTED and sweep_runs.fit_arguments(entry, FITTED) is None
+    assert sweep_runs.test_arguments(entry) == ["test", "--config", entry["config"], "--ckpt_path",
+                                                str(run_dir / "checkpoints" / "last.ckpt")]  # fmt: skip
+    (run_dir / "test_metrics.json").write_text("{}")
+    assert run_state(run_dir) == TESTED
+
+
+def test_sweep_point_does_what_each_state_needs(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mixer sweep point` (what run_all.sh and the SLURM array call) for a run in each state; the fit
+    and test themselves are recorded, not run."""
+    import mixer_lightning.cli
+
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--emit", "s"])
+    fresh, partial = manifest("s")["runs"]
+    calls: list[list[str]] = []
+    monkeypatch.setattr(mixer_lightning.cli, "main", lambda arguments: calls.append(arguments))
+    monkeypatch.setenv("MIXER_ARGS", "--trainer.max_epochs 1")
+    Path(fresh["run_dir"]).mkdir(parents=True)  # killed before its first checkpoint
+    Path(fresh["run_dir"], "config.yaml").write_text("left over\n")
+    Path(partial["run_dir"], "checkpoints").mkdir(parents=True)
+    Path(partial["run_dir"], "checkpoints", "last.ckpt").write_bytes(b"x")
+    extra = ["--trainer.max_epochs", "1"]
+    main(["sweep", "point", "s", "C4_S20_seed0"])
+    assert calls == [["fit", "--config", fresh["config"], *extra],
+                     ["test", "--config", fresh["config"], "--ckpt_path", f"{fresh['run_dir']}/checkpoints/last.ckpt",
+                      *extra]]  # fmt: skip
+    assert Path(f"{fresh['run_dir']}.aborted-1", "config.yaml").read_text() == "left over\n"  # kept, moved aside
+    calls.clear()
+    main(["sweep", "point", "s", "C8_S12_seed0"])
+    assert calls[0] == ["fit", "--config", partial["config"], "--ckpt_path", "last", *extra]
+    Path(partial["run_dir"], "fit_summary.json").write_text("{}")
+    calls.clear()
+    main(["sweep", "point", "s", "C8_S12_seed0"])
+    assert [c[0] for c in calls] == ["test"]
+    Path(partial["run_dir"], "test_metrics.json").write_text("{}")
+    calls.clear()
+    main(["sweep", "point", "s", "C8_S12_seed0"])
+    assert calls == [] and "sweep: C8_S12_seed0: done" in capsys.readouterr().out
+    assert "name: 'C9_seed0' is not a run of 's'" in one_line_error(capsys, ["sweep", "point", "s", "C9_seed0"])
+
+
+# ---------------------------------------------------------------------------- runs and reports
+
+
+SHORT = "--trainer.limit_train_batches 2 --trainer.limit_val_batches 1 --trainer.limit_test_batches 2"
+
+
+def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIXER_ARGS", SHORT)  # flags for every fit and test of the sweep
+    sweep = ["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--run", "sweeps/tiny"]
+    main(sweep)
+    assert json.loads(Path("sweeps/tiny/runs/C4_S20/seed0/fit_summary.json").read_text())["steps"] == 4  # MIXER_ARGS
+    capsys.readouterr()
+    main(sweep)  # again: finished runs are not repeated
+    out = capsys.readouterr().out
+    assert "sweep: C4_S20_seed0: done" in out and "sweep: C8_S12_seed0: done" in out and "fitting" not in out
     with open("sweeps/tiny/summary.csv") as f:
         summary = list(csv.DictReader(f))
-    assert [(row["C"], row["S"], row["seeds"]) for row in summary] == [("4", "20", "2"), ("8", "12", "1")]
+    assert [(row["C"], row["S"], row["seeds"]) for row in summary] == [("4", "20", "1"), ("8", "12", "1")]
     assert all(0.0 <= float(row["test_error_mean"]) <= 1.0 for row in summary)
     assert Path("sweeps/tiny/error_vs_width.png").stat().st_size > 5000
     assert Path("sweeps/tiny/error_vs_channels.png").stat().st_size > 5000
-    capsys.readouterr()
     main(["sweep", "report", "sweeps/tiny", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert [(row["point"], row["seeds"]) for row in report["summary"]] == [("C4_S20", 2), ("C8_S12", 1)]
-    with open("sweeps/tiny/report.csv") as f:
-        assert len(list(csv.DictReader(f))) == 3
+    assert [(row["point"], row["seeds"]) for row in report["summary"]] == [("C4_S20", 1), ("C8_S12", 1)]
+    # D.7: the loss curves of the runs, from their TensorBoard logs.
+    main(["sweep", "curves", "sweeps/tiny", "--metric", "val/loss", "--metric", "train/loss_epoch", "--json"])
+    curves = json.loads(capsys.readouterr().out)["curves"]
+    assert {(c["point"], c["metric"], c["runs"]) for c in curves} == {
+        ("C4_S20", "val/loss", 1), ("C4_S20", "train/loss_epoch", 1), ("C8_S12", "val/loss", 1),
+        ("C8_S12", "train/loss_epoch", 1)}  # fmt: skip
+    assert all([r["epoch"] for r in c["rows"]] == [0, 1] for c in curves)  # the config's 2 epochs
+    assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
 
 
-def test_emit_the_paper_sw_mlp_density_grid(capsys: pytest.CaptureFixture) -> None:
-    main(["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18", "--emit", "sweeps/sw"])
-    manifest = json.loads(Path("sweeps/sw/sweep.json").read_text())
-    # Fig. 5's SW-MLP arm: 1-p = 0.1 ... 0.9 at Ω = 2^18 gives m = √(Ω/p) = 540, 612, 724, 935, 1619 (eq. S.43).
-    assert [(r["p"], r["m"]) for r in manifest["runs"]] == [(0.9, 540), (0.7, 612), (0.5, 724), (0.3, 935), (0.1, 1619)]
-    assert manifest["gamma"] == 1.0 and all(r["C"] is None for r in manifest["runs"])
-    config = yaml.safe_load(Path("sweeps/sw/configs/p0.3_m935_seed0.yaml").read_text())
-    expected = {"density": 0.3, "omega": 262144, "width": None, "impl": "sparse"}
-    assert expected.items() <= config["model"]["init_args"].items()
-    assert "p = 0.3, m = 935" in Path("sweeps/sw/configs/p0.3_m935_seed0.yaml").read_text().splitlines()[0]
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "sweeps/sw/configs/p0.3_m935_seed0.yaml", "--print_config"])
-    assert exit_info.value.code in (0, None)
-    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["init_args"]["density"] == 0.3
-
-
-def test_sw_mlp_sweep_runs_here_and_reports_against_width(capsys: pytest.CaptureFixture) -> None:
+def test_sw_mlp_sweep_runs_here_and_reports_against_width(capsys: pytest.CaptureFixture,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    monkeypatch.setenv("MIXER_ARGS", SHORT)
     main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--densities", "0.5,0.25", "--seeds", "0",
           "--run", "sweeps/sw_tiny"])  # fmt: skip
     capsys.readouterr()
@@ -96,64 +370,133 @@ def test_sw_mlp_sweep_runs_here_and_reports_against_width(capsys: pytest.Capture
     assert [(row["point"], row["m"], row["C"]) for row in report["summary"]] == [("p0.5_m64", 64, None),
                                                                                ("p0.25_m91", 91, None)]  # fmt: skip
     assert all(0.0 <= row["test_error_mean"] <= 1.0 for row in report["summary"])
+    assert all(row["train_loss_mean"] > 0 for row in report["summary"])  # Fig. S.1 left: trainability
     assert Path("sweeps/sw_tiny/error_vs_width.png").stat().st_size > 5000
+    assert Path("sweeps/sw_tiny/error_vs_sparsity.png").stat().st_size > 5000
     assert not Path("sweeps/sw_tiny/error_vs_channels.png").exists()  # an SW-MLP has no C
     config = yaml.safe_load(Path("sweeps/sw_tiny/configs/p0.25_m91_seed0.yaml").read_text())
     assert config["model"]["init_args"]["gamma"] == 2.0  # the γ that m = 91 was solved with
-    main(["sweep", "report", "sweeps/sw_tiny"])
-    assert "p0.5_m64" in capsys.readouterr().out
 
 
 def test_sw_mlp_sweep_takes_gamma_for_mlp_blocks_only(capsys: pytest.CaptureFixture) -> None:
     main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--gamma", "4", "--densities", "0.5", "--emit", "g4"])
-    (run,) = json.loads(Path("g4/sweep.json").read_text())["runs"]
+    (run,) = manifest("g4")["runs"]
     assert (run["m"], run["p"]) == (45, 0.5)  # m = √(Ω/(γp)) = √(4096/2) ≈ 45
     assert yaml.safe_load(Path(run["config"]).read_text())["model"]["init_args"]["gamma"] == 4.0
-    with pytest.raises(SystemExit) as exit_info:  # Fig. 5's single-FC blocks have no hidden layer
-        main(["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18", "--gamma", "2",
-              "--emit", "fc"])  # fmt: skip
-    assert exit_info.value.code == 2
-    assert "gamma: a single-FC SW-MLP block has γ = 1; drop --gamma (or use block: mlp)" in capsys.readouterr().err
+    err = one_line_error(capsys, ["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18",
+                                  "--gamma", "2", "--emit", "fc"])  # fmt: skip
+    assert "gamma: a single-FC SW-MLP block has γ = 1; drop --gamma (or use block: mlp)" in err
     assert not Path("fc").exists()
 
 
-@pytest.mark.parametrize(
-    "config, args, message",
-    [
-        (TINY_S_MIXER, ["--densities", "0.5"], "densities: the s_mixer family is swept over channels, not densities"),
-        (TINY_SW_MLP, ["--channels", "4"], "channels: an SW-MLP sweep is over densities, not channels or patch sizes"),
-        (TINY_SW_MLP, ["--densities", "0.5,1.5"], "densities: needs values in (0, 1], got '0.5,1.5'"),
-    ],
-)
-def test_bad_density_sweeps(config: str, args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["sweep", "--config", config, "--omega", "4096", *args, "--emit", "x"])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
-    assert not Path("x").exists()
-
-
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--omega", "1000", "--emit", "x", "--run", "y"], "emit: give exactly one of --emit DIR or --run DIR"),
-        (["--omega", "1000", "--channels", "4,-8", "--emit", "x"], "channels: needs positive integers"),
-        (["--omega", "3", "--channels", "8", "--emit", "x"], "omega: 3 is unreachable with channels=8"),
-        (["--omega", "1000", "--gamma", "2", "--emit", "x"], "gamma: the s_mixer family has γ = 1"),
-        (["--omega", "2000", "--emit", "earlier"], "emit: 'earlier' holds a sweep at Ω = 1,000"),
-    ],
-)
-def test_bad_sweeps(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4", "--emit", "earlier"])
-    with pytest.raises(SystemExit) as exit_info:
-        main(["sweep", "--config", TINY_S_MIXER, *args])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
-
-
-def test_report_of_a_directory_that_is_not_a_sweep(capsys: pytest.CaptureFixture) -> None:
+def test_reports_of_what_is_not_a_sweep(capsys: pytest.CaptureFixture) -> None:
     Path("empty").mkdir()
-    with pytest.raises(SystemExit):
-        main(["sweep", "report", "empty"])
-    assert "directories: 'empty' is not a sweep directory" in capsys.readouterr().err
+    assert "directories: 'empty' is not a sweep directory" in one_line_error(capsys, ["sweep", "report", "empty"])
+    Path("bad").mkdir()
+    Path("bad/sweep.json").write_text("{not json")
+    assert "directories: 'bad/sweep.json' is damaged" in one_line_error(capsys, ["sweep", "report", "bad"])
+    assert "directories: 'empty' holds no runs with logs yet" in one_line_error(capsys, ["sweep", "curves", "empty"])
+
+
+# ------------------------------------------------------------------------------- D.7 loss curves
+
+
+def _log(run_dir: Path, losses: list[float], start_epoch: int = 0) -> None:
+    """Scalars as Lightning's TensorBoardLogger writes them: each value at its step, with `epoch`."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(run_dir))
+    for i, loss in enumerate(losses):
+        epoch = start_epoch + i
+        writer.add_scalar("val/loss", loss, global_step=10 * (epoch + 1) - 1)
+        writer.add_scalar("epoch", epoch, global_step=10 * (epoch + 1) - 1)
+    writer.close()
+
+
+def test_loss_curves_across_seeds_from_the_logs(capsys: pytest.CaptureFixture) -> None:
+    """Mean with the min–max band at every epoch all seeds reached; a resumed run's later event file
+    wins where the killed process logged past its checkpoint; a CSVLogger run reads the same."""
+    for seed, losses in enumerate([[2.0, 1.0, 0.5], [2.2, 1.2, 0.7], [1.8, 0.8, 0.3]]):
+        _log(Path("runs/normal") / f"version_{seed}", losses)
+    killed = Path("runs/rp/version_0")
+    _log(killed, [2.5, 9.9])  # epoch 1 logged by the process that was killed before its checkpoint
+    _log(killed, [1.5, 1.0], start_epoch=1)  # the resumed process re-runs epoch 1
+    csv_run = Path("runs/rp/version_1")
+    csv_run.mkdir(parents=True)
+    csv_run.joinpath("metrics.csv").write_text("epoch,step,val/loss\n0,9,2.7\n1,19,1.6\n2,29,1.2\n")
+    main(["sweep", "curves", "runs/normal", "runs/rp", "--json", "--out", "curves"])
+    result = json.loads(capsys.readouterr().out)
+    normal = next(c for c in result["curves"] if c["series"] == "normal")
+    assert normal["runs"] == 3 and [round(r["mean"], 6) for r in normal["rows"]] == [2.0, 1.0, 0.5]
+    assert [(r["min"], r["max"]) for r in normal["rows"]][2] == pytest.approx((0.3, 0.7))
+    rp = next(c for c in result["curves"] if c["series"] == "rp")
+    assert [r["mean"] for r in rp["rows"]] == pytest.approx([2.6, 1.55, 1.1])  # (2.5, 2.7), (1.5, 1.6), (1.0, 1.2)
+    assert Path("curves/curves_val_loss.png").stat().st_size > 5000
+    with open("curves/curves.csv") as f:
+        assert len(list(csv.DictReader(f))) == 6
+    assert "metric: no run logged 'val/acc9'" in one_line_error(capsys, ["sweep", "curves", "runs/normal",
+                                                                         "--metric", "val/acc9"])  # fmt: skip
+
+
+# ------------------------------------------------------------------------------ slow, end to end
+
+
+@pytest.mark.slow
+def test_figure_2a_end_to_end(capsys: pytest.CaptureFixture) -> None:
+    """One command trains the SW-MLPs of p = 1, 1/4, 1/16 at the Mixer's width (from the config: C = 16
+    on S0 = 16 patches) and the Mixer, then draws the average diagonal CKA against p."""
+    main(["sweep", "--config", FIG2_SW_MLP, "--densities", "1,2**-2,2**-4", "--cka_reference", FIG2_MIXER,
+          "--seeds", "0", "--run", "fig2"])  # fmt: skip
+    capsys.readouterr()
+    main(["sweep", "report", "fig2", "--json"])
+    cka = json.loads(capsys.readouterr().out)["cka"]
+    assert [(row["point"], row["seeds"]) for row in cka["summary"]] == [("p1_m256", 1), ("p0.25_m256", 1),
+                                                                        ("p0.0625_m256", 1)]  # fmt: skip
+    for row in cka["rows"]:
+        diagonal = [float(v) for v in row["cka_diagonal"].split()]
+        assert len(diagonal) == 2 and all(0 < v <= 1 for v in diagonal)
+        assert row["cka_diagonal_mean"] == pytest.approx(sum(diagonal) / 2, abs=1e-6)
+        assert row["examples"] == 352  # 11 full minibatches of 32 of the 359 digits test images
+    assert Path("fig2/cka_vs_density.png").stat().st_size > 10_000
+    assert Path("fig2/runs/p1_m256/seed0/cka_reference.json").is_file()  # cached for the next report
+
+
+def _killing_overlay(tmp: Path) -> str:
+    """Kill the fit at step 3 the first time only (a marker file), checkpoints every 2 steps (an epoch
+    is 4 steps: the kill comes before the epoch's end and its checkpoint)."""
+    path = tmp / "kill_once.yaml"
+    path.write_text(yaml.safe_dump({
+        "trainer": {"callbacks": [{"class_path": "sweep_killer.KillOnceAtStep",
+                                   "init_args": {"step": 3, "marker": str(tmp / "killed-once")}}]},
+        "step_checkpoint": {"every_n_train_steps": 2},
+    }))  # fmt: skip
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["run", "run_all.sh"])
+def test_a_killed_point_resumes_from_its_own_last_checkpoint(how: str, tmp_path: Path) -> None:
+    """A sweep point SIGKILLed mid-fit (after the step-2 checkpoint): running the sweep again resumes it
+    from its own last.ckpt and finishes it; a third time does nothing."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "sweep_killer",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
+    sweep = [MIXER, "sweep", "--config", TINY_S_MIXER, "--config", _killing_overlay(tmp_path), "--omega", "1000",
+             "--channels", "4", "--seeds", "0"]  # fmt: skip
+    if how == "run":
+        command = [*sweep, "--run", "s"]
+    else:
+        subprocess.run([*sweep, "--emit", "s"], check=True, env=env, capture_output=True)
+        command = ["bash", "s/run_all.sh"]
+    first = subprocess.run(command, env=env, capture_output=True, text=True)
+    run_dir = Path("s/runs/C4_S20/seed0")
+    assert first.returncode in (-signal.SIGKILL, 128 + signal.SIGKILL), first.stderr[-2000:]
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+    assert run_state(run_dir) == PARTIAL
+    second = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"sweep: C4_S20_seed0: resuming from {run_dir}/checkpoints/last.ckpt" in second.stdout
+    assert torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8  # 2 epochs × 4
+    assert json.loads((run_dir / "fit_summary.json").read_text())["steps"] == 8
+    assert run_state(run_dir) == TESTED and Path("s/summary.csv").is_file()
+    third = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert third.returncode == 0 and "sweep: C4_S20_seed0: done" in third.stdout

@@ -10,7 +10,14 @@ import pytest
 from mixer_lightning.cli import main
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models import create_model
-from mixer_lightning.width import model_connections, omega, parse_int_expression, solve_tokens
+from mixer_lightning.width import (
+    gamma_at_width,
+    model_connections,
+    omega,
+    parse_int_expression,
+    parse_real_expression,
+    solve_tokens,
+)
 
 
 def width_json(capsys: pytest.CaptureFixture, *args: str) -> dict:
@@ -63,11 +70,50 @@ def test_imagenet_sweep() -> None:
 
 
 def test_table_and_plot(capsys: pytest.CaptureFixture) -> None:
-    main(["width", "--omega", "2**18", "--plot", "fig3.png"])
+    main(["width", "--omega", "2**18"])
     out = capsys.readouterr().out
     assert "optimum: S* = C* = 64, m_max = 4,096" in out
     assert "1-p = 0.9: m = 1,619" in out
+
+
+def test_figure_3_m_and_p_against_c(capsys: pytest.CaptureFixture) -> None:
+    """Fig. 3: m and p against C at Ω = 10^8, γ = 1: m peaks at C* = S* = Ω^{1/3} ≈ 464, where p is least."""
+    result = width_json(capsys, "--omega", "10**8", "--gamma", "1", "--plot", "fig3.png")
+    best = result["optimum"]
+    assert best["C"] == pytest.approx(1e8 ** (1 / 3)) and best["m"] == pytest.approx(1e8 ** (2 / 3), rel=1e-6)
+    assert best["p"] == pytest.approx(1e8 / best["m"] ** 2)
+    assert max(p["m"] for p in result["pairs"]) < best["m"] and min(p["p"] for p in result["pairs"]) > best["p"]
     assert Path("fig3.png").stat().st_size > 10_000
+
+
+def test_gamma_at_fixed_width_eq_s46(capsys: pytest.CaptureFixture) -> None:
+    """App. D.3: at fixed (Ω, m), γ = 2Ω/(m(C + m/C)) is a single peak at C* = S* = √m, γ_max = Ω/(m√m)."""
+    result = width_json(capsys, "--omega", "2**20", "--width", "4096", "--plot", "s46.png")
+    grid = result["gamma_grid"]
+    assert [(r["C"], r["S"]) for r in grid] == [(2**k, 4096 // 2**k) for k in range(2, 11)]
+    assert result["optimum"] == {"S": 64.0, "C": 64.0, "gamma": 4.0}  # 2^20 / (4096 · 64)
+    peak = max(grid, key=lambda r: r["gamma"])
+    assert (peak["C"], peak["S"], peak["gamma"]) == (64, 64, 4.0)
+    for row in grid:
+        assert omega(row["S"], row["C"], row["gamma"]) == pytest.approx(2**20)  # Ω is kept at every C
+        assert row["connections"] == pytest.approx(2**20, rel=0.02)  # with D = γS, γC rounded as built
+        mirror = next(r for r in grid if r["C"] == row["S"])
+        assert mirror["gamma"] == pytest.approx(row["gamma"])  # (C, S) and (S, C) have the same γ
+    assert gamma_at_width(2**20, 4096, 16) == pytest.approx(2 * 2**20 / (4096 * (16 + 256)))
+    assert Path("s46.png").stat().st_size > 10_000
+    main(["width", "--omega", "2**20", "--width", "4096", "--channels", "32,64"])
+    out = capsys.readouterr().out
+    assert "optimum: C* = S* = √m = 64, γ_max = Ω/(m√m) = 4" in out and "3.2000" in out
+
+
+def test_expressions() -> None:
+    assert parse_real_expression("2**-6", "densities") == parse_real_expression("1/64", "densities") == 2**-6
+    assert parse_real_expression("2^-6", "d") == 2**-6 and parse_real_expression("1e-3", "d") == 0.001
+    for bad in ("1/0", "nan", "10**5000", "__import__('os')", "2**"):
+        with pytest.raises(ConfigError, match="cannot read"):
+            parse_real_expression(bad, "d")
+    with pytest.raises(ConfigError, match="is too large"):
+        parse_int_expression("(2**512)**512")  # refused before it is computed
 
 
 @pytest.mark.parametrize(
@@ -78,6 +124,12 @@ def test_table_and_plot(capsys: pytest.CaptureFixture) -> None:
         (["--omega", "2**18", "--channels", "16,x"], "mixer: error: channels: cannot read '16,x'"),
         (["--omega", "2**18", "--sparsity", "1.5"], "mixer: error: sparsity: 1-p must be in [0, 1), got 1.5"),
         (["--omega", "100", "--channels", "64"], "mixer: error: omega: 100 is unreachable with channels=64"),
+        (["--omega", "2**100"], "mixer: error: omega: 1.268e+30 connections per layer is past any model"),
+        (["--omega", "2**2000"], "mixer: error: omega: '2**2000' is too large"),
+        (["--omega", "2**18", "--channels", "16,,32"], "mixer: error: channels: cannot read '16,,32': item 2 is empty"),
+        (["--omega", "2**18", "--channels", "16,16"], "mixer: error: channels: '16' is given twice"),
+        (["--omega", "2**20", "--width", "64", "--channels", "3"], "mixer: error: channels: 3 does not divide the width"),
+        (["--omega", "2**20", "--width", "64", "--sparsity", "0.5"], "mixer: error: sparsity: --sparsity is for"),
     ],
 )
 def test_bad_values(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:

@@ -314,3 +314,63 @@ def mixer_pair(omega: float, width: float, gamma: float) -> tuple[float, float] 
         return None
     root = math.sqrt(max(disc, 0.0))
     return (total + root) / 2, (total - root) / 2
+
+
+# ------------------------------------------------------------- App. D.1 scaling (Fig. S.1 centre, right)
+
+
+def d1_width_density(omega: float, a: float) -> tuple[int, float]:
+    """App. D.1's scaling of an SW-MLP layer with Ω connections: width m = Ω^{(1+a)/2} (rounded) and
+    density p = Ω^{-a}, so that m²p = Ω whatever the scaling index a ≥ 0 (a = 0: a dense √Ω-wide layer)."""
+    return max(1, round(omega ** ((1 + a) / 2))), omega ** (-a)
+
+
+def normalised_sparse_singular_values(omega: float, a: float, max_entries: int = DEFAULT_MAX_ENTRIES) -> dict:
+    """The singular values λ of Z = M ⊙ W normalised as App. D.1 normalises them, for one draw from
+    torch's global generator: Z is m×m with M ~ Bernoulli(p) and W ~ N(0, 1) (`d1_width_density`), Q =
+    ZZᵀ is scaled by c, the mean of its diagonal, so λ = σ(Z)/√c and the mean of λ² is 1 for every a.
+
+    Z is never formed. Its singular values are those of the blocks its non-zeros form as a bipartite
+    graph between rows and columns (the connected components: at large a almost every non-zero is alone
+    in its row and column, a 1×1 block), plus zeros for the rows no block reaches. A block with one row
+    or one column has the norm of its entries as its only singular value; larger blocks go to a dense
+    svd, up to `max_entries` entries each.
+
+    Returns ``values`` (the non-zero blocks' λ, float64), ``zeros`` (how many of the m are exactly 0),
+    ``m``, ``p`` and ``connections`` (the non-zeros drawn).
+    """
+    import numpy as np
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from mixer_lightning.models.sparse import bernoulli_pattern
+
+    m, p = d1_width_density(omega, a)
+    row, col = bernoulli_pattern(m, m, min(1.0, p))
+    values = torch.randn(row.numel(), dtype=torch.float64)
+    n = row.numel()
+    if n == 0:
+        return {"values": torch.zeros(0, dtype=torch.float64), "zeros": m, "m": m, "p": p, "connections": 0}
+    scale = math.sqrt(float((values**2).sum()) / m)  # √c, c = tr(ZZᵀ)/m
+    rows, cols, vals = row.numpy(), col.numpy(), values.numpy()
+    graph = coo_matrix((np.ones(n), (rows, m + cols)), shape=(2 * m, 2 * m))
+    _, labels = connected_components(graph, directed=False)
+    component = labels[rows]
+    order = np.argsort(component, kind="stable")
+    bounds = np.flatnonzero(np.diff(component[order])) + 1
+    singular: list[np.ndarray] = []
+    counted = 0
+    for members in np.split(order, bounds):
+        r_ids, r_idx = np.unique(rows[members], return_inverse=True)
+        c_ids, c_idx = np.unique(cols[members], return_inverse=True)
+        if min(len(r_ids), len(c_ids)) == 1:
+            singular.append(np.array([np.sqrt(np.sum(vals[members] ** 2))]))
+            counted += 1
+            continue
+        _check_size(len(r_ids), len(c_ids), max_entries, f"block of Z at a = {a:g}")
+        block = np.zeros((len(r_ids), len(c_ids)))
+        block[r_idx, c_idx] = vals[members]
+        singular.append(np.linalg.svd(block, compute_uv=False))
+        counted += min(len(r_ids), len(c_ids))
+    found = torch.from_numpy(np.concatenate(singular)) / scale
+    return {"values": found, "zeros": m - counted, "m": m, "p": p, "connections": n}

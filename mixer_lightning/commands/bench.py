@@ -11,6 +11,7 @@ Examples:
     mixer bench --model mixer_b16 --vs timm --device cuda --precision bf16-mixed --batch_size 128
     mixer bench --config configs/cifar10_fig5_s_mixer.yaml --compile --json
     mixer bench --kernels                                   permutation and element-wise kernels, eager vs compiled
+    mixer bench --table_s3 [--device cuda]                  Hayase & Karakida Table S.3 at its settings, beside the paper's
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--compile", action="store_true", help="also run the model compiled (torch.compile)")
     parser.add_argument("--kernels", action="store_true",
                         help="time the memory-bound kernels instead: RP permutations and element-wise ops, eager vs compiled")  # fmt: skip
+    parser.add_argument("--table_s3", action="store_true",
+                        help="Hayase & Karakida Table S.3: SW-MLP (dense), RP Mixer, Mixer at its CIFAR and ImageNet settings (batch 128)")  # fmt: skip
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--image_size", type=int, default=None, help="default: the model's / the data's")
     parser.add_argument("--num_classes", type=int, default=1000)
@@ -82,6 +85,14 @@ def run(args: Namespace) -> None:
         import torch
 
         require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
+    if args.table_s3:
+        from mixer_lightning.benchmarks.sparse import format_table_s3, table_s3
+
+        require(args.model is None and args.config is None and not args.kernels, "table_s3",
+                "builds the models of Table S.3 itself", "drop --model/--config/--kernels")  # fmt: skip
+        report = table_s3(device=args.device, **({"repeats": args.repeats} if args.repeats else {}))
+        print(json.dumps(report, indent=2) if args.json else format_table_s3(report))
+        return
     if args.model is None and args.config is None:
         log = (lambda *a, **k: None) if args.json else print
         report = standard_suite(**({"repeats": args.repeats} if args.repeats else {}), log=log)

@@ -16,10 +16,20 @@ Default widths: the Mixer widths S·C of the paper's grid at (Ω, γ) (Fig. 4: C
 γ = 2), plus 2·m_max and 4·m_max, which only an SW-MLP reaches. Each value is the mean over
 ``--seeds`` (the paper: five trials).
 
+App. D.1 scaling (``--a``, Fig. S.1 centre and right): for each scaling index a, the m×m weight Z = M ⊙ W
+with m = Ω^{(1+a)/2}, M ~ Bernoulli(p = Ω^{-a}) and W ~ N(0, 1), so m²p = Ω; its singular values λ are
+normalised by √c, c the mean diagonal entry of ZZᵀ (App. D.1), and pooled over ``--trials`` draws
+(the paper: a = 1.5, Ω = 10^3, 50 trials for the centre panel). The largest, λ_max, grows with a
+(right panel); a dense Gaussian W (a = 0, as a Mixer's weights) has λ_max → 2, the Marchenko–Pastur
+edge, and an S-Mixer with S = C corresponds to a = 1/3 (p = 1/C). Fig. S.1 left (trainability) is
+`mixer sweep report` of an SW-MLP density sweep (its error_vs_sparsity.png).
+
 Examples:
     mixer spectrum --omega 2**19 --gamma 2                          Figure 4 (right)
     mixer spectrum --omega 2**19 --gamma 2 --plot spectrum.png --json
     mixer spectrum --omega 2**14 --gamma 2 --widths 128,256,512,1024 --all --plot s1.png   spectra too
+    mixer spectrum --omega 10**3 --a 1.5 --trials 50 --plot s1_centre.png                   Fig. S.1 centre
+    mixer spectrum --omega 10**3 --a 0,0.25,0.5,0.75,1,1.25,1.5 --trials 50 --plot s1.png  Fig. S.1 right
 """
 
 from __future__ import annotations
@@ -33,48 +43,44 @@ from jsonargparse import ArgumentParser, Namespace
 
 from mixer_lightning.analysis.spectrum import (
     _svdvals,
+    d1_width_density,
     eq17_sigma_max,
     mixer_pair,
     mp_edge,
     mp_singular_value_density,
+    normalised_sparse_singular_values,
     sparse_singular_values,
     sw_mlp_weight,
 )
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.commands.lists import integers, reals
+from mixer_lightning.commands.lists import seeds as parse_seeds
+from mixer_lightning.errors import require
 from mixer_lightning.models.layers import hidden_width
 from mixer_lightning.width import default_channels, optimum, parse_int_expression, solve_tokens
 
 DEFAULT_SEEDS = "0,1,2,3,4"  # Figure 4's caption: five trials (App. C.2 says ten)
 DEFAULT_MAX_ENTRIES = 2**23  # --all: dense svdvals up to 8M entries (4096×2048: seconds in float64)
+DEFAULT_MAX_CONNECTIONS = 2**27  # non-zeros of one drawn weight: ~2 GB of CSR indices and values
+MAX_WIDTH = 2**26  # m beyond this: the m×m (γm×m) index space leaves float64's exact integers
+MAX_GAMMA = 1024.0
+MAX_TRIALS = 10_000
 
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**19")
-    parser.add_argument("--gamma", type=float, default=2.0, help="expansion factor γ (Figure 4: 2)")
+    parser.add_argument("--gamma", type=float, default=None, help="expansion factor γ (default 2, Figure 4; --a: 1)")
     parser.add_argument("--widths", type=str, default=None, help="comma-separated SW-MLP widths m (default: see above)")
-    parser.add_argument("--seeds", type=str, default=DEFAULT_SEEDS, help="comma-separated seeds; values are means")
+    parser.add_argument("--seeds", type=str, default=None, help=f"comma-separated seeds; values are means (default {DEFAULT_SEEDS})")
+    parser.add_argument("--trials", type=int, default=None, help="or this many seeds 0, 1, … (Fig. S.1 centre: 50)")
+    parser.add_argument("--a", type=str, default=None,
+                        help="App. D.1 scaling indices a (comma-separated): m = Ω^((1+a)/2), p = Ω^(-a) (Fig. S.1)")  # fmt: skip
+    parser.add_argument("--bins", type=int, default=60, help="--a: histogram bins of the singular values")
+    parser.add_argument("--max_connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
+                        help="the most non-zeros one drawn weight may hold (bounds Ω)")  # fmt: skip
     parser.add_argument("--all", action="store_true", help="also every singular value (dense svd; small widths)")
     parser.add_argument("--max_entries", type=int, default=DEFAULT_MAX_ENTRIES, help="--all: largest γm·m done")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--plot", type=str, default=None, help="draw σ_max against m (and the spectra) to this PNG")
-
-
-def _ints(text: str, field: str) -> list[int]:
-    try:
-        values = [parse_int_expression(item.strip(), field) for item in str(text).split(",") if item.strip()]
-    except ConfigError:
-        raise ConfigError(field, f"cannot read {text!r}", "give comma-separated integers, e.g. 512,1024,2048") from None
-    require(bool(values) and all(v > 0 for v in values), field, f"needs positive integers, got {text!r}")
-    return values
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        seeds = [int(item) for item in str(text).split(",") if item.strip()]
-    except ValueError:
-        raise ConfigError("seeds", f"cannot read {text!r}", "give comma-separated integers, e.g. 0,1,2") from None
-    require(bool(seeds) and all(s >= 0 for s in seeds), "seeds", f"needs integers >= 0, got {text!r}")
-    return seeds
 
 
 def default_grid(omega: int, gamma: float) -> list[dict]:
@@ -218,15 +224,138 @@ def plot(result: dict, path: str) -> None:
     plt.close(fig)
 
 
+def _seed_list(args: Namespace) -> list[int]:
+    if args.trials is not None:
+        require(args.seeds is None, "trials", "give --seeds or --trials, not both", "drop one of them")
+        require(1 <= args.trials <= MAX_TRIALS, "trials", f"must be in [1, {MAX_TRIALS}], got {args.trials}")
+        return list(range(args.trials))
+    return parse_seeds(args.seeds if args.seeds is not None else DEFAULT_SEEDS)
+
+
+def _check_omega(omega: int, max_connections: int) -> None:
+    """Ω is the non-zeros of every weight drawn: beyond `max_connections` it is one line, not a
+    machine that runs out of memory (``--omega 2**100``)."""
+    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
+    require(omega <= max_connections, "omega", f"{omega:.4g} connections per layer is more than one weight drawn here "
+            f"may hold (--max_connections {max_connections:,})", "give a smaller Ω (Figure 4: 2**19; Fig. S.1: 10**3), "
+            "or raise --max_connections")  # fmt: skip
+
+
+def compute_d1(omega: int, scalings: list[float], seeds: list[int], bins: int = 60,
+               max_entries: int = DEFAULT_MAX_ENTRIES) -> dict:  # fmt: skip
+    """App. D.1 (Fig. S.1 centre, right): for each a, the normalised singular values λ of Z = M ⊙ W
+    (`normalised_sparse_singular_values`) over the seeds: λ_max (mean, std, min, max), the fraction of
+    exact zeros, and a histogram of all of them (density over [0, the largest λ of any a])."""
+    import numpy as np
+
+    draws = {}
+    for a in scalings:
+        draws[a] = []
+        for seed in seeds:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                draws[a].append(normalised_sparse_singular_values(omega, a, max_entries))
+    top = max(float(d["values"].max()) for runs in draws.values() for d in runs if d["values"].numel())
+    edges = np.linspace(0.0, top * 1.02, bins + 1)
+    rows = []
+    for a, runs in draws.items():
+        m, p = d1_width_density(omega, a)
+        maxima = [float(d["values"].max()) if d["values"].numel() else 0.0 for d in runs]
+        counts, _ = np.histogram(np.concatenate([d["values"].numpy() for d in runs]), bins=edges)
+        zeros = sum(d["zeros"] for d in runs)
+        counts[0] += zeros
+        total = m * len(runs)
+        rows.append({"a": a, "m": m, "p": p, "sparsity": 1 - p,
+                     "connections": statistics.fmean(d["connections"] for d in runs),
+                     "lambda_max": statistics.fmean(maxima), "lambda_max_std": _std(maxima),
+                     "lambda_max_min": min(maxima), "lambda_max_max": max(maxima), "zero_fraction": zeros / total,
+                     "histogram": {"edges": edges.tolist(), "density": (counts / (total * np.diff(edges))).tolist()}})  # fmt: skip
+    return {"omega": omega, "trials": len(seeds), "seeds": seeds, "mixer_lambda_max": 2.0, "scaling": rows}
+
+
+def plot_d1(result: dict, path: str) -> None:
+    """Fig. S.1 centre (the distribution of the normalised singular values, each a; the quarter-circle
+    law of a dense Gaussian W, a = 0, as reference) and right (λ_max against a, min–max shaded; 2 for
+    the Mixers' dense W; a = 1/3 is an S-Mixer with S = C)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["scaling"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.3))
+    cmap = plt.get_cmap("viridis")
+    for i, row in enumerate(rows):
+        edges, density = row["histogram"]["edges"], row["histogram"]["density"]
+        left.stairs(density, edges, color=cmap(i / max(1, len(rows) - 1)),
+                    label=f"a = {row['a']:g}: m = {row['m']:,}, p = {row['p']:.3g}")  # fmt: skip
+    s = torch.linspace(0, 2, 300, dtype=torch.float64)
+    left.plot(s, mp_singular_value_density(s, 1.0), color="C3", linestyle="--", label="dense W (a = 0, Ω → ∞)")
+    left.set(yscale="log", xlabel="normalised singular value λ", ylabel="density",
+             title=f"Ω = {result['omega']:,}, {result['trials']} trials (zeros in the first bin)")  # fmt: skip
+    left.legend(fontsize=7)
+    a = [r["a"] for r in rows]
+    right.plot(a, [r["lambda_max"] for r in rows], "o-", color="C0", label="SW-MLP: mean λ_max")
+    right.fill_between(a, [r["lambda_max_min"] for r in rows], [r["lambda_max_max"] for r in rows], color="C0",
+                       alpha=0.2, label="min–max over trials")  # fmt: skip
+    right.axhline(result["mixer_lambda_max"], color="C3", label="Mixer (dense W): 2, the MP edge")
+    right.axvline(1 / 3, color="gray", linestyle=":", label="a = 1/3: S-Mixer with S = C (p = 1/C)")
+    right.set(xlabel="scaling index a  (m = Ω^((1+a)/2), p = Ω^(-a))", ylabel="largest singular value λ_max",
+              title="App. D.1: λ_max grows with the sparsity")  # fmt: skip
+    right.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def run_d1(args: Namespace, omega: int, seeds: list[int]) -> None:
+    require(args.gamma in (None, 1, 1.0), "gamma", "App. D.1's scaling is for square m×m weights (γ = 1)",
+            "drop --gamma")  # fmt: skip
+    require(not args.widths and not args.all, "a", "--a sets the widths itself (m = Ω^((1+a)/2))",
+            "drop --widths / --all")  # fmt: skip
+    require(2 <= args.bins <= 10_000, "bins", f"must be in [2, 10000], got {args.bins}")
+    scalings = reals(args.a, "a", lambda v: 0 <= v <= 8, "scaling indices a in [0, 8]", "0,0.5,1,1.5")
+    for a in scalings:
+        m, _ = d1_width_density(omega, a)
+        require(m <= MAX_WIDTH, "a", f"a = {a:g} at Ω = {omega:,} gives m = Ω^((1+a)/2) = {m:.4g}, wider than "
+                f"{MAX_WIDTH:,}", "give a smaller a or Ω")  # fmt: skip
+    result = compute_d1(omega, scalings, seeds, args.bins, args.max_entries)
+    if args.plot:
+        plot_d1(result, args.plot)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"App. D.1 scaling at Ω = {omega:,}: m = Ω^((1+a)/2), p = Ω^(-a), Z = M ⊙ W with W ~ N(0, 1); singular "
+          f"values normalised by √(mean diagonal of ZZᵀ); {len(seeds)} trials")  # fmt: skip
+    print(f"{'a':>6} {'m':>9} {'p':>10} {'connections':>12} {'λ_max mean ± std':>18} {'[min, max]':>16} {'zeros':>7}")
+    for r in result["scaling"]:
+        print(f"{r['a']:>6g} {r['m']:>9,} {r['p']:>10.4g} {r['connections']:>12,.0f} "
+              f"{r['lambda_max']:>9.4f} ± {r['lambda_max_std']:.4f} [{r['lambda_max_min']:.3f}, {r['lambda_max_max']:.3f}]"
+              f" {r['zero_fraction']:>7.1%}")  # fmt: skip
+    print("Mixer (dense Gaussian W, Ω → ∞): λ_max = 2 (Marchenko–Pastur edge)")
+    if args.plot:
+        print(f"Plot written to {args.plot}")
+
+
 def run(args: Namespace) -> None:
     omega = parse_int_expression(args.omega, "omega")
-    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
-    require(args.gamma >= 1, "gamma", f"must be >= 1 (a γm×m hidden layer), got {args.gamma}", "give e.g. 2")
-    seeds = _seeds(args.seeds)
-    points = (
-        user_grid(omega, args.gamma, _ints(args.widths, "widths")) if args.widths else default_grid(omega, args.gamma)
-    )
-    result = compute(omega, args.gamma, points, seeds, full=args.all, max_entries=args.max_entries)
+    _check_omega(omega, args.max_connections)
+    seeds = _seed_list(args)
+    if args.a is not None:
+        run_d1(args, omega, seeds)
+        return
+    gamma = 2.0 if args.gamma is None else args.gamma
+    require(1 <= gamma <= MAX_GAMMA, "gamma", f"must be >= 1 (a γm×m hidden layer) and <= {MAX_GAMMA:g}, got {gamma}",
+            "give e.g. 2")  # fmt: skip
+    args.gamma = gamma
+    if args.widths:
+        widths = integers(args.widths, "widths", example="512,1024,2048")
+        require(max(widths) <= MAX_WIDTH, "widths", f"m = {max(widths):,} is wider than {MAX_WIDTH:,}",
+                "give smaller widths")  # fmt: skip
+        points = user_grid(omega, gamma, widths)
+    else:
+        points = default_grid(omega, gamma)
+    result = compute(omega, gamma, points, seeds, full=args.all, max_entries=args.max_entries)
     if args.plot:
         plot(result, args.plot)
     if args.json:

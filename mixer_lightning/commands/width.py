@@ -5,10 +5,18 @@ the non-zero ratio p = Ω/(γm²) of the effective weights and the connections o
 then the optimum S* = C* = (Ω/γ)^{1/3}, m_max = (Ω/γ)^{2/3}, and the width m = √(Ω/(γp)) of an
 SW-MLP with the same connections at each sparsity 1 − p.
 
+With ``--width m`` the width is fixed instead and γ varies (App. D.3, eq. S.46): for each C dividing
+m, S = m/C and γ = 2Ω/(m(C + m/C)), which peaks at C* = S* = √m with γ_max = Ω/(m√m) (Fig. S.3).
+
+``--plot`` draws Figure 3 (m and p against C at the given Ω and γ; the paper's is Ω = 10^8, γ = 1),
+or with ``--width``, γ against C (eq. S.46).
+
 Examples:
     mixer width --omega 2**18 --gamma 1                   the pairs of the paper's Figure 5
     mixer width --omega 2**19 --gamma 2 --json            Figure 4 (left)
-    mixer width --omega 2**18 --channels 16,32,48 --sparsity 0.1,0.3 --plot fig3.png
+    mixer width --omega 10**8 --gamma 1 --plot fig3.png   Figure 3
+    mixer width --omega 2**20 --width 4096                γ at fixed m = 4096 (eq. S.46, Fig. S.3)
+    mixer width --omega 2**18 --channels 16,32,48 --sparsity 0.1,0.3
 """
 
 from __future__ import annotations
@@ -17,9 +25,14 @@ import json
 
 from jsonargparse import ArgumentParser, Namespace
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.commands.lists import integers, reals
+from mixer_lightning.errors import require
 from mixer_lightning.width import (
+    check_omega,
     default_channels,
+    gamma_at_width,
+    gamma_optimum,
+    gamma_points,
     optimum,
     parse_int_expression,
     sw_mlp_width,
@@ -35,21 +48,17 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--sparsity", type=str, default=None, help="comma-separated SW-MLP sparsities 1-p")
+    parser.add_argument("--width", type=str, default=None,
+                        help="fix the width m = S·C and vary γ instead (eq. S.46), e.g. 4096")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--plot", type=str, default=None, help="draw Figure 3 (S and m against C) to this PNG")
-
-
-def _numbers(text: str, field: str, kind: type) -> list:
-    try:
-        return [kind(item) for item in text.split(",") if item.strip()]
-    except ValueError:
-        raise ConfigError(field, f"cannot read {text!r}", "give comma-separated numbers, e.g. 16,32,48") from None
+    parser.add_argument("--plot", type=str, default=None,
+                        help="draw Figure 3 (m and p against C), or with --width γ against C, to this PNG")  # fmt: skip
 
 
 def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsity: list[float] | None = None) -> dict:
     """The pairs, the optimum and the SW-MLP widths, as `mixer width --json` prints them."""
-    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**18")
-    require(gamma > 0, "gamma", f"must be positive, got {gamma}")
+    check_omega(omega)
+    require(0 < gamma <= 1024, "gamma", f"must be in (0, 1024], got {gamma}")
     channels = channels or default_channels(omega, gamma)
     require(all(c > 0 for c in channels), "channels", f"must be positive, got {channels}")
     sparsity = PAPER_SPARSITIES if sparsity is None else sparsity
@@ -65,27 +74,67 @@ def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsit
     }
 
 
-def plot(result: dict, path: str) -> None:
-    """Figure 3: S (and m = S·C) against C at fixed Ω, the computed pairs marked, S* = C* dashed."""
+def compute_at_width(omega: int, width: int, channels: list[int] | None = None) -> dict:
+    """γ at fixed (Ω, m) for each C (eq. S.46), as `mixer width --width M --json` prints them."""
+    points = gamma_points(omega, width, channels)
+    return {"omega": omega, "width": width, "gamma_grid": [p.as_dict() for p in points],
+            "optimum": gamma_optimum(omega, width)}  # fmt: skip
+
+
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot(result: dict, path: str) -> None:
+    """Figure 3: the effective width m = S·C (left axis) and the non-zero ratio p = Ω/(γm²) (right
+    axis, log) against C at fixed Ω and γ (S from eq. 14), over C = 1 … the C with S = 1; the single
+    peak of m (and the minimum of p) at C* = (Ω/γ)^{1/3} dashed, the computed pairs marked."""
     import numpy as np
 
+    plt = _pyplot()
     omega, gamma = result["omega"], result["gamma"]
-    c_star = result["optimum"]["C"]
-    c_max = max([p["C"] for p in result["pairs"]] + [4 * c_star])
-    cs = np.geomspace(1, c_max, 400)
-    ss = np.array([tokens_from_omega(omega, c, gamma) for c in cs])
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(cs, ss, label="S")
-    ax.plot(cs, ss * cs, label="m = S·C")
-    ax.scatter([p["C"] for p in result["pairs"]], [p["S"] for p in result["pairs"]], color="C0", zorder=3)
-    ax.scatter([p["C"] for p in result["pairs"]], [p["m"] for p in result["pairs"]], color="C1", zorder=3)
-    ax.axvline(c_star, color="gray", linestyle="--", label=f"S* = C* = {c_star:.4g}")
-    ax.set(xscale="log", yscale="log", xlabel="C", title=f"Ω = {omega:,}, γ = {gamma:g}")
-    ax.legend()
+    c_star, m_max = result["optimum"]["C"], result["optimum"]["m"]
+    c_last = (np.sqrt(1 + 8 * omega / gamma) - 1) / 2  # S = 1 (eq. S.45's lower bound of m)
+    cs = np.geomspace(1, c_last, 600)
+    ms = np.array([tokens_from_omega(omega, c, gamma) for c in cs]) * cs
+    ps = omega / (gamma * ms**2)
+    fig, ax = plt.subplots(figsize=(6.4, 4.6))
+    ax.plot(cs, ms, color="C0", label="m = S·C")
+    ax.scatter([p["C"] for p in result["pairs"]], [p["m"] for p in result["pairs"]], color="C0", s=14, zorder=3)
+    ax.axvline(c_star, color="gray", linestyle="--", label=f"C* = S* = (Ω/γ)^(1/3) = {c_star:.4g}")
+    ax.set(xscale="log", xlabel="C", ylabel="effective width m", title=f"Ω = {omega:,}, γ = {gamma:g}")
+    ax.set_ylim(0, 1.08 * m_max)
+    right = ax.twinx()
+    right.plot(cs, ps, color="C1", label="p = Ω/(γm²)")
+    right.scatter([p["C"] for p in result["pairs"]], [p["p"] for p in result["pairs"]], color="C1", s=14, zorder=3)
+    right.set(yscale="log", ylabel="non-zero ratio p")
+    lines = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
+    fig.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_at_width(result: dict, path: str) -> None:
+    """γ = 2Ω/(m(C + m/C)) against C at fixed (Ω, m) (eq. S.46): a single peak at C* = √m."""
+    import numpy as np
+
+    plt = _pyplot()
+    omega, width, best = result["omega"], result["width"], result["optimum"]
+    cs = np.geomspace(1, width, 600)
+    fig, ax = plt.subplots(figsize=(6.2, 4))
+    ax.plot(cs, [gamma_at_width(omega, width, c) for c in cs], color="C2", label="γ = 2Ω/(m(C + m/C))")
+    grid = result["gamma_grid"]
+    ax.scatter([p["C"] for p in grid], [p["gamma"] for p in grid], color="C2", s=14, zorder=3)
+    ax.axvline(best["C"], color="gray", linestyle="--", label=f"C* = S* = √m = {best['C']:.4g}")
+    ax.set(xscale="log", xlabel="C (S = m/C)", ylabel="expansion factor γ",
+           title=f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}")  # fmt: skip
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -93,8 +142,27 @@ def plot(result: dict, path: str) -> None:
 
 def run(args: Namespace) -> None:
     omega = parse_int_expression(args.omega, "omega")
-    channels = _numbers(args.channels, "channels", int) if args.channels else None
-    sparsity = _numbers(args.sparsity, "sparsity", float) if args.sparsity else None
+    channels = integers(args.channels, "channels") if args.channels else None
+    if args.width is not None:
+        require(args.sparsity is None, "sparsity", "--sparsity is for the SW-MLP at fixed Ω, not at fixed width",
+                "drop --sparsity or --width")  # fmt: skip
+        width = parse_int_expression(args.width, "width")
+        result = compute_at_width(omega, width, channels)
+        if args.plot:
+            plot_at_width(result, args.plot)
+        if args.json:
+            print(json.dumps(result, indent=2))
+            return
+        print(f"Ω = {omega:,} connections per layer at fixed width m = S·C = {width:,} (eq. S.46)")
+        print(f"{'C':>6} {'S':>6} {'γ':>9} {'p':>9} {'connections (D rounded)':>24}")
+        for row in result["gamma_grid"]:
+            print(f"{row['C']:>6} {row['S']:>6} {row['gamma']:>9.4f} {row['p']:>9.5f} {row['connections']:>24,.0f}")
+        best = result["optimum"]
+        print(f"optimum: C* = S* = √m = {best['C']:.4g}, γ_max = Ω/(m√m) = {best['gamma']:.4g}")
+        if args.plot:
+            print(f"γ against C written to {args.plot}")
+        return
+    sparsity = reals(args.sparsity, "sparsity") if args.sparsity else None
     result = compute(omega, args.gamma, channels, sparsity)
     if args.plot:
         plot(result, args.plot)

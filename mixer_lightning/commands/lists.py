@@ -1,0 +1,106 @@
+"""Comma-separated flag values (``--seeds 0,1,2``, ``--channels 16,32,48``, ``--densities 2**-6,0.5``):
+the one parser every project command uses, so that every such flag fails the same way, in one line
+naming the flag: an empty item (``0,,1``), an item that is not a number (``x``), a value out of range,
+or a value given twice (a sweep would otherwise emit the same run twice).
+
+Integers may be written as the paper writes them (``2**18``), reals too (``2**-6``, ``1/64``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.width import parse_int_expression, parse_real_expression
+
+T = TypeVar("T")
+
+NOUNS = {"integers": "an integer", "numbers": "a number", "values": "a value", "grid point ids": "a grid point id"}
+SEED_LIMIT = 2**32  # numpy's (and Lightning's seed_everything's) seeds are 0 … 2**32 − 1
+
+
+def comma_list(
+    text: str | int | float,
+    field: str,
+    parse: Callable[[str], T],
+    what: str,
+    example: str,
+    valid: Callable[[T], bool] | None = None,
+    valid_text: str | None = None,
+    allow_duplicates: bool = False,
+) -> list[T]:
+    """The values of a comma-separated flag, each read with `parse`; any problem is one `ConfigError`
+    on `field`: ``cannot read '0,,x': item 2 is empty; give comma-separated integers, e.g. 0,1,2``."""
+    text = str(text)
+    fix = f"give comma-separated {what}, e.g. {example}"
+    if not text.strip():
+        raise ConfigError(field, "is empty", fix)
+    values: list[T] = []
+    for i, item in enumerate(text.split(","), start=1):
+        item = item.strip()
+        if not item:
+            raise ConfigError(field, f"cannot read {text!r}: item {i} is empty", fix)
+        try:
+            value = parse(item)
+        except (ValueError, TypeError, OverflowError, ConfigError):
+            raise ConfigError(field, f"cannot read {text!r}: {item!r} is not {NOUNS.get(what, 'a value')}", fix) from None
+        if valid is not None and not valid(value):
+            raise ConfigError(field, f"needs {valid_text or what}, got {text!r} ({item!r})", fix)
+        if not allow_duplicates and value in values:
+            raise ConfigError(field, f"{item!r} is given twice in {text!r} (the same run would be made twice)",
+                              "give each value once")  # fmt: skip
+        values.append(value)
+    return values
+
+
+def _integer(item: str) -> int:
+    return parse_int_expression(item, "value")
+
+
+def _real(item: str) -> float:
+    return parse_real_expression(item, "value")
+
+
+def integers(text: str | int, field: str, minimum: int = 1, example: str = "16,32,48") -> list[int]:
+    """Integers >= `minimum` (``2**10`` allowed)."""
+    return comma_list(text, field, _integer, "integers", example, lambda v: v >= minimum,
+                      "positive integers" if minimum == 1 else f"integers >= {minimum}")  # fmt: skip
+
+
+def seeds(text: str | int, field: str = "seeds") -> list[int]:
+    """Seeds in numpy's range 0 … 2**32 − 1."""
+    return comma_list(text, field, _integer, "integers", "0,1,2", lambda v: 0 <= v < SEED_LIMIT,
+                      f"integers in [0, {SEED_LIMIT - 1}]")  # fmt: skip
+
+
+def reals(
+    text: str | float,
+    field: str,
+    valid: Callable[[float], bool] | None = None,
+    valid_text: str | None = None,
+    example: str = "0.1,0.5,0.9",
+) -> list[float]:
+    """Real numbers (``2**-6``, ``1/64``, ``1e-3`` allowed), optionally checked by `valid`."""
+    return comma_list(text, field, _real, "numbers", example, valid, valid_text)
+
+
+def scalar(item: str) -> Any:
+    """A config value as YAML reads it, numbers first: ``0.01`` and ``1e-2`` are floats (PyYAML would
+    read ``1e-2`` as a string), ``true``/``false`` booleans, ``null`` None, anything else a string."""
+    for kind in (int, float):
+        try:
+            return kind(item)
+        except ValueError:
+            pass
+    import yaml
+
+    value = yaml.safe_load(item)
+    if isinstance(value, (list, dict)):
+        raise ValueError("a grid value is a single scalar")
+    return value
+
+
+def scalars(text: str, field: str, example: str = "0.01,0.02,0.04") -> list[Any]:
+    """Config values for a generic sweep axis (numbers, booleans, strings)."""
+    return comma_list(text, field, scalar, "values", example)

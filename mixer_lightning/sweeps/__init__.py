@@ -1,0 +1,11 @@
+"""Sweeps over an experiment config (Hayase & Karakida 2024: Figs. 2, 4-6, S.1-S.3, S.6-S.8; Table 1's
+learning-rate search), behind ``mixer sweep``.
+
+- `grid`: the grid points: a width grid at fixed Ω (channels, patch sizes, SW-MLP densities), at fixed
+  width m (SW-MLP densities, Fig. 2; γ by eq. S.46, Fig. S.3), generic config axes (``--grid``), seeds.
+- `runs`: one ready config per point and seed, the manifest and the scripts, and the one place that
+  decides what a run still needs (skip, test, resume from its own last.ckpt, or fit).
+- `report`: test error per point (mean ± std over seeds) as CSV and plots, grouped by the axes.
+- `cka`: the CKA diagonals between a reference Mixer run and each SW-MLP run of a sweep (Fig. 2(a)).
+- `curves`: training curves across seeds from the runs' logs (mean with a min–max band; Figs. S.6-S.8).
+"""

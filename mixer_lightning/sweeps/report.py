@@ -1,0 +1,295 @@
+"""``mixer sweep report``: the finished runs of one or more sweeps (one series each: e.g. normal and RP)
+gathered into ``report.csv`` (one row per run) and ``summary.csv`` (test error mean ± std over seeds,
+per series and grid point, one column per generic axis), and the paper's plots of them:
+
+- ``error_vs_width.png``: test error against the effective width m (Fig. 5, S.2);
+- ``error_vs_channels.png``: against C, S = C marked (Fig. 6; at fixed m, Fig. S.3 right with C* = √m);
+- ``error_vs_gamma.png``: against γ, for a γ grid at fixed m (Fig. S.3, eq. S.46);
+- ``error_vs_sparsity.png``: an SW-MLP density grid against the sparsity 1 − p, with the final
+  training loss beside the test error (Fig. S.1 left: trainability falls as 1 − p grows);
+- ``error_vs_<axis>.png``: against each numeric generic axis (``--grid``), one line per width point;
+- with a CKA reference (``--cka_reference``): ``cka.csv`` and ``cka_vs_density.png`` (Fig. 2(a),
+  `mixer_lightning.sweeps.cka`).
+
+With generic axes the summary names, per series and width point, the axis values of the lowest
+mean error (Table 1's choice of learning rate: "the highest accuracy, averaged over the seeds").
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from pathlib import Path
+
+from mixer_lightning.errors import require
+from mixer_lightning.sweeps.runs import REFERENCE, check_output_directory, read_manifest
+from mixer_lightning.width import optimum
+
+DENSITY_KINDS = ("densities_at_omega", "densities_at_width")
+FIGURES = ("C", "S", "P", "m", "p", "gamma")
+
+
+def series_names(directories: list[str]) -> list[str]:
+    """The name of each sweep directory in the report: its last part, the whole path where two share it."""
+    names = [Path(d).name or str(d) for d in directories]
+    return [str(d) if names.count(n) > 1 else n for d, n in zip(directories, names, strict=True)]
+
+
+def _final_train_loss(run_dir: str) -> float | None:
+    from mixer_lightning.analysis.curves import epoch_curves, has_logs
+
+    if not has_logs(run_dir):
+        return None
+    curve = epoch_curves(run_dir, ["train/loss_epoch"])["train/loss_epoch"]
+    return curve[max(curve)] if curve else None
+
+
+def collect(directory: str, series: str) -> tuple[dict, list[dict]]:
+    """The manifest of a sweep and one row per tested grid run (test error from test_metrics.json)."""
+    manifest = read_manifest(directory)
+    density_grid = manifest.get("kind") in DENSITY_KINDS
+    rows = []
+    for entry in manifest["runs"]:
+        metrics_path = Path(entry["run_dir"], "test_metrics.json")
+        if entry.get("role") == REFERENCE or not metrics_path.is_file():
+            continue
+        metrics = json.loads(metrics_path.read_text())
+        point = entry.get("point") or Path(entry["run_dir"]).parent.name
+        row = {"series": series, "point": point, "width_point": entry.get("width_point") or point,
+               **{k: entry.get(k) for k in FIGURES}, **(entry.get("axes") or {}),
+               "seed": entry["seed"], "test_acc1": metrics["test/acc1"], "test_error": 1.0 - metrics["test/acc1"]}  # fmt: skip
+        if density_grid:
+            row["train_loss"] = _final_train_loss(entry["run_dir"])
+        rows.append(row)
+    return manifest, rows
+
+
+def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
+    """Mean ± std of the test error (and the final training loss, where read) over seeds, per series
+    and grid point."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["series"], row["point"]), []).append(row)
+    summary = []
+    for (series, point), members in groups.items():
+        errors = [r["test_error"] for r in members]
+        first = members[0]
+        entry = {"series": series, "point": point, "width_point": first["width_point"],
+                 **{k: first.get(k) for k in FIGURES},
+                 **{name: first.get(name) for name in axis_names}, "seeds": len(members),
+                 "test_error_mean": statistics.fmean(errors),
+                 "test_error_std": statistics.stdev(errors) if len(errors) > 1 else 0.0}  # fmt: skip
+        losses = [r["train_loss"] for r in members if r.get("train_loss") is not None]
+        if "train_loss" in first:
+            entry["train_loss_mean"] = statistics.fmean(losses) if losses else None
+        summary.append(entry)
+    return sorted(summary, key=lambda r: (r["series"], r["m"] if r["m"] is not None else 0, r["point"]))
+
+
+def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
+    """Per series and width point, the axis values of the lowest mean test error."""
+    if not axis_names:
+        return []
+    groups: dict[tuple, list[dict]] = {}
+    for row in summary:
+        groups.setdefault((row["series"], row["width_point"]), []).append(row)
+    best = []
+    for (series, point), members in groups.items():
+        winner = min(members, key=lambda r: r["test_error_mean"])
+        best.append({"series": series, "point": point, **{name: winner[name] for name in axis_names},
+                     "test_error_mean": winner["test_error_mean"], "test_error_std": winner["test_error_std"],
+                     "seeds": winner["seeds"]})  # fmt: skip
+    return best
+
+
+def write_csv(path: Path, table: list[dict]) -> None:
+    fields: list[str] = []
+    for row in table:
+        fields += [k for k in row if k not in fields]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(table)
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _plot_lines(ax, summary: list[dict], x, label, y: str = "test_error_mean", err: str | None = "test_error_std"):
+    groups: dict[str, list[tuple]] = {}
+    for row in summary:
+        if x(row) is None or row.get(y) is None:
+            continue
+        groups.setdefault(label(row), []).append((x(row), row[y], row.get(err) if err else None))
+    for name, points in sorted(groups.items()):
+        points.sort()
+        xs, ys, es = zip(*points, strict=True)
+        if err:
+            ax.errorbar(xs, ys, yerr=es, marker="o", ms=4, capsize=3, label=name)
+        else:
+            ax.plot(xs, ys, marker="o", ms=4, label=name)
+    return bool(groups)
+
+
+def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[str], out: Path) -> list[Path]:
+    """The plots of the module docstring that the summary has data for."""
+    plt = pyplot()
+    manifest = manifests[0]
+    kind, omega, gamma, width = (manifest.get(k) for k in ("kind", "omega", "gamma", "width"))
+    context = ", ".join(t for t in (f"Ω = {omega:,}" if omega else "", f"γ = {gamma:g}" if gamma else "",
+                                    f"m = {width:,}" if width else "") if t)  # fmt: skip
+
+    def series_label(row: dict) -> str:
+        extra = ", ".join(f"{n} = {row[n]}" for n in axis_names)
+        return f"{row['series']} ({extra})" if extra else row["series"]
+
+    figures = []
+    if len({r["m"] for r in summary if r["m"] is not None}) > 1:
+        figures.append(("error_vs_width.png", lambda r: r["m"], "effective width m", "log"))
+    if len({r["C"] for r in summary if r["C"] is not None}) > 1:
+        figures.append(("error_vs_channels.png", lambda r: r["C"], "C" + (" (S = m/C)" if width else ""), "log"))
+    if kind == "gamma_at_width":
+        figures.append(("error_vs_gamma.png", lambda r: r["gamma"], "expansion factor γ (eq. S.46)", "linear"))
+    paths = []
+    for name, x, xlabel, scale in figures:
+        fig, ax = plt.subplots(figsize=(6.2, 4.2))
+        _plot_lines(ax, summary, x, series_label)
+        if name == "error_vs_channels.png" and (omega or width):
+            c_star = width**0.5 if width else optimum(omega, gamma or 1.0)["C"]
+            ax.axvline(c_star, color="gray", linestyle="--", label=f"S = C = {c_star:.4g}")
+        ax.set(xscale=scale, xlabel=xlabel, ylabel="test error", title=context)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        paths.append(out / name)
+    if kind in DENSITY_KINDS and len({r["p"] for r in summary}) > 1:  # Fig. S.1 left: trainability
+        losses = any(r.get("train_loss_mean") is not None for r in summary)
+        fig, axes = plt.subplots(1, 2 if losses else 1, figsize=(11 if losses else 6.2, 4.2), squeeze=False)
+        _plot_lines(axes[0, 0], summary, lambda r: 1 - r["p"], series_label)
+        axes[0, 0].set(xlabel="sparsity 1 − p", ylabel="test error", title=context)
+        axes[0, 0].legend(fontsize=8)
+        if losses:
+            _plot_lines(axes[0, 1], summary, lambda r: 1 - r["p"], series_label, "train_loss_mean", None)
+            axes[0, 1].set(xlabel="sparsity 1 − p", ylabel="final training loss",
+                           title="trainability (App. D.1, Fig. S.1 left)")  # fmt: skip
+            axes[0, 1].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "error_vs_sparsity.png", dpi=120)
+        plt.close(fig)
+        paths.append(out / "error_vs_sparsity.png")
+    for axis in axis_names:
+        values = {r[axis] for r in summary}
+        if len(values) < 2 or not _numeric(values):
+            continue
+        fig, ax = plt.subplots(figsize=(6.2, 4.2))
+        others = [n for n in axis_names if n != axis]
+        _plot_lines(ax, summary, lambda r, a=axis: r[a], lambda r, o=tuple(others): " ".join(
+            [r["series"], r["width_point"]] + [f"{n}={r[n]}" for n in o]))  # fmt: skip
+        positive = all(v > 0 for v in values)
+        ax.set(xscale="log" if positive and max(values) / min(values) >= 8 else "linear", xlabel=axis,
+               ylabel="test error", title=context or "sweep")  # fmt: skip
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        name = f"error_vs_{axis.replace('/', '_')}.png"
+        fig.savefig(out / name, dpi=120)
+        plt.close(fig)
+        paths.append(out / name)
+    return paths
+
+
+# ----------------------------------------------------------------------------------------- report
+
+
+def report_directories(directories: list[str], plot: bool = True, out: str | None = None,
+                       cka_options: dict | None = None) -> dict:  # fmt: skip
+    """Collect, summarise, write the CSVs and plots; compute the CKA diagonals where a sweep has a
+    reference. Returns what `mixer sweep report --json` prints."""
+    out_dir = check_output_directory(out or directories[0], "out")
+    rows, manifests, names = [], [], series_names(directories)
+    for directory, series in zip(directories, names, strict=True):
+        manifest, found = collect(directory, series)
+        manifests.append(manifest)
+        rows.extend(found)
+    axis_names: list[str] = []
+    for manifest in manifests:
+        axis_names += [a["name"] for a in manifest.get("axes") or [] if a["name"] not in axis_names]
+    has_reference = any(any(r.get("role") == REFERENCE for r in m["runs"]) for m in manifests)
+    require(bool(rows) or has_reference, "directories", "no finished runs (test_metrics.json) yet", "run the sweep first")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result = {"omega": manifests[0].get("omega"), "gamma": manifests[0].get("gamma"),
+              "kind": manifests[0].get("kind"), "width": manifests[0].get("width"), "axes": axis_names,
+              "summary": [], "best": [], "plots": [], "csv": None}  # fmt: skip
+    if rows:
+        summary = summarise(rows, axis_names)
+        write_csv(out_dir / "report.csv", rows)
+        write_csv(out_dir / "summary.csv", summary)
+        result.update(summary=summary, best=best_by_axes(summary, axis_names), csv=str(out_dir / "report.csv"))
+        if plot:
+            result["plots"] = [str(p) for p in plot_summary(summary, manifests, axis_names, out_dir)]
+    if has_reference:
+        from mixer_lightning.sweeps.cka import cka_report
+
+        result["cka"] = cka_report(directories, names, manifests, out_dir, plot, **(cka_options or {}))
+        result["plots"] += result["cka"]["plots"]
+    return result
+
+
+def add_report_arguments(parser) -> None:
+    parser.add_argument("directories", nargs="+", help="sweep directories (one series each: e.g. normal and RP)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--out", type=str, default=None, help="where to write the CSVs and plots (default: the first)")
+    parser.add_argument("--cka_batches", type=int, default=None,
+                        help="CKA reference sweeps: minibatches of the test split per CKA (default: all)")  # fmt: skip
+    parser.add_argument("--cka_batch_size", type=int, default=None, help="CKA minibatch size (default: the data's)")
+    parser.add_argument("--accelerator", type=str, default="auto", help="for the CKA: auto, cpu, gpu, …")
+
+
+def run_report(args) -> None:
+    """Gather finished sweep runs into report.csv / summary.csv and plot them (test error against the
+    width, C, γ, the sparsity, each generic axis; average diagonal CKA against the density)."""
+    cka_options = {"batches": args.cka_batches, "batch_size": args.cka_batch_size, "accelerator": args.accelerator}
+    result = report_directories(args.directories, plot=True, out=args.out, cka_options=cka_options)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    axes = result["axes"]
+    if result["summary"]:
+        header = f"{'series':<20} {'point':<24} {'C':>6} {'S':>6} {'γ':>7} {'p':>8} {'m':>8} {'seeds':>5} {'test error':>16}"
+        print(header)
+    for r in result["summary"]:
+        error = f"{r['test_error_mean']:.4f} ± {r['test_error_std']:.4f}"
+        c, s = ("-", "-") if r["C"] is None else (r["C"], r["S"])
+        g = "-" if r["gamma"] is None else f"{r['gamma']:.4g}"
+        p = "-" if r["p"] is None else f"{r['p']:.4g}"
+        m = "-" if r["m"] is None else r["m"]
+        print(f"{r['series']:<20} {r['point']:<24} {c:>6} {s:>6} {g:>7} {p:>8} {m:>8} {r['seeds']:>5} {error:>16}")
+    for b in result["best"]:
+        values = ", ".join(f"{name} = {b[name]}" for name in axes)
+        print(f"best for {b['series']} {b['point']}: {values} (test error {b['test_error_mean']:.4f} ± "
+              f"{b['test_error_std']:.4f}, {b['seeds']} seeds)")  # fmt: skip
+    if result["summary"]:
+        best = min(result["summary"], key=lambda r: r["test_error_mean"])["point"]
+        print(f"lowest error: {best}; written: {result['csv']}")
+    cka = result.get("cka")
+    if cka:
+        for row in cka["summary"]:
+            print(f"CKA {row['series']} {row['point']}: p = {row['p']:.4g}, mean diagonal {row['cka_mean']:.4f} ± "
+                  f"{row['cka_std']:.4f} ({row['seeds']} seeds)")  # fmt: skip
+        print(f"written: {cka['csv']}")
+    if result["plots"]:
+        print("plots: " + ", ".join(result["plots"]))

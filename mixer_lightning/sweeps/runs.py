@@ -1,0 +1,293 @@
+"""The runs of a sweep: one ready config per grid point and seed, the manifest (``sweep.json``), the
+scripts that run them (``run_all.sh``, ``slurm_array.sh``), and `run_point`, the one place that
+decides what a run still needs, used by ``mixer sweep --run``, by the scripts (through
+``mixer sweep point``) and so by a re-submitted SLURM array alike:
+
+=========  =====================================  ===========================================
+state      found in the run directory             what runs
+=========  =====================================  ===========================================
+tested     ``test_metrics.json``                  nothing
+fitted     ``fit_summary.json``                   ``mixer test`` of its last.ckpt
+partial    ``checkpoints/last.ckpt``              ``mixer fit --ckpt_path last`` (the run's own
+                                                  checkpoint: the logger's name and version are
+                                                  pinned per point and seed), then the test
+fresh      none of these                          ``mixer fit``, then the test; leftovers of a run
+                                                  killed before its first checkpoint are moved
+                                                  aside to ``<run>.aborted-N`` first
+=========  =====================================  ===========================================
+
+Everything is checked before anything is written: the grid, the seeds, the output directory (not a
+file, writable), and that no run that has started would get a different config. Files are written
+atomically (temporary file, rename), the manifest last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import yaml
+
+from mixer_lightning.commands.lists import seeds as parse_seeds
+from mixer_lightning.config_files import deep_merge, load_configs
+from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.sweeps.grid import Grid, GridPoint, build
+
+MANIFEST = "sweep.json"
+SCRIPTS = ("run_all.sh", "slurm_array.sh")
+REFERENCE = "reference"  # the point id of a sweep's CKA reference runs (Fig. 2(a): the Mixer)
+EXTRA_ARGS_ENV = "MIXER_ARGS"  # extra flags for every fit and test of a sweep, e.g. a trainer overlay
+TESTED, FITTED, PARTIAL, FRESH = "tested", "fitted", "partial", "fresh"
+# How a partial run is resumed: `mixer fit --ckpt_path last` continues the run directory its config
+# pins (logger name = point, version = seed), from that run's own last.ckpt.
+RESUME_ARGS = ("--ckpt_path", "last")
+
+
+# ----------------------------------------------------------------------------------- run states
+
+
+def run_state(run_dir: str | Path) -> str:
+    """What a run has done so far (see the module docstring)."""
+    run_dir = Path(run_dir)
+    if (run_dir / "test_metrics.json").is_file():
+        return TESTED
+    if (run_dir / "fit_summary.json").is_file():
+        return FITTED
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        return PARTIAL
+    return FRESH
+
+
+def fit_arguments(entry: dict, state: str, extra: list[str] = ()) -> list[str] | None:
+    """The ``mixer`` arguments of the fit a run in `state` needs (None: it needs none)."""
+    if state in (TESTED, FITTED):
+        return None
+    return ["fit", "--config", entry["config"], *(RESUME_ARGS if state == PARTIAL else ()), *extra]
+
+
+def test_arguments(entry: dict, extra: list[str] = ()) -> list[str]:
+    return ["test", "--config", entry["config"], "--ckpt_path", str(Path(entry["run_dir"], "checkpoints", "last.ckpt")),
+            *extra]  # fmt: skip
+
+
+def extra_arguments() -> list[str]:
+    """Flags from ``$MIXER_ARGS`` for every fit and test (``MIXER_ARGS='--config configs/trainer/gpu.yaml'``)."""
+    text = os.environ.get(EXTRA_ARGS_ENV, "")
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise ConfigError(EXTRA_ARGS_ENV, f"cannot read {text!r} ({error})", "quote it as a shell would") from None
+
+
+def _set_aside(run_dir: Path) -> Path:
+    n = 1
+    while run_dir.with_name(f"{run_dir.name}.aborted-{n}").exists():
+        n += 1
+    target = run_dir.with_name(f"{run_dir.name}.aborted-{n}")
+    run_dir.rename(target)
+    return target
+
+
+def run_point(entry: dict, extra: list[str] | None = None, log=print) -> str:
+    """Bring one run of a sweep to the end: fit (fresh or resumed) and test, or skip what is done.
+    Returns the state it found."""
+    from mixer_lightning.cli import main
+
+    extra = extra_arguments() if extra is None else extra
+    run_dir = Path(entry["run_dir"])
+    state = run_state(run_dir)
+    name = entry.get("name") or Path(entry["config"]).stem
+    if state == TESTED:
+        log(f"sweep: {name}: done ({run_dir / 'test_metrics.json'})")
+        return state
+    if state == FRESH and run_dir.exists():
+        log(f"sweep: {name}: no checkpoint in {run_dir} (killed before its first one); moved to {_set_aside(run_dir)}")
+    if state == PARTIAL:
+        log(f"sweep: {name}: resuming from {run_dir / 'checkpoints' / 'last.ckpt'}")
+    elif state == FITTED:
+        log(f"sweep: {name}: fitted; testing")
+    else:
+        log(f"sweep: {name}: fitting")
+    arguments = fit_arguments(entry, state, extra)
+    if arguments is not None:
+        main(arguments)
+    main(test_arguments(entry, extra))
+    return state
+
+
+# ----------------------------------------------------------------------------------------- emit
+
+
+def check_output_directory(directory: str, field: str) -> Path:
+    """The sweep directory, checked before anything is written: not a file, inside a writable
+    directory, and holding nothing of the wrong kind where the sweep writes."""
+    require(bool(str(directory).strip()), field, "is empty", "give a directory for the sweep")
+    root = Path(directory)
+    require(not root.exists() or root.is_dir(), field, f"{directory!r} is a file, not a directory",
+            "give a directory for the sweep (it is created if missing)")  # fmt: skip
+    probe = root
+    while not probe.exists():
+        probe = probe.parent
+    require(probe.is_dir(), field, f"{str(probe)!r} is a file, so {directory!r} cannot be created",
+            "give a directory path")  # fmt: skip
+    require(os.access(probe, os.W_OK | os.X_OK), field, f"cannot write in {str(probe)!r} (permission denied)",
+            "give a directory you can write to")  # fmt: skip
+    for sub in ("configs", "runs"):
+        require(not (root / sub).exists() or (root / sub).is_dir(), field, f"{str(root / sub)!r} is a file",
+                "move it away or give another directory")  # fmt: skip
+    for name in (MANIFEST, *SCRIPTS):
+        require(not (root / name).is_dir(), field, f"{str(root / name)!r} is a directory",
+                "move it away or give another directory")  # fmt: skip
+    return root
+
+
+def read_manifest(directory: str | Path, field: str = "directories") -> dict:
+    """The manifest of a sweep directory (a one-line error if there is none or it is damaged)."""
+    path = Path(directory, MANIFEST)
+    require(path.is_file(), field, f"{str(directory)!r} is not a sweep directory (no {MANIFEST})",
+            "give a directory written by `mixer sweep --emit/--run`")  # fmt: skip
+    try:
+        manifest = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(field, f"{str(path)!r} is damaged ({error})", "emit the sweep again into a new directory") from None
+    require(isinstance(manifest, dict) and isinstance(manifest.get("runs"), list), field,
+            f"{str(path)!r} is not a sweep manifest", "emit the sweep again into a new directory")  # fmt: skip
+    return manifest
+
+
+def describe(signature: dict) -> str:
+    parts = [f"{signature.get('kind') or 'channels'} grid"]
+    if signature.get("omega") is not None:
+        parts.append(f"Ω = {signature['omega']:,}")
+    if signature.get("gamma") is not None:
+        parts.append(f"γ = {signature['gamma']:g}")
+    if signature.get("width") is not None:
+        parts.append(f"m = {signature['width']:,}")
+    if signature.get("axes"):
+        parts.append("axes " + ", ".join(signature["axes"]))
+    return ", ".join(parts)
+
+
+def _signature_of(manifest: dict) -> dict:
+    if "kind" not in manifest:  # manifests written before the kinds existed: channel or Ω-density grids
+        runs = manifest.get("runs") or [{}]
+        kind = "densities_at_omega" if runs[0].get("C") is None else "channels"
+        return {"kind": kind, "omega": manifest.get("omega"), "gamma": manifest.get("gamma"), "width": None, "axes": []}
+    return {k: manifest.get(k) for k in ("kind", "omega", "gamma", "width")} | {
+        "axes": [a["key"] for a in manifest.get("axes") or []]
+    }
+
+
+def _config_text(header: str, config: dict) -> str:
+    return header + yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
+
+
+def plan(args, directory: str, field: str) -> tuple[dict, dict[Path, str]]:
+    """The manifest and every file (path -> text) of the sweep the flags describe, merged with the
+    sweep already in `directory`; nothing is written."""
+    root = check_output_directory(directory, field)
+    base = load_configs(args.config)
+    seeds = parse_seeds(args.seeds)
+    grid: Grid = build(args, base, list(args.config))
+    reference = load_configs(args.cka_reference, "cka_reference") if args.cka_reference else None
+    if reference is not None:
+        require(grid.kind in ("densities_at_width", "densities_at_omega", "base"), "cka_reference",
+                "the CKA reference is compared with the SW-MLP runs of a density grid (Fig. 2(a))",
+                "sweep an SW-MLP config with --densities / --width")  # fmt: skip
+        require(isinstance(reference.get("model"), dict), "cka_reference", "the reference config has no model",
+                "give the Mixer's config, e.g. configs/cifar10_fig2_mixer.yaml")  # fmt: skip
+    manifest = {"version": 2, **grid.signature(),
+                "axes": [{"key": a.key, "name": a.name, "values": list(a.values)} for a in grid.axes],
+                "base": list(args.config), "cka_reference": list(args.cka_reference or []) or None}  # fmt: skip
+    earlier = read_manifest(root, field) if (root / MANIFEST).is_file() else None
+    if earlier is not None:
+        mine, theirs = grid.signature(), _signature_of(earlier)
+        require(mine == theirs, field, f"{directory!r} holds a sweep of another grid ({describe(theirs)}; this one: "
+                f"{describe(mine)})", "write this one to another directory")  # fmt: skip
+        if earlier.get("cka_reference") and not manifest["cka_reference"]:
+            manifest["cka_reference"] = earlier["cka_reference"]
+    files: dict[Path, str] = {}
+    runs = []
+    sources = [(point, base, " + ".join(args.config)) for point in grid.points]
+    if reference is not None:
+        sources.append((GridPoint(REFERENCE), reference, " + ".join(args.cka_reference)))
+    for point, config_base, origin in sources:
+        for seed in seeds:
+            name = f"{point.id}_seed{seed}"
+            logger = {"save_dir": str(root / "runs"), "name": point.id, "version": f"seed{seed}"}
+            config = deep_merge(deep_merge(config_base, point.overrides), {
+                "seed_everything": seed,
+                "trainer": {"logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": logger}},
+            })  # fmt: skip
+            path = root / "configs" / f"{name}.yaml"
+            what = "CKA reference (compared with every SW-MLP run of this seed)" if point.id == REFERENCE else (
+                f"Ω = {grid.omega:,}, " if grid.omega else "") + point.describe()
+            text = _config_text(f"# Sweep point {point.id} (seed {seed}): {what}\n# From: {origin}\n", config)
+            run_dir = root / "runs" / point.id / f"seed{seed}"
+            if path.is_file() and path.read_text() != text and run_state(run_dir) != FRESH:
+                raise ConfigError(field, f"{name} has started ({run_dir}) and this sweep would change its config",
+                                  "emit to a new directory, or delete that run directory to restart it")  # fmt: skip
+            files[path] = text
+            runs.append({"name": name, "point": point.id, "role": REFERENCE if point.id == REFERENCE else "grid",
+                         **point.figures(), "seed": seed, "config": str(path), "run_dir": str(run_dir)})  # fmt: skip
+    if earlier is not None:  # extend: earlier runs keep their place (and SLURM array index), new ones follow
+        new = {r["name"]: r for r in runs}
+        merged = [new.pop(r.get("name") or Path(r["config"]).stem, r) for r in earlier["runs"]]
+        runs = merged + list(new.values())
+    manifest["runs"] = runs
+    for name, text in scripts(root, runs).items():
+        files[root / name] = text
+    return manifest, files
+
+
+def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
+    """run_all.sh (every run in turn, then the report) and slurm_array.sh (one array task per run);
+    both call `mixer sweep point`, so a re-run continues: done runs are skipped, killed ones resume."""
+    workdir = shlex.quote(os.getcwd())
+    names = " ".join(shlex.quote(r.get("name") or Path(r["config"]).stem) for r in runs)
+    sweep = shlex.quote(str(root))
+    common = (f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-{workdir}}}"\nRUNS=({names})\n')
+    shell = (
+        "#!/usr/bin/env bash\n"
+        "# Every run of this sweep in turn: `mixer sweep point` skips a finished run, resumes a killed one from\n"
+        "# its own checkpoints/last.ckpt, fits a new one, then tests it. Run it again after a kill: it continues.\n"
+        "# Extra flags for every fit and test: MIXER_ARGS='--config configs/trainer/gpu.yaml' bash run_all.sh\n"
+        + common
+        + f'for run in "${{RUNS[@]}}"; do\n  mixer sweep point {sweep} "$run"\ndone\nmixer sweep report {sweep}\n'
+    )
+    slurm = (
+        f"#!/usr/bin/env bash\n#SBATCH --job-name=mixer-sweep\n#SBATCH --array=0-{len(runs) - 1}\n"
+        "#SBATCH --gres=gpu:1\n#SBATCH --cpus-per-task=8\n#SBATCH --output=%x-%A_%a.out\n"
+        "# Submit: sbatch slurm_array.sh; then: mixer sweep report <this directory>. Submit it again after a\n"
+        "# pre-emption or a time-out: finished runs are skipped, killed ones resume from their last.ckpt.\n"
+        + common
+        + f'mixer sweep point {sweep} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"\n'
+    )
+    return {"run_all.sh": shell, "slurm_array.sh": slurm}
+
+
+def _write(path: Path, text: str, field: str) -> None:
+    """`text` to `path` atomically (a temporary file beside it, renamed over it)."""
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary.write_text(text)
+        if path.suffix == ".sh":
+            temporary.chmod(0o755)
+        os.replace(temporary, path)
+    except OSError as error:
+        temporary.unlink(missing_ok=True)
+        raise ConfigError(field, f"cannot write {str(path)!r} ({error.strerror or error})",
+                          "free some space or give another directory") from None  # fmt: skip
+
+
+def emit(args, directory: str, field: str) -> list[dict]:
+    """Write the sweep's configs, scripts and manifest (only what changed); return its runs."""
+    manifest, files = plan(args, directory, field)
+    for path, text in files.items():
+        if not (path.is_file() and path.read_text() == text):
+            _write(path, text, field)
+    _write(Path(directory, MANIFEST), json.dumps(manifest, indent=2) + "\n", field)
+    return manifest["runs"]
