@@ -32,11 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "timm / official JAX MLP-Mixer weights to a checkpoint (or to .npz)",
     ),
     "width": ("mixer_lightning.commands.width", "width, sparsity and the optimum S* = C* at a fixed Ω"),
-    "sweep": ("mixer_lightning.commands.sweep", "emit/run a width grid at fixed Ω; `sweep report` gathers it"),
+    "sweep": ("mixer_lightning.commands.sweep", "sweep a config: width/γ/density grids, generic axes, seeds; `sweep report|curves|point`"),
     "bench": ("mixer_lightning.commands.bench", "throughput, FLOPs and MFU side by side (ours vs timm, RP, compiled)"),
     "spectrum": (
         "mixer_lightning.commands.spectrum",
-        "σ_max of random SW-MLP vs Mixer weights at fixed Ω (Fig. 4 right)",
+        "σ_max of random SW-MLP vs Mixer weights at fixed Ω (Fig. 4 right; App. D.1, Fig. S.1)",
     ),
     "cka": ("mixer_lightning.commands.cka", "minibatch CKA between the skip-connection inputs of two checkpoints"),
     "visualize": ("mixer_lightning.commands.visualize", "token-mixing units, stem units, effective weight patterns"),
