@@ -201,7 +201,7 @@ def test_imagenet_finetune_448_config(capsys: pytest.CaptureFixture[str]) -> Non
     )
     assert (
         model["upscale"] == 2
-        and model["preset"] == "mixer_b16"
+        and model["preset"] == "mixer_l16"
         and "--model.init_from" in str((CONFIGS / "imagenet_finetune_448.yaml").read_text())
     )
     assert data["image_size"] == 448 and data["dataset"] == "imagenet" and data["mixup"] == 0

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+from torch import nn
 
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.models import MLPMixer, create_model, list_models, num_params
+from mixer_lightning.models import MLPMixer, create_model, get_entry, list_models, num_params
 from mixer_lightning.models.layers import SkipLayer
 from mixer_lightning.models.pk import drop_path_rates
 
@@ -81,3 +84,46 @@ def test_bad_architecture_arguments_name_the_field(kwargs: dict, field: str) -> 
     with pytest.raises(ConfigError) as error:
         MLPMixer(**{"image_size": 8, "patch_size": 2, "channels": 8, "num_blocks": 1, **kwargs})
     assert error.value.field == field
+
+
+def test_normal_init_is_hayase_fan_in_gaussian() -> None:
+    """``init: normal`` draws every weight i.i.d. N(0, 1/fan_in), untruncated (Hayase Sec. 4.3, eq. S.39),
+    so a γn×n weight's largest singular value sits at the Marchenko-Pastur edge 1 + √γ."""
+    torch.manual_seed(0)
+    gamma = 4
+    model = MLPMixer(num_classes=10, image_size=32, patch_size=4, tokens=300, channels=200, gamma=gamma,
+                     num_blocks=2, init="normal", skip_layer=True)  # fmt: skip
+    block = model.blocks[1]
+    for weight, fan_in in [
+        (block.token_mixing.mlp.fc1.weight, 300),  # W1 ∈ R^{γS×S}
+        (block.token_mixing.mlp.fc2.weight, gamma * 300),
+        (block.channel_mixing.mlp.fc1.weight, 200),  # W3ᵀ ∈ R^{γC×C}
+        (model.blocks[0].token_mixing.skip.proj.weight, 64),  # W̃ ∈ R^{S×S0}
+        (model.stem.proj.weight, 3 * 4 * 4),  # per-patch FC, C0 = 3P²
+    ]:
+        sigma = 1 / math.sqrt(fan_in)
+        assert weight.std().item() == pytest.approx(sigma, rel=0.05)
+        assert weight.abs().max().item() > 3 * sigma  # not truncated at 2σ (timm's lecun_normal_ is)
+    for weight in (block.token_mixing.mlp.fc1.weight, block.channel_mixing.mlp.fc1.weight):
+        top = torch.linalg.matrix_norm(weight.detach().double(), ord=2).item()
+        assert top == pytest.approx(1 + math.sqrt(gamma), rel=0.08)  # Sec. 4.3: c_γ = 1 + √γ
+    biases = [m.bias for m in model.modules() if isinstance(m, (nn.Linear, nn.Conv2d)) and m.bias is not None]
+    assert all(torch.count_nonzero(b) == 0 for b in biases)
+    assert torch.count_nonzero(model.head.weight) == 0
+    # The other modes are not this one: xavier's γn×n weights have variance 2/((1+γ)n).
+    xavier = MLPMixer(image_size=32, patch_size=4, tokens=300, channels=200, gamma=gamma, num_blocks=1)
+    assert xavier.blocks[0].channel_mixing.mlp.fc1.weight.std().item() == pytest.approx(
+        math.sqrt(2 / (5 * 200)), rel=0.05
+    )
+
+
+def test_hayase_presets_use_the_papers_norm_eps_and_init_tolstikhins_keep_flax() -> None:
+    for name in ("mixer_ss8", "mixer_ss_w", "mixer_b_w"):
+        assert get_entry(name).defaults["norm_eps"] == 1e-5 and get_entry(name).defaults["init"] == "normal"
+    with torch.device("meta"):
+        ss8 = create_model("mixer_ss8", num_classes=10)
+        b16 = create_model("mixer_b16")
+    assert {m.eps for m in ss8.modules() if isinstance(m, nn.LayerNorm)} == {1e-5}
+    assert {m.eps for m in b16.modules() if isinstance(m, nn.LayerNorm)} == {1e-6}
+    for name in ("mixer_s32", "mixer_s16", "mixer_b32", "mixer_b16", "mixer_l32", "mixer_l16", "mixer_h14"):
+        assert "norm_eps" not in get_entry(name).defaults and "init" not in get_entry(name).defaults

@@ -173,7 +173,9 @@ def test_a_model_from_another_seed_loads_the_exact_masks(impl: str) -> None:
 # --- width, density, connections ----------------------------------------------------------------
 
 
-def test_create_model_defaults_are_the_table_s3_cifar_setting() -> None:
+def test_create_model_defaults() -> None:
+    # S0 = 64, C = 48, 3 blocks, γ = 2 (not Table S.3's setting, whose FLOPs fit S = C = 64 and 6 blocks:
+    # configs/cifar10_s3_sw_mlp_dense.yaml).
     model = create_model("sw_mlp", num_classes=10, image_size=32, in_chans=3)
     assert (model.num_patches, model.channels, model.width, model.gamma) == (64, 48, 3072, 2.0)
     assert len(model.blocks) == 3 and model.impl == "sparse"

@@ -175,24 +175,38 @@ class SkipLayer(nn.Module):
         return self.norm(linear_columns(self.proj, x))
 
 
-InitMode = Literal["xavier", "lecun"]
+InitMode = Literal["xavier", "lecun", "normal"]
+INIT_MODES = ("xavier", "lecun", "normal")
+
+
+def fan_in_normal_(weight: torch.Tensor) -> torch.Tensor:
+    """Fill `weight` with i.i.d. N(0, 1/n), n its fan-in (in_features, or in_chans·P² of a patch stem),
+    untruncated: Hayase & Karakida's Mixer initialisation (Sec. 4.3, a γC×C weight is N(0, 1/C) and a
+    γS×S one N(0, 1/S); eq. S.39)."""
+    fan_in = weight[0].numel()
+    with torch.no_grad():
+        return weight.normal_(0.0, 1.0 / math.sqrt(fan_in))
 
 
 def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
-    """Initialise a Mixer-style network the way the official JAX code does.
+    """Initialise a Mixer-style network: the official JAX code's two ways, or Hayase & Karakida's.
 
-    Common to both modes (github.com/google-research/vision_transformer, ``vit_jax/models_mixer.py``):
-    the stem is LeCun-normal (flax ``nn.Conv`` default: truncated normal, variance 1/fan_in) with zero
-    bias, the classifier head is zero (``kernel_init=zeros``), LayerNorms are (1, 0).
-    Dense layers:
+    Common to every mode (github.com/google-research/vision_transformer, ``vit_jax/models_mixer.py``):
+    the classifier head is zero (``kernel_init=zeros``), LayerNorms are (1, 0).
+    Dense layers and the stem:
     - ``xavier`` (default): Xavier-uniform kernels, biases of the MLPs N(0, 10⁻⁶²), other biases
-      zero. This is the init of the ViT JAX code's MLP blocks, which timm's ``MlpMixer`` uses and
-      which its pretrained Mixer weights were trained with.
+      zero; a LeCun-normal stem (flax ``nn.Conv`` default: truncated normal, variance 1/fan_in).
+      This is the init of the ViT JAX code's MLP blocks, which timm's ``MlpMixer`` uses and which
+      its pretrained Mixer weights were trained with.
     - ``lecun``: flax ``nn.Dense`` defaults (LeCun truncated normal, zero bias), which is what the
       published ``models_mixer.py`` literally does, since its ``MlpBlock`` passes no initialisers.
+    - ``normal``: every weight (stem, mixing layers, the SkipLayer's W̃) i.i.d. N(0, 1/n) with n its
+      fan-in, untruncated, zero biases: Hayase & Karakida Sec. 4.3 / eq. S.39, whose spectral argument
+      (the largest singular value of a γn×n weight is ≈ 1 + √γ, Marchenko-Pastur) assumes it. The
+      paper states no initialisation for its head or biases: zero here, as the other modes.
     """
-    if mode not in ("xavier", "lecun"):
-        raise ConfigError("init", f"unknown mode {mode!r}", "choose 'xavier' or 'lecun'")
+    if mode not in INIT_MODES:
+        raise ConfigError("init", f"unknown mode {mode!r}", f"choose one of {', '.join(INIT_MODES)}")
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             if name == "head" or name.endswith(".head"):
@@ -202,6 +216,8 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
                 continue
             if mode == "xavier":
                 nn.init.xavier_uniform_(module.weight)
+            elif mode == "normal":
+                fan_in_normal_(module.weight)
             else:
                 lecun_normal_(module.weight)
             if module.bias is not None:
@@ -210,7 +226,10 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
                 else:
                     nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Conv2d):
-            lecun_normal_(module.weight)
+            if mode == "normal":
+                fan_in_normal_(module.weight)
+            else:
+                lecun_normal_(module.weight)
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:

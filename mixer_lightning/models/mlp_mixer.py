@@ -49,7 +49,7 @@ class MLPMixer(PKMixer):
         drop_path: stochastic depth at the last MLP, rising linearly from 0 at the first.
         norm_eps: LayerNorm ε (flax default 1e-6; Hayase & Karakida use 1e-5).
         act: ``gelu`` (exact) or ``gelu_tanh`` (the JAX code's approximation).
-        init: ``xavier`` or ``lecun`` dense init; see `init_mixer_weights`.
+        init: ``xavier``, ``lecun`` or ``normal`` (Hayase's N(0, 1/fan_in)); see `init_mixer_weights`.
     """
 
     def __init__(
@@ -116,16 +116,19 @@ for _size, _patch in [("s", 32), ("s", 16), ("b", 32), ("b", 16), ("l", 32), ("l
         **_TOLSTIKHIN[_size],
     )
 
-# Hayase & Karakida Table 1: wider (larger S) Mixers at the same connection count Ω.
+# Hayase & Karakida Table 1: wider (larger S) Mixers at the same connection count Ω. The paper's
+# settings for all its experiments: LayerNorm ε = 1e-5 (App. A.2.1, eq. S.4) and weights N(0, 1/n)
+# (Sec. 4.3, eq. S.39); Tolstikhin's presets above keep flax's ε = 1e-6 and the JAX code's init.
+_HAYASE = dict(norm_eps=1e-5, init="normal")
 register_preset(
     "mixer_ss8", "mlp_mixer", "Hayase & Karakida 2024, Table 1 (Mixer-SS/8, CIFAR)",
-    image_size=32, patch_size=8, tokens=16, channels=986, gamma=4.0, num_blocks=2,
+    image_size=32, patch_size=8, tokens=16, channels=986, gamma=4.0, num_blocks=2, **_HAYASE,
 )  # fmt: skip
 register_preset(
     "mixer_ss_w", "mlp_mixer", "Hayase & Karakida 2024, Table 1 (Mixer-SS-W, CIFAR)",
-    image_size=32, patch_size=4, tokens=64, channels=487, gamma=4.0, num_blocks=2,
+    image_size=32, patch_size=4, tokens=64, channels=487, gamma=4.0, num_blocks=2, **_HAYASE,
 )  # fmt: skip
 register_preset(
     "mixer_b_w", "mlp_mixer", "Hayase & Karakida 2024, Table 1 (Mixer-B-W, ImageNet)",
-    image_size=224, patch_size=14, tokens=256, channels=588, gamma=4.57, num_blocks=8,
+    image_size=224, patch_size=14, tokens=256, channels=588, gamma=4.57, num_blocks=8, **_HAYASE,
 )  # fmt: skip

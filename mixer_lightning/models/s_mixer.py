@@ -33,7 +33,8 @@ class SMixer(PKMixer):
         drop_path: stochastic depth of the last mixing layer, rising linearly from 0.
         norm_eps: LayerNorm ε (the paper uses 1e-5).
         act: ``gelu`` or ``gelu_tanh``.
-        init: ``xavier`` or ``lecun`` dense init.
+        init: ``xavier``, ``lecun`` or ``normal`` (the paper's N(0, 1/fan_in), Sec. 4.3); the paper's
+            configs set ``normal``.
     """
 
     def __init__(

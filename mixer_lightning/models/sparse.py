@@ -15,15 +15,19 @@ same gradients (``values.grad`` equals ``weight.grad[mask]``).
 
 Initialisation (``init``):
 
-- ``masked`` (default; App. A.2.5, the form the experiments train, Figs. 2, 4 left, 5): M ∈ {0, 1}
-  and the trainable W ~ N(0, 1/(p·m)) on the pattern, so every unit's input has the variance of a
-  dense N(0, 1/m) layer's whatever p (Mixers are initialised N(0, 1/C), i.e. 1/(p·m) with p = 1/C).
+- ``masked`` (default): M ∈ {0, 1} and the trainable W ~ N(0, 1/(p·m)) on the pattern, so every
+  unit's input has the variance of a dense N(0, 1/m) layer's whatever p. This is what a Mixer's
+  N(0, 1/n) weights (Sec. 4.3: N(0, 1/S) for a token-mixing W, N(0, 1/C) for a channel-mixing V)
+  are in its effective m×m weight: I_C ⊗ W has density p = 1/C and entries N(0, 1/S) = N(0, 1/(p·m)),
+  Vᵀ ⊗ I_S density 1/S and entries N(0, 1/C) (m = S·C).
 - ``spectral`` (Sec. 4.3 and App. D.1, Fig. 4 right): M's ones are 1/√p (a frozen factor s = 1/√p)
   and the trainable A ~ N(0, 1/m); λ_max(M ⊙ A)² ≈ c² + 3c²√γ(1−p)/q², c = 1+√γ, q = √(pm) (eq. 17).
 
 The two start from exactly the same M ⊙ W (the same draws); they differ in what the optimiser sees
-(W itself, or A = √p·W, whose updates move M ⊙ W 1/√p times as far). The paper does not state the
-initialisation of its training runs; ``masked`` is our reading, ``spectral`` is its stated one.
+(W itself, or A = √p·W, whose updates move M ⊙ W 1/√p times as far). Sec. 4.3 is the only place the
+paper states an SW-MLP initialisation ("We initialize the entries of each mask matrix M ... 1/√p ...
+each weight A by i.i.d. N(0, 1/m)"), so the paper's configs use ``spectral``; App. A.2.5 only says
+which entries of M are non-zero ("set to be one"), which ``masked`` reads literally.
 """
 
 from __future__ import annotations
