@@ -102,7 +102,7 @@ def trainer(category: str, source: str, **settings: Any) -> list[Row]:
 # --- Hayase & Karakida 2024 ------------------------------------------------------------------------
 
 HAYASE_ARCH = "H&K App. A.2.1 eq. S.4 (LN ε = 1e-5 'in all experiments'), Sec. 4.3 / eq. S.39 (N(0, 1/n))"
-SW_INIT = "H&K Sec. 4.3 (mask ones 1/√p, A ~ N(0, 1/m)); App. A.2.1 (ε)"
+SW_INIT = CHOICE + ": App. A.2.5 masks of ones times W ~ N(0, 1/(pm)), Sec. 4.3's initial M⊙W (init: masked); App. A.2.1 (ε)"
 SPARSE = CHOICE + ": CSR storage of M⊙W, the same function as the paper's dense M⊙W (models/sparse.py)"
 NAMES = {"cifar10": "CIFAR-10", "cifar100": "CIFAR-100", "stl10": "STL-10"}
 
@@ -244,7 +244,7 @@ PAPER["cifar10_fig2_sw_mlp"] = [
           block="mlp", gamma=2.0, patch_size=4),
     *arch("H&K App. C.1 (sparsity 2^-n; base n = 6, the Fig. 2(b) SW-MLP of sparsity 1/64)", p=2**-6),
     *arch(CHOICE + ": m = S·C = 4096 as the Mixer's; the Mixer's MLP form", m=4096, out_act=False),
-    *arch(SW_INIT, init="spectral", norm_eps=1e-5), *arch(SPARSE, impl="sparse"), *c1_recipe(),
+    *arch(SW_INIT, init="masked", norm_eps=1e-5), *arch(SPARSE, impl="sparse"), *c1_recipe(),
 ]  # fmt: skip
 
 # Fig. 4 (left): Ω = 2^19, γ = 2, 3 blocks, App. C.2 = C.1's training.
@@ -261,7 +261,7 @@ PAPER["cifar10_fig4_sw_mlp"] = [
     *arch("H&K Fig. 4 / App. C.2 (Ω = 2^19, γ = 2, widths of the Mixers; base m = 4096, p = Ω/(γm²) = 1/64)",
           omega=524288, gamma=2.0, m=4096, p=1 / 64, patch_size=4),
     *arch(CHOICE + ": C.1's construction, 6 blocks in the Mixer's MLP form", num_blocks=6, block="mlp", out_act=False),
-    *arch(SW_INIT, init="spectral", norm_eps=1e-5), *arch(SPARSE, impl="sparse"),
+    *arch(SW_INIT, init="masked", norm_eps=1e-5), *arch(SPARSE, impl="sparse"),
     *c1_recipe(source="H&K App. C.2 ('the same training settings as in Figure 2(a)')"),
 ]  # fmt: skip
 
@@ -279,7 +279,7 @@ for _ds in NAMES:
         *model_class("SWMLPModule", "H&K Fig. 5, App. C.4 (ii)"),
         *arch("H&K App. C.4 (ii) (8 blocks, Ω = 2^18, 1-p = 0.5: m = √(Ω/p) = 724, eq. S.16/S.43)", num_blocks=8,
               block="fc", omega=262144, p=0.5, m=724, patch_size=4),
-        *arch(SW_INIT, init="spectral", norm_eps=1e-5), *arch(SPARSE, impl="sparse"), *c4_recipe(_ds),
+        *arch(SW_INIT, init="masked", norm_eps=1e-5), *arch(SPARSE, impl="sparse"), *c4_recipe(_ds),
     ]  # fmt: skip
 
 # Fig. 6 (a)-(c): S-Mixer / RP S-Mixer, L = 12, Table S.2 (prose of C.5 disagrees; the headers say so).
@@ -348,7 +348,7 @@ PAPER["cifar10_s1_sw_mlp"] = [
     *arch("H&K App. D.1 (Ω = 2^16; p swept: base p = 2^-4, m = √(Ω/p) = 1024)", omega=65536, p=2**-4, m=1024),
     *arch(CHOICE + ": γ 'according to Golubeva' read as plain FC layers (γ = 1); C.4's 8-block SW-MLP", block="fc",
           num_blocks=8, patch_size=4),
-    *arch(SW_INIT, init="spectral", norm_eps=1e-5), *arch(SPARSE, impl="sparse"), *c4_recipe("cifar10"),
+    *arch(SW_INIT, init="masked", norm_eps=1e-5), *arch(SPARSE, impl="sparse"), *c4_recipe("cifar10"),
 ]  # fmt: skip
 
 # D.2 / Fig. S.2: MLP-Mixer, RP MLP-Mixer, SW-MLP with γ = 4, lr 0.1.
@@ -367,7 +367,7 @@ for _ds in ("cifar10", "cifar100"):
         *arch("H&K App. D.2 (γ = 4, p ∈ {0.1, …, 0.9}, m = √(Ω/(γp)): base Ω = 2^18, p = 0.1, m = 810)", gamma=4.0,
               omega=262144, p=0.1, m=810, block="mlp"),
         *arch(CHOICE + ": 8 MLP blocks (eq. S.17) as the Mixer arms, P = 4", num_blocks=8, patch_size=4),
-        *arch(SW_INIT, init="spectral", norm_eps=1e-5), *arch(SPARSE, impl="sparse"),
+        *arch(SW_INIT, init="masked", norm_eps=1e-5), *arch(SPARSE, impl="sparse"),
         *c4_recipe(_ds, lr=0.1, lr_source="H&K App. D.2 (initial learning rate 0.1)"),
     ]  # fmt: skip
 
@@ -437,7 +437,7 @@ PAPER["cifar10_s3_sw_mlp_dense"] = [
           patch_size=4),
     *arch("H&K App. D.9 (the SW-MLP stores dense M⊙W)", impl="dense"),
     *arch(CHOICE + ": the Mixer's MLP form (C.1)", out_act=False),
-    *arch(SW_INIT, init="spectral", norm_eps=1e-5),
+    *arch(SW_INIT, init="masked", norm_eps=1e-5),
     *c1_recipe(lr_source=CHOICE + ": Fig. 2/4's lr", source=_S3_TRAIN),
 ]  # fmt: skip
 
