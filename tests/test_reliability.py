@@ -50,7 +50,7 @@ def epoch_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
 
     events = EventAccumulator(str(run))
     events.Reload()
-    names = ("train/acc1", "train/loss_epoch", "val/acc1", "val/loss")
+    names = [n for n in ("train/acc1", "train/loss_epoch", "val/acc1", "val/loss") if n in events.Tags()["scalars"]]
     return {name: sorted((e.step, e.value) for e in events.Scalars(name)) for name in names}
 
 
