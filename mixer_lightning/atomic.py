@@ -112,7 +112,7 @@ def check_output_file(path: str | Path, field: str, overwrite: bool = False, fla
         raise ConfigError(field, f"{str(path)!r} is a folder", "give the path of a file")
     if path.exists() or path.is_symlink():
         if not overwrite:
-            raise ConfigError(field, f"{str(path)!r} exists", f"choose another path, or pass {flag} to replace it")
+            raise ConfigError(field, f"{path} exists", f"pass {flag} or choose another path")
         if not os.access(path, os.W_OK) and not os.access(path.absolute().parent, os.W_OK):
             raise ConfigError(field, f"cannot replace {str(path)!r}: permission denied", "choose another path")
     _check_parent(path, field)
