@@ -97,7 +97,8 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
                 "if you trust the file, re-save its tensors: torch.save(torch.load(FILE, weights_only=False)"
                 "['state_dict'], 'weights.pth'), or convert it with `mixer convert`",
             ) from None
-        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file (it does not unpickle)", fix) from None
+        what = "it does not unpickle" if _looks_like_torch(path) else "neither a zip archive nor a pickle"
+        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({what})", fix) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, IndexError, TypeError) as error:
         # A text file read as a legacy pickle raises KeyError(101) or similar from the unpickler: say what
         # the file is not, rather than the unpickler's key.

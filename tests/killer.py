@@ -2,7 +2,11 @@
 
 `KillAtStep` SIGKILLs (the realistic end of a pre-empted or OOM-killed run: no cleanup, no exception
 handlers) after optimiser step `step`; `KillAt` sends any signal at a named moment: after a training
-step, in the middle of an epoch's validation, or as an epoch starts.
+step, in the middle of an epoch's validation, or as an epoch starts. ``signal: CRASH`` raises an
+exception there instead, for in-process tests (the process goes on; the checkpoints on disk are
+what a SIGKILL would leave).
+
+Test configs name these classes; the tests trust the module (``MIXER_TRUSTED_MODULES=killer``).
 """
 
 from __future__ import annotations
@@ -25,12 +29,14 @@ class KillAt(Callback):
 
     def __init__(self, moment: str = "train_batch_end", step: int = -1, epoch: int = -1, signal: str = "SIGKILL"):
         self.moment, self.step, self.epoch = moment, step, epoch
-        self.signum = getattr(signal_module, signal)
+        self.signum = None if signal == "CRASH" else getattr(signal_module, signal)
         self.sent = False
 
     def _send(self) -> None:
         if not self.sent:
             self.sent = True  # SIGTERM/SIGINT let the process go on to a stop: send once
+            if self.signum is None:
+                raise Crash(f"simulated crash ({self.moment}, step {self.step}, epoch {self.epoch})")
             os.kill(os.getpid(), self.signum)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -48,6 +54,10 @@ class KillAt(Callback):
 
 
 signal_module = signal
+
+
+class Crash(RuntimeError):
+    """What ``KillAt(signal="CRASH")`` raises."""
 
 
 class KillAtStep(KillAt):

@@ -23,6 +23,7 @@ hf          a Hugging Face hub id, or a local folder in its layout first   featu
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,8 +179,9 @@ def _decompression_bomb(error: Exception) -> OSError:
 
 def image_files(folder: Path, extensions: tuple[str, ...]) -> list[str]:
     """The image files under `folder` (any depth), in torchvision ImageFolder's order (sorted by folder,
-    then by name). Symbolic links are followed, but a folder is read once however many links lead to
-    it: a link back up the tree (a loop) adds nothing, where torchvision would read it again and again."""
+    then by name). Symbolic links to folders are followed at most once: a folder is read once however
+    many links lead to it, and a link to a folder it lies in (a loop, which torchvision follows until
+    the path is too long, reading the same images again and again) is not followed, with a warning."""
     found: list[tuple[str, str]] = []
     seen: set[str] = set()
     stack = [str(folder)]
@@ -195,6 +197,11 @@ def image_files(folder: Path, extensions: tuple[str, ...]) -> list[str]:
             raise ConfigError("data.root", f"cannot read the folder {current!r} ({error.strerror})") from None
         for entry in entries:
             if entry.is_dir():  # follows links
+                target = os.path.realpath(entry.path)
+                if entry.is_symlink() and (real == target or real.startswith(target + os.sep)):
+                    warnings.warn(f"data.root: {entry.path!r} links to {target!r}, a folder it lies in: not followed",
+                                  stacklevel=2)  # fmt: skip
+                    continue
                 stack.append(entry.path)
             elif entry.is_file() and entry.name.lower().endswith(extensions):
                 found.append((current, entry.name))
