@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 import sys
 from operator import attrgetter
@@ -72,6 +73,13 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _first_process() -> bool:
+    """Whether this is the process that owns the run directory: global rank 0 (Lightning reads RANK,
+    LOCAL_RANK, SLURM_PROCID from the environment), and on the first node of a multi-node launch."""
+    first_node = all(os.environ.get(name, "0") in ("", "0") for name in ("NODE_RANK", "GROUP_RANK"))
+    return rank_zero_only.rank == 0 and first_node
+
+
 def _signature_defaults(cls: type) -> dict[str, Any]:
     defaults: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
@@ -80,6 +88,24 @@ def _signature_defaults(cls: type) -> dict[str, Any]:
                 if parameter.default is not inspect.Parameter.empty:
                     defaults[name] = parameter.default
     return defaults
+
+
+class SaveConfig(SaveConfigCallback):
+    """Lightning's SaveConfigCallback, writing through the atomic writer; the file name is chosen by
+    `MixerCLI._claim_run_dir` so that it never replaces another run's (or invocation's) config."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # a broadcast under DDP: every process must ask
+        if trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / self.config_filename
+            if path.exists() and not self.overwrite:
+                raise ConfigError("config", f"{str(path)!r} exists; it is not overwritten", "choose another run directory")
+            write_text(path, self.parser.dump(self.config, skip_none=False), field="config")
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
 class MixerCLI(LightningCLI):
@@ -154,9 +180,12 @@ class MixerCLI(LightningCLI):
         subcommand = self.config.get("subcommand")
         config = self.config[subcommand] if subcommand else None
         path = config.get("ckpt_path") if config is not None else None
-        if subcommand == "fit" and path == "last":
-            self._resume_last_run(config)
+        if path == "last":  # fit: resume that run in its directory; validate/test/predict: evaluate it
+            self._resume_last_run(config, resume=subcommand == "fit")
             path = config.ckpt_path
+        if path == "best":  # Lightning's "best" is the best checkpoint of a fit in this same process
+            raise ConfigError("ckpt_path", "'best' names no file here (Lightning's 'best' is that of a fit in the same "
+                              "process)", "give the path, e.g. runs/NAME/version_N/checkpoints/best.ckpt")  # fmt: skip
         if path and path not in SPECIAL_CKPT_PATHS and path != "last":
             # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
             # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
@@ -196,9 +225,9 @@ class MixerCLI(LightningCLI):
                 "model.init_from",
             )
 
-    def _resume_last_run(self, config) -> None:
-        """``--ckpt_path last``: continue a run in its own run directory from its last.ckpt: the pinned
-        version's, else the highest version_N's (`mixer_lightning.rundir.find_last_run`)."""
+    def _resume_last_run(self, config, resume: bool = True) -> None:
+        """``--ckpt_path last``: the last.ckpt of the pinned version, else of the highest version_N
+        (`mixer_lightning.rundir.find_last_run`); `resume` (fit) continues the run in its own directory."""
         init_args = self._logger_args(config)
         if init_args is None:
             raise ConfigError("ckpt_path", "'last' needs a logger with a save_dir to find the run in",
@@ -207,12 +236,13 @@ class MixerCLI(LightningCLI):
         version = init_args.get("version")
         version = None if version is None else version if isinstance(version, str) else f"version_{version}"
         last = find_last_run(experiment, version)
-        init_args.version = last.parent.parent.name
+        if resume:
+            init_args.version = last.parent.parent.name
         config.ckpt_path = str(last)
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
-        if self.subcommand == "fit" and rank_zero_only.rank == 0:
+        if self.subcommand == "fit" and _first_process():
             # A pinned version that holds a run is resumed (--ckpt_path) or refused, never overwritten.
             init_args = self._logger_args(config)
             version = init_args.get("version") if init_args is not None else None
@@ -306,7 +336,7 @@ class MixerCLI(LightningCLI):
         """The run directory this command writes: created now if new (the next free version_N, atomic),
         resumed if pinned; locked for fit (one writer per run); its config file name never replaces
         another's (config.yaml, config.resume<N>.yaml, config.<command><N>.yaml)."""
-        if rank_zero_only.rank != 0 or not self.trainer.loggers or self.trainer.fast_dev_run:
+        if not _first_process() or not self.trainer.loggers or self.trainer.fast_dev_run:
             return
         logger = self.trainer.loggers[0]
         if not hasattr(logger, "_version") or not hasattr(logger, "root_dir"):
@@ -414,6 +444,7 @@ def run(argv: list[str]) -> None:
             subclass_mode_model=True,
             subclass_mode_data=True,
             auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
+            save_config_callback=SaveConfig,
             trainer_defaults=TRAINER_DEFAULTS,
             seed_everything_default=0,
             parser_kwargs={

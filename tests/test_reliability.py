@@ -402,6 +402,8 @@ CATALOGUE = [
     ("resume a pinned run that is not there", ["fit", "--config", TINY, "--trainer.logger.init_args.version",
      "version_7", "--ckpt_path", "last"], 2,
      "ckpt_path: 'last': the run 'runs/digits_mixer/version_7' (trainer.logger.init_args.version) does not exist"),
+    ("resume from 'best'", ["fit", "--config", TINY, "--ckpt_path", "best"], 2,
+     "ckpt_path: 'best' names no file here (Lightning's 'best' is that of a fit in the same process); give the path"),
     ("convert onto an existing file", ["convert", "--from", "{good}", "--out", "{wider}"], 2,
      "--out: {wider} exists; pass --overwrite or choose another path"),
     ("convert into a file's folder", ["convert", "--from", "{good}", "--out", "{text}/x.ckpt"], 2,
@@ -712,3 +714,62 @@ def test_an_image_folder_with_a_symlink_loop_is_read_once(tmp_path: Path) -> Non
     assert len(data.train_set) == 4 + 4 + 2  # torchvision's ImageFolder: until the path is too long
     main(["fit", "--config", TINY, *FOLDER, "--data.root", str(root)])
     assert read_json(run_dirs("digits_mixer")[0] / "fit_summary.json")["steps"] == 1
+
+
+# ------------------------------------------------------------------ real subprocesses (slow)
+
+LONG = ["--config", TINY, "--trainer.max_epochs", "30", "--trainer.log_every_n_steps", "1",
+        "--step_checkpoint.every_n_train_steps", "3"]  # fmt: skip
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signalled_subprocess_stops_and_resumes_exactly(signame: str, code: int, capsys) -> None:
+    """`mixer fit` in its own process, sent SIGTERM (a scheduler pre-empting it) or SIGINT (Ctrl+C) from
+    outside at whatever moment: it exits with 128 + the signal after saving last.ckpt, and
+    ``--ckpt_path last`` goes on to the uninterrupted run's weights, optimiser and figures."""
+    main(["fit", *LONG, "--trainer.logger.init_args.name", "straight"])
+    fit = subprocess.Popen([MIXER, "fit", *LONG, "--trainer.logger.init_args.name", "stopped"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = Path("runs/stopped/version_0")
+    wait_for(run / "checkpoints" / "last.ckpt", fit)
+    fit.send_signal(getattr(signal, signame))
+    _, err = fit.communicate(timeout=120)
+    assert fit.returncode == code, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"mixer: stopped by {signame} ") and last.endswith(
+        f"; last.ckpt saved: {run}/checkpoints/last.ckpt; continue with the same command and --ckpt_path last"
+    ), last
+    assert not (run / "fit_summary.json").exists()
+    main(["fit", *LONG, "--trainer.logger.init_args.name", "stopped", "--ckpt_path", "last"])
+    assert_same_runs(Path("runs/straight/version_0"), run)
+
+
+@pytest.mark.slow
+def test_a_second_concurrent_resume_of_a_run_is_refused(capsys) -> None:
+    main(["fit", *ONE_STEP])
+    (run,) = run_dirs("digits_mixer")
+    first = subprocess.Popen([MIXER, "fit", *LONG, "--ckpt_path", "last"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for(run / "config.resume1.yaml", first)  # written under the lock
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", *LONG, "--ckpt_path", "last"])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"mixer: error: trainer.logger: the run '{run}' is being written by process {first.pid} ")
+        assert not (run / "config.resume2.yaml").exists()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert first.returncode == 143
