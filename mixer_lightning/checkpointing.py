@@ -112,7 +112,8 @@ class ResumeCheckpoint(ModelCheckpoint):
     - every ``every_n_train_steps`` optimiser steps inside an epoch, but never after the epoch's last
       batch: that state precedes the epoch's validation and epoch figures, and Lightning resumes it
       by skipping them (the epoch's validation is never logged, best.ckpt never sees it, and the
-      training-metric accumulators run on into the next epoch);
+      training-metric accumulators run on into the next epoch); nor before a validation inside the
+      epoch (``val_check_interval``), nor after a batch that only accumulated gradients;
     - at every epoch boundary, as the next epoch starts: after validation, the epoch figures, the
       reset of the accumulators and the epoch's scheduler step;
     - when training ends;
@@ -124,13 +125,13 @@ class ResumeCheckpoint(ModelCheckpoint):
     so the curves of a resumed run are those of an uninterrupted one.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self._start_step: int | None = None
-        self._stop_signal: int | None = None
-        self._previous_handlers: dict[int, Any] = {}
-        self._log_step_to_save: int | None = None
-        self._purge_step: int | None = None
+    # ModelCheckpoint's __init__ and arguments, unchanged (the CLI reads its signature); state of our own:
+    _start_step: int | None = None  # global step when this process started training
+    _stop_signal: int | None = None  # SIGTERM/SIGINT received
+    _previous_handlers: dict[int, Any] | None = None
+    _log_step_to_save: int | None = None  # the logger step a run resumed from the checkpoint being saved goes on at
+    _purge_step: int | None = None  # that step, read from the checkpoint this run resumes
+    _epoch_boundary = False  # the checkpoint being saved is taken at an epoch boundary
 
     # ------------------------------------------------------------------------------- what is saved
 
@@ -160,7 +161,7 @@ class ResumeCheckpoint(ModelCheckpoint):
             self._log_step_to_save, self._epoch_boundary = None, False
 
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
-        if getattr(self, "_epoch_boundary", False):
+        if self._epoch_boundary:
             as_epoch_boundary(checkpoint["loops"])
             checkpoint[POSITION_KEY] = "epoch_boundary"
 
@@ -191,14 +192,23 @@ class ResumeCheckpoint(ModelCheckpoint):
         return bool(trainer.fast_dev_run) or trainer.sanity_checking or not self.save_last
 
     @staticmethod
-    def _epoch_done(trainer: Trainer) -> bool:
+    def _not_resumable_here(trainer: Trainer) -> bool:
+        """Whether the state after this batch is one Lightning cannot resume exactly: the epoch's training
+        is over (its end, and maybe validation, follow), a validation follows inside the epoch
+        (``val_check_interval``: Lightning would skip it), or the batch only accumulated gradients
+        (which a checkpoint does not hold)."""
         epoch_loop = trainer.fit_loop.epoch_loop
-        return bool(epoch_loop.batch_progress.is_last_batch) or epoch_loop._num_ready_batches_reached()
+        if epoch_loop.batch_progress.is_last_batch or epoch_loop._num_ready_batches_reached():
+            return True
+        if epoch_loop._should_accumulate():
+            return True
+        fetcher = trainer.fit_loop._data_fetcher
+        return fetcher is not None and bool(epoch_loop._should_check_val_fx(fetcher))
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:  # fmt: skip
-        if self._epoch_done(trainer):
-            return  # the next resumable moment is the epoch boundary (a stop waits for it too)
+        if self._not_resumable_here(trainer):
+            return  # the next resumable moment: a later batch, or the epoch boundary (a stop waits for it too)
         stop = self._stop_requested(trainer)
         every = self._every_n_train_steps
         due = every >= 1 and trainer.global_step % every == 0 and trainer.global_step != self._last_global_step_saved
@@ -265,15 +275,16 @@ class ResumeCheckpoint(ModelCheckpoint):
     def _install_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
+        self._previous_handlers = {}
         for signum in STOP_SIGNALS:
             self._previous_handlers[signum] = signal.getsignal(signum)
             signal.signal(signum, self._on_signal)
 
     def _restore_handlers(self) -> None:
-        for signum, handler in self._previous_handlers.items():
+        for signum, handler in (self._previous_handlers or {}).items():
             if handler is not None:
                 signal.signal(signum, handler)
-        self._previous_handlers = {}
+        self._previous_handlers = None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._stop_signal is not None and signum == signal.SIGINT:

@@ -486,20 +486,22 @@ def kill_config(tmp_path: Path, **kill) -> str:
 
 
 @pytest.mark.parametrize(
-    "moment, every, saved",
+    "moment, every, extra, saved",
     [
         # The epoch's last step checkpoint would fall on its last batch (4 batches per epoch): none is written
-        # there; a crash in epoch 1's validation resumes from step 2 and redoes steps 3-4 and the validation.
-        ({"moment": "validation", "epoch": 1}, 2, 6),
+        # there; a crash in epoch 1's validation resumes from step 6 and redoes step 8 and the validation.
+        ({"moment": "validation", "epoch": 1}, 2, [], 6),
         # No step checkpoint inside epochs: the crash during validation resumes from the epoch 0/1 boundary.
-        ({"moment": "validation", "epoch": 1}, 100, 4),
+        ({"moment": "validation", "epoch": 1}, 100, [], 4),
         # A crash as epoch 2 starts (before its boundary checkpoint): resumes from the epoch 0/1 boundary.
-        ({"moment": "train_epoch_start", "epoch": 2}, 100, 4),
+        ({"moment": "train_epoch_start", "epoch": 2}, 100, [], 4),
+        # Validation twice an epoch: no checkpoint right before one (step 6); the crash in it resumes from step 5.
+        ({"moment": "validation", "epoch": 1}, 1, ["--trainer.val_check_interval", "0.5"], 5),
     ],
-    ids=["validation-after-step-checkpoint", "validation-after-epoch-boundary", "epoch-start"],
+    ids=["validation-after-step-checkpoint", "validation-after-epoch-boundary", "epoch-start", "mid-epoch-validation"],
 )
 def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
-    moment: dict, every: int, saved: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    moment: dict, every: int, extra: list[str], saved: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The epoch's validation is logged once, best.ckpt sees it, the training-metric accumulators start
     afresh each epoch: the resumed run's weights, optimiser, best checkpoint and figures are the
@@ -507,7 +509,7 @@ def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
     from killer import Crash
 
     monkeypatch.setenv("MIXER_TRUSTED_MODULES", "killer")
-    run = [*QUICK, "--step_checkpoint.every_n_train_steps", str(every)]
+    run = [*QUICK, "--step_checkpoint.every_n_train_steps", str(every), *extra]
     main(["fit", *run, "--trainer.logger.init_args.name", "straight"])
     with pytest.raises(Crash):
         main(["fit", *run, "--config", kill_config(tmp_path, **moment, signal="CRASH"),
