@@ -390,6 +390,8 @@ CATALOGUE = [
      "command: unknown command 'fitt'; did you mean `mixer fit`? choose one of fit, validate, test, predict, models, "
      "convert, width"),
     ("no command", [], 2, "command: none given; choose one of fit, validate, test, predict, models"),
+    ("a misspelt flag of a project command", ["visualize", "--ckpt", "{good}", "--outt", "x"], 2,
+     "--outt: no such option; see `mixer visualize --help`"),
     ("a text file as init_from", ["fit", "--config", TINY, "--model.init_from", "{text}"], 2,
      "model.init_from: '{text}' is truncated or not a PyTorch file (neither a zip archive nor a pickle)"),
     ("resume with another architecture", ["fit", "--config", TINY, "--model.channels", "32", "--ckpt_path", "{good}"], 2,
