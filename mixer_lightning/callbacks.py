@@ -12,14 +12,20 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from mixer_lightning.atomic import atomic_write
+
 
 class PredictionWriter(BasePredictionWriter):
     """Writes what ``mixer predict`` computes (class probabilities, N × num_classes, in dataset
-    order) to ``output`` (default ``<run dir>/predictions.pt``), one file per process under DDP."""
+    order) to ``output`` (default ``<run dir>/predictions.pt``), one file per process under DDP.
 
-    def __init__(self, output: str | None = None):
+    An existing ``output`` is replaced only with ``overwrite: true`` (checked before predicting); the
+    file is written atomically (`mixer_lightning.atomic`)."""
+
+    def __init__(self, output: str | None = None, overwrite: bool = False):
         super().__init__(write_interval="epoch")
         self.output = output
+        self.overwrite = overwrite
 
     def write_on_epoch_end(
         self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
@@ -32,8 +38,8 @@ class PredictionWriter(BasePredictionWriter):
         path = Path(self.output or os.path.join(trainer.log_dir or ".", "predictions.pt"))
         if trainer.world_size > 1:
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"probabilities": probabilities}, path)
+        with atomic_write(path, "wb", field="prediction_writer.output") as f:
+            torch.save({"probabilities": probabilities}, f)
         rank_zero_info(f"Predictions ({tuple(probabilities.shape)}) written to {path}")
 
 

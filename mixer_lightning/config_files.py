@@ -32,10 +32,22 @@ def load_configs(paths: list[str] | str, field: str = "config") -> dict:
     for path in paths:
         require(Path(path).is_file(), field, f"no such file {path!r}", "give the path of a YAML config")
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            text = Path(path).read_bytes().decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ConfigError(field, f"{path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
+                              f"{error.start})", "save it as UTF-8") from None  # fmt: skip
+        except OSError as error:
+            raise ConfigError(field, f"cannot read {path!r} ({error.strerror})") from None
+        try:
+            loaded = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise ConfigError(field, f"{path!r} is not valid YAML ({str(error).splitlines()[0]})") from None
-        require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping")
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(field, f"{path!r} is not valid YAML ({problem}{where})", "fix the file") from None
+        require(loaded is not None, field, f"{path!r} is empty (no settings)", "give a YAML mapping, e.g. a run's config.yaml")
+        require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping (it holds a {type(loaded).__name__})",
+                "give a mapping of keys such as trainer:, model:, data:")  # fmt: skip
         check_class_paths(loaded, field, repr(str(path)))  # before anything imports the classes it names
         config = deep_merge(config, loaded)
     return config

@@ -2,32 +2,57 @@
 
 Imported only when one of those runs, so that the project's own commands (``mixer width``, ...) start
 without importing Lightning.
+
+What a run may write, and when (see docs/reliability.md):
+
+1. Every input is checked before the run directory exists: the config files (readable UTF-8 YAML,
+   trusted class paths), the arguments (jsonargparse, one line on error), the seed, the checkpoint
+   and what it may change on resume, the model (built), the optimiser and schedule (built once on
+   the side), the trainer, the output paths.
+2. The run directory is then claimed: a new run takes the next free ``version_N`` by creating it; an
+   existing one is only written by a run that resumes it (``--ckpt_path``), under its lock.
+3. A run that fails before its first checkpoint removes the directory it created: no empty
+   ``version_N/`` is left behind.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import os
+import shutil
 import sys
 from operator import attrgetter
 from pathlib import Path
+from typing import Any
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from mixer_lightning.atomic import check_output_file, remove_orphans, write_text
 from mixer_lightning.callbacks import PredictionWriter
-from mixer_lightning.checkpointing import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, check_checkpoint, find_last_run
+from mixer_lightning.checkpointing import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, ResumeCheckpoint, check_checkpoint
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.config_files import load_configs
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError
+from mixer_lightning.rundir import RunLock, create_next_version, find_last_run, holds_a_run
 from mixer_lightning.tasks import ClassifierModule
-from mixer_lightning.tasks.loading import read_checkpoint
+from mixer_lightning.tasks.loading import family_module, read_checkpoint
 from mixer_lightning.trust import check_class_paths
 
 # Facts of the data that the model must agree with, copied into every model's init arguments.
 LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")
+# Model arguments a resumed run may give differently from its checkpoint: the checkpoint holds the
+# trained weights (init_from is not read again) and the optimiser/schedule states.
+RESUME_MAY_DIFFER = (*LINKED_FROM_DATA, "init_from", "optimizer", "lr_scheduler")
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
+# Words of torch.optim's ValueErrors -> the argument they are about.
+OPTIMIZER_WORDS = (("learning rate", "lr"), ("weight_decay", "weight_decay"), ("epsilon", "eps"), ("beta", "betas"),
+                   ("momentum", "momentum"), ("dampening", "dampening"))  # fmt: skip
 
 TRAINER_DEFAULTS = {
     "logger": {
@@ -37,24 +62,76 @@ TRAINER_DEFAULTS = {
 }
 
 
+def _plain(value: Any) -> Any:
+    """`value` with tuples as lists and namespaces as dicts, for comparing a config with hparams."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _first_process() -> bool:
+    """Whether this is the process that owns the run directory: global rank 0 (Lightning reads RANK,
+    LOCAL_RANK, SLURM_PROCID from the environment), and on the first node of a multi-node launch."""
+    first_node = all(os.environ.get(name, "0") in ("", "0") for name in ("NODE_RANK", "GROUP_RANK"))
+    return rank_zero_only.rank == 0 and first_node
+
+
+def _signature_defaults(cls: type) -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" in vars(klass):
+            for name, parameter in inspect.signature(klass.__init__).parameters.items():
+                if parameter.default is not inspect.Parameter.empty:
+                    defaults[name] = parameter.default
+    return defaults
+
+
+class SaveConfig(SaveConfigCallback):
+    """Lightning's SaveConfigCallback, writing through the atomic writer; the file name is chosen by
+    `MixerCLI._claim_run_dir` so that it never replaces another run's (or invocation's) config."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir  # a broadcast under DDP: every process must ask
+        if trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / self.config_filename
+            if path.exists() and not self.overwrite:
+                raise ConfigError("config", f"{str(path)!r} exists; it is not overwritten", "choose another run directory")
+            write_text(path, self.parser.dump(self.config, skip_none=False), field="config")
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
 class MixerCLI(LightningCLI):
-    """LightningCLI with the project's callbacks and the data → model links."""
+    """LightningCLI with the project's callbacks, the data → model links, and runs that never lose or
+    overwrite what is on disk (module docstring)."""
+
+    _run_dir: Path | None = None
+    _created_run_dir: Path | None = None
+    _lock: RunLock | None = None
+    _created_root: Path | None = None
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        # Best (by val/acc1) and last checkpoints under <run dir>/checkpoints/.
+        # Best checkpoint (by val/acc1) under <run dir>/checkpoints/. last.ckpt is step_checkpoint's.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc1",
                 "checkpoint.mode": "max",
                 "checkpoint.filename": "best",
-                "checkpoint.save_last": True,
-                "checkpoint.enable_version_counter": False,  # best.ckpt / last.ckpt are replaced, not versioned
+                "checkpoint.save_last": False,  # last.ckpt is written by step_checkpoint, where it resumes exactly
+                "checkpoint.enable_version_counter": False,  # best.ckpt is replaced, not versioned
             }
         )
-        # A checkpoint every N optimiser steps as well (last.ckpt, written atomically), so that a killed
-        # run loses at most N steps: `mixer fit ... --ckpt_path last` continues it.
-        parser.add_lightning_class_args(ModelCheckpoint, "step_checkpoint")
+        # last.ckpt every N optimiser steps, at every epoch boundary and on SIGTERM/SIGINT (atomically), so
+        # that a killed run loses at most N steps: `mixer fit ... --ckpt_path last` continues it exactly.
+        parser.add_lightning_class_args(ResumeCheckpoint, "step_checkpoint")
         parser.set_defaults(
             {
                 "step_checkpoint.every_n_train_steps": 500,
@@ -70,24 +147,12 @@ class MixerCLI(LightningCLI):
                 "data", f"model.init_args.{name}", compute_fn=attrgetter(name), apply_on="instantiate"
             )
 
-    def _parse_ckpt_path(self) -> None:
-        """Resolve ``--ckpt_path last`` and check the checkpoint file before Lightning reads its
-        hyper-parameters into the config (the checkpoint's architecture wins over the config's)."""
-        subcommand = self.config.get("subcommand")
-        config = self.config[subcommand] if subcommand else None
-        path = config.get("ckpt_path") if config is not None else None
-        if subcommand == "fit" and path == "last":
-            self._resume_last_run(config)
-            path = config.ckpt_path
-        if path and path not in SPECIAL_CKPT_PATHS and path != "last":
-            # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
-            # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
-            read_checkpoint(path)
-        super()._parse_ckpt_path()
+    # ------------------------------------------------------------------------------ parsing
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
-        """Check the class paths of every config file given (``--config``, or a file for a group such as
-        ``--model m.yaml``) before jsonargparse imports them (`mixer_lightning.trust`)."""
+        """Check every config file given (``--config``, or a file for a group such as ``--model m.yaml``)
+        before jsonargparse reads it: readable UTF-8 YAML mapping, class paths in trusted packages
+        (`mixer_lightning.trust`), since jsonargparse imports them."""
         given = sys.argv[1:] if args is None else args  # `run` puts the arguments in sys.argv
         for value in given if isinstance(given, (list, tuple)) else []:
             name = str(value).split("=", 1)[-1]
@@ -95,29 +160,113 @@ class MixerCLI(LightningCLI):
                 check_class_paths(load_configs([name], "config"), "config", repr(name))
         super().parse_arguments(parser, args)
 
-    def _resume_last_run(self, config) -> None:
-        """``--ckpt_path last``: continue the most recent run of this experiment, in its own run
-        directory (same logger version), from its last.ckpt; its config.yaml is kept and this run's
-        config is saved beside it as config.resume<N>.yaml."""
+    def _set_seed(self) -> None:
+        try:
+            super()._set_seed()
+        except ValueError as error:  # numpy's seeds are 0 .. 2**32 - 1
+            raise ConfigError("seed_everything", str(error), "give a seed in 0..4294967295") from None
+
+    def _logger_args(self, config) -> Any:
         logger = config.trainer.get("logger")
+        if isinstance(logger, list):
+            logger = logger[0] if logger else None
         init_args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
-        if init_args is None or "save_dir" not in init_args:
+        return init_args if init_args is not None and "save_dir" in init_args else None
+
+    def _parse_ckpt_path(self) -> None:
+        """Resolve ``--ckpt_path last``, check the checkpoint file, and refuse a resume that would
+        silently change the model, before Lightning reads the checkpoint's hyper-parameters over the
+        config (the checkpoint's model wins over the config's)."""
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else None
+        path = config.get("ckpt_path") if config is not None else None
+        if path == "last":  # fit: resume that run in its directory; validate/test/predict: evaluate it
+            self._resume_last_run(config, resume=subcommand == "fit")
+            path = config.ckpt_path
+        if path == "best":  # Lightning's "best" is the best checkpoint of a fit in this same process
+            raise ConfigError("ckpt_path", "'best' names no file here (Lightning's 'best' is that of a fit in the same "
+                              "process)", "give the path, e.g. runs/NAME/version_N/checkpoints/best.ckpt")  # fmt: skip
+        if path and path not in SPECIAL_CKPT_PATHS and path != "last":
+            # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
+            # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
+            checkpoint = read_checkpoint(path)
+            if subcommand == "fit":
+                self._check_resumed_model(config, checkpoint, path)
+        super()._parse_ckpt_path()
+
+    def _check_resumed_model(self, config, checkpoint: dict, path: str) -> None:
+        """A run resumed from `checkpoint` trains the checkpoint's model: a model argument given with
+        another value (``--model.channels 32`` on a 64-channel run) is refused, naming the flag."""
+        hparams = checkpoint.get("hyper_parameters") or {}
+        saved = hparams.get("_class_path")
+        model = config.get("model")
+        if not saved or model is None:
+            return
+        cls = family_module(saved, "ckpt_path", repr(path))
+        given_class = str(model.get("class_path") or "")
+        if given_class and given_class.rsplit(".", 1)[-1] != cls.__name__:
+            raise ConfigError(
+                "model.class_path",
+                f"{given_class} differs from the {cls.__name__} of the checkpoint being resumed ({path})",
+                "a resumed run keeps its model: use the run's config.yaml, or start a new run from the weights "
+                "with model.init_from",
+            )
+        defaults = _signature_defaults(cls)
+        init_args = _plain(model.get("init_args") or {})
+        for name, value in init_args.items():
+            if name in RESUME_MAY_DIFFER or name.startswith("_") or name not in hparams:
+                continue
+            if value == _plain(hparams[name]) or (name in defaults and value == _plain(defaults[name])):
+                continue  # the same, or not given (a default): the checkpoint's value is used
+            raise ConfigError(
+                f"model.{name}",
+                f"is {value!r}, but the run being resumed has {hparams[name]!r} ({path})",
+                f"a resumed run keeps its model: drop --model.{name}, or start a new run from the weights with "
+                "model.init_from",
+            )
+
+    def _resume_last_run(self, config, resume: bool = True) -> None:
+        """``--ckpt_path last``: the last.ckpt of the pinned version, else of the highest version_N
+        (`mixer_lightning.rundir.find_last_run`); `resume` (fit) continues the run in its own directory."""
+        init_args = self._logger_args(config)
+        if init_args is None:
             raise ConfigError("ckpt_path", "'last' needs a logger with a save_dir to find the run in",
                               "give the path of the checkpoint instead")  # fmt: skip
         experiment = Path(init_args.save_dir) / str(init_args.get("name") or "")
-        last = find_last_run(experiment)
-        if last is None:
-            raise ConfigError(
-                "ckpt_path",
-                f"'last': no run under {str(experiment)!r} has a checkpoints/last.ckpt",
-                "drop --ckpt_path to start a new run, or give a checkpoint path",
-            )
-        run_dir = last.parent.parent
-        init_args.version = run_dir.name
+        version = init_args.get("version")
+        version = None if version is None else version if isinstance(version, str) else f"version_{version}"
+        last = find_last_run(experiment, version)
+        if resume:
+            init_args.version = last.parent.parent.name
         config.ckpt_path = str(last)
-        resumes = len(list(run_dir.glob("config.resume*.yaml")))
-        self.save_config_kwargs["config_filename"] = f"config.resume{resumes + 1}.yaml"
-        print(f"Resuming {run_dir} from {last}")
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        if self.subcommand == "fit" and _first_process():
+            # A pinned version that holds a run is resumed (--ckpt_path) or refused, never overwritten.
+            init_args = self._logger_args(config)
+            version = init_args.get("version") if init_args is not None else None
+            if version is not None and not config.get("ckpt_path"):
+                name = version if isinstance(version, str) else f"version_{version}"
+                run_dir = Path(init_args.save_dir) / str(init_args.get("name") or "") / name
+                if holds_a_run(run_dir):
+                    raise ConfigError(
+                        "trainer.logger.init_args.version",
+                        f"{str(run_dir)!r} holds a run already; it is not overwritten",
+                        "resume it with --ckpt_path last, or choose another version (or none: the next free one)",
+                    )
+        trainer = config.get("trainer") or {}
+        accumulate = trainer.get("accumulate_grad_batches")
+        if accumulate is not None and accumulate < 1:  # Lightning divides by it
+            raise ConfigError("trainer.accumulate_grad_batches", f"must be >= 1, got {accumulate}",
+                              "give 1 (no accumulation) or more")  # fmt: skip
+        every = trainer.get("check_val_every_n_epoch")
+        if every is not None and every < 1:  # Lightning takes the epoch modulo it
+            raise ConfigError("trainer.check_val_every_n_epoch", f"must be >= 1 (or null), got {every}",
+                              "give 1 to validate every epoch")  # fmt: skip
+        checkpoint = config.get("checkpoint")
+        if checkpoint is not None and checkpoint.get("save_last"):
+            checkpoint.save_last = False  # last.ckpt is step_checkpoint's (resumable moments only)
 
     def instantiate_trainer(self, **kwargs):
         try:
@@ -132,30 +281,127 @@ class MixerCLI(LightningCLI):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
 
+    # ------------------------------------------------------------------------------ running
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Run `subcommand`; on failure remove the run directory this process created if it holds no
+        checkpoint; always release the run's lock."""
+        try:
+            super()._run_subcommand(subcommand)
+        except BaseException:
+            self._remove_created_run_dir()
+            raise
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+
+    def _remove_created_run_dir(self) -> None:
+        run_dir = self._created_run_dir
+        if run_dir is None or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")):
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if self._created_root is None:
+            return
+        for folder in run_dir.parents:  # the folders this run made above it, if they are empty
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+            if folder == self._created_root:
+                break
+
     def _check_ckpt_path(self) -> None:
         path = self.config_init[self.subcommand].get("ckpt_path")
         if path and path not in SPECIAL_CKPT_PATHS:
             check_checkpoint(path, self.model)
 
+    def _check_optimizers(self) -> None:
+        """Build the optimiser and schedule once on the side: a negative learning rate or weight decay is
+        a one-line error now, before the run directory exists, not a traceback after it."""
+        configure = getattr(self.model, "configure_optimizers", None)
+        if not isinstance(self.model, ClassifierModule) or configure is None:
+            return
+        try:
+            configure()
+        except ValueError as error:  # torch.optim: "Invalid learning rate: -0.1", "Invalid weight_decay value: -1"
+            problem = str(error).splitlines()[0].rstrip(".")
+            argument = next((name for words, name in OPTIMIZER_WORDS if words in problem.lower()), None)
+            field = f"model.optimizer.init_args.{argument}" if argument else "model.optimizer"
+            raise ConfigError(field, problem[0].lower() + problem[1:], "give a value the optimiser accepts "
+                              "(learning rate and weight decay >= 0)") from None  # fmt: skip
+        except TypeError as error:
+            raise ConfigError("model.optimizer", str(error).splitlines()[0],
+                              "check the arguments of model.optimizer and model.lr_scheduler") from None  # fmt: skip
+
+    def _claim_run_dir(self) -> None:
+        """The run directory this command writes: created now if new (the next free version_N, atomic),
+        resumed if pinned; locked for fit (one writer per run); its config file name never replaces
+        another's (config.yaml, config.resume<N>.yaml, config.<command><N>.yaml)."""
+        if not _first_process() or not self.trainer.loggers or self.trainer.fast_dev_run:
+            return
+        logger = self.trainer.loggers[0]
+        if not hasattr(logger, "_version") or not hasattr(logger, "root_dir"):
+            return  # a logger without versioned directories (e.g. W&B): Lightning's default_root_dir
+        root = Path(logger.root_dir)
+        missing = [folder for folder in (root, *root.parents) if not folder.exists()]
+        self._created_root = missing[-1] if missing else None  # the outermost folder this run makes
+        version = logger._version
+        if version is None:
+            run_dir = create_next_version(root)
+            logger._version = int(run_dir.name.split("_")[1])
+            self._created_run_dir = run_dir
+        else:
+            run_dir = root / (version if isinstance(version, str) else f"version_{version}")
+            if not run_dir.is_dir():
+                run_dir.mkdir(parents=True)
+                self._created_run_dir = run_dir
+        self._run_dir = run_dir
+        existing = self._created_run_dir is None and (run_dir / "config.yaml").exists()
+        if self.subcommand == "fit":
+            self._lock = RunLock(run_dir).acquire()
+            for folder in (run_dir, run_dir / "checkpoints"):
+                remove_orphans(folder)
+        stem = "resume" if self.subcommand == "fit" else self.subcommand
+        name = "config.yaml"
+        if existing:
+            number = 1
+            while (run_dir / f"config.{stem}{number}.yaml").exists():
+                number += 1
+            name = f"config.{stem}{number}.yaml"
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, SaveConfigCallback):
+                callback.config_filename = name
+        if self.subcommand == "fit" and self.config[self.subcommand].get("ckpt_path") and existing:
+            print(f"Resuming {run_dir} from {self.config[self.subcommand].ckpt_path}")
+
+    def _check_prediction_output(self) -> None:
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, PredictionWriter) and callback.output:
+                check_output_file(callback.output, "prediction_writer.output", callback.overwrite,
+                                  "--prediction_writer.overwrite true")  # fmt: skip
+
     def before_fit(self) -> None:
         self._check_ckpt_path()
+        self._check_optimizers()
+        self._claim_run_dir()
 
     def before_validate(self) -> None:
         self._check_ckpt_path()
+        self._claim_run_dir()
 
     def before_test(self) -> None:
         self._check_ckpt_path()
+        self._claim_run_dir()
 
     def before_predict(self) -> None:
         self._check_ckpt_path()
+        self._check_prediction_output()
+        self._claim_run_dir()
 
     def _write_json(self, name: str, content: dict) -> None:
-        """Write `content` to ``<run dir>/<name>`` (what `mixer sweep report` and scripts read)."""
+        """Write `content` to ``<run dir>/<name>`` (what `mixer sweep report` and scripts read), atomically."""
         log_dir = self.trainer.log_dir  # a broadcast under DDP: every process must ask, not only rank 0
         if self.trainer.is_global_zero and not self.trainer.fast_dev_run and log_dir:
-            path = Path(log_dir) / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(content, indent=2) + "\n")
+            write_text(Path(log_dir) / name, json.dumps(content, indent=2) + "\n", field=name)
 
     def _stage_metrics(self, stage: str) -> dict[str, float]:
         return {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
@@ -198,10 +444,15 @@ def run(argv: list[str]) -> None:
             subclass_mode_model=True,
             subclass_mode_data=True,
             auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=SaveConfig,
             trainer_defaults=TRAINER_DEFAULTS,
             seed_everything_default=0,
-            parser_kwargs={"epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter},
+            parser_kwargs={
+                "epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter, "exit_on_error": False,
+                # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
+                # not printed after the whole usage text.
+                **{name: {"exit_on_error": False} for name in SUBCOMMANDS},
+            },  # fmt: skip
         )
     finally:
         sys.argv = saved_argv

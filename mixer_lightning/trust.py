@@ -97,8 +97,23 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
                 "if you trust the file, re-save its tensors: torch.save(torch.load(FILE, weights_only=False)"
                 "['state_dict'], 'weights.pth'), or convert it with `mixer convert`",
             ) from None
-        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file (it does not unpickle)", fix) from None
+        what = "it does not unpickle" if _looks_like_torch(path) else "neither a zip archive nor a pickle"
+        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({what})", fix) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError, KeyError, IndexError, TypeError) as error:
-        # A text file read as a legacy pickle raises KeyError('1') or similar from the unpickler.
-        message = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
+        # A text file read as a legacy pickle raises KeyError(101) or similar from the unpickler: say what
+        # the file is not, rather than the unpickler's key.
+        if isinstance(error, (KeyError, IndexError)) or not _looks_like_torch(path):
+            message = "neither a zip archive nor a pickle"
+        else:
+            message = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
         raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({message})", fix) from None
+
+
+def _looks_like_torch(path: Path) -> bool:
+    """Whether `path` starts as torch.save's files do: a zip archive, or a pickle (protocol 2+)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return head.startswith(b"PK") or head[:1] == b"\x80"

@@ -127,3 +127,34 @@ def patch_torchvision_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """torchvision verifies md5 sums of the real files; the fakes have other sums (tests only)."""
     for module in ("cifar", "stl10"):
         monkeypatch.setattr(f"torchvision.datasets.{module}.check_integrity", lambda *args, **kwargs: True)
+
+
+def write_hf_labels(root: Path, train: list, test: list | None, label_type: str = "int64", size: int = 8) -> Path:
+    """A local Hugging Face dataset whose labels are given as they are (plain `label_type` values, no
+    ClassLabel): labels that lie (-1, too large, strings). ``test=None``: a test split without a label
+    column."""
+    import datasets
+
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    for seed, (split, labels) in enumerate([("train", train), ("test", test)]):
+        n = len(train) if labels is None else len(labels)
+        columns = {"img": [Image.fromarray(pixels) for pixels in _images(n, size, size, 3, seed)]}
+        features = {"img": datasets.Image()}
+        if labels is not None:
+            columns["label"], features["label"] = labels, datasets.Value(label_type)
+        table = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
+        table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def write_png_header(path: Path, width: int, height: int) -> Path:
+    """A PNG that claims `width` × `height` pixels in a few bytes (no pixel data): PIL refuses it as a
+    decompression bomb when it is opened, before decoding anything."""
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b""))
+    return path

@@ -1,5 +1,13 @@
-"""A test callback that SIGKILLs its own process at a given optimiser step: the realistic end of a
-pre-empted or OOM-killed run (no cleanup, no exception handlers), at a reproducible moment."""
+"""Test callbacks that send their own process a signal at a reproducible moment of training.
+
+`KillAtStep` SIGKILLs (the realistic end of a pre-empted or OOM-killed run: no cleanup, no exception
+handlers) after optimiser step `step`; `KillAt` sends any signal at a named moment: after a training
+step, in the middle of an epoch's validation, or as an epoch starts. ``signal: CRASH`` raises an
+exception there instead, for in-process tests (the process goes on; the checkpoints on disk are
+what a SIGKILL would leave).
+
+Test configs name these classes; the tests trust the module (``MIXER_TRUSTED_MODULES=killer``).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +17,49 @@ import signal
 from lightning.pytorch import Callback
 
 
-class KillAtStep(Callback):
-    def __init__(self, step: int):
-        self.step = step
+class KillAt(Callback):
+    """Send `signal` (a name: ``SIGKILL``, ``SIGTERM``, ``SIGINT``) to this process
+
+    - ``moment: train_batch_end``: once optimiser step `step` is taken (before the checkpoint of that
+      step: Lightning runs checkpoint callbacks last, so the checkpoint of this step is never written);
+    - ``moment: validation``: during the validation of epoch `epoch` (after its first batch), while
+      fitting;
+    - ``moment: train_epoch_start``: as epoch `epoch` starts.
+    """
+
+    def __init__(self, moment: str = "train_batch_end", step: int = -1, epoch: int = -1, signal: str = "SIGKILL"):
+        self.moment, self.step, self.epoch = moment, step, epoch
+        self.signum = None if signal == "CRASH" else getattr(signal_module, signal)
+        self.sent = False
+
+    def _send(self) -> None:
+        if not self.sent:
+            self.sent = True  # SIGTERM/SIGINT let the process go on to a stop: send once
+            if self.signum is None:
+                raise Crash(f"simulated crash ({self.moment}, step {self.step}, epoch {self.epoch})")
+            os.kill(os.getpid(), self.signum)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        # Runs before ModelCheckpoint's hook (Lightning puts checkpoint callbacks last): the checkpoint
-        # of this step is never written.
-        if trainer.global_step == self.step:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.moment == "train_batch_end" and trainer.global_step == self.step:
+            self._send()
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if self.moment == "validation" and trainer.training is False and not trainer.sanity_checking:
+            if trainer.state.fn == "fit" and trainer.current_epoch == self.epoch:
+                self._send()
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        if self.moment == "train_epoch_start" and trainer.current_epoch == self.epoch:
+            self._send()
+
+
+signal_module = signal
+
+
+class Crash(RuntimeError):
+    """What ``KillAt(signal="CRASH")`` raises."""
+
+
+class KillAtStep(KillAt):
+    def __init__(self, step: int):
+        super().__init__("train_batch_end", step=step)

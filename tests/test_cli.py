@@ -61,11 +61,19 @@ def test_print_config_shows_the_model_but_not_the_linked_data_facts(capsys: pyte
     assert config["checkpoint"]["monitor"] == "val/acc1"
 
 
-def test_rerun_into_the_same_run_directory_does_not_crash() -> None:
+def test_rerun_into_the_same_run_directory_is_refused_or_resumed(capsys: pytest.CaptureFixture[str]) -> None:
     args = ["fit", "--config", TINY, "--trainer.max_epochs", "1", "--trainer.logger.init_args.version", "fixed"]
     main(args)
-    main(args)
-    assert Path("runs/digits_mixer/fixed/config.yaml").is_file()
+    config = Path("runs/digits_mixer/fixed/config.yaml").read_text()
+    with pytest.raises(SystemExit) as exit_info:  # a run directory is never overwritten (issue 19)
+        main(args)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "mixer: error: trainer.logger.init_args.version: 'runs/digits_mixer/fixed' holds a run already"
+    )
+    main([*args, "--trainer.max_epochs", "2", "--ckpt_path", "last"])  # or resumed
+    assert Path("runs/digits_mixer/fixed/config.yaml").read_text() == config
+    assert Path("runs/digits_mixer/fixed/config.resume1.yaml").is_file()
 
 
 def test_data_facts_are_linked_into_the_model(tmp_path: Path) -> None:

@@ -1,5 +1,8 @@
-"""Reliability: bit-identical runs, resuming a killed run exactly, atomic checkpoints, divergence,
-and the catalogue of bad inputs, each answered by one line naming the field and the fix."""
+"""Reliability: bit-identical runs, resuming a killed or stopped run exactly (mid-epoch, at epoch
+boundaries, during validation, on SIGTERM/SIGINT), atomic writes, run directories that are never
+overwritten and have one writer, divergence, and the catalogue of bad inputs, each answered by one
+line naming the field and the fix, with nothing written. docs/reliability.md maps each guarantee to
+its test."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from fakedata import write_hf, write_image_folder
+from fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
 
 from conftest import TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.checkpointing import AtomicCheckpointIO
@@ -50,7 +53,7 @@ def epoch_scalars(run: Path) -> dict[str, list[tuple[int, float]]]:
 
     events = EventAccumulator(str(run))
     events.Reload()
-    names = ("train/acc1", "train/loss_epoch", "val/acc1", "val/loss")
+    names = [n for n in ("train/acc1", "train/loss_epoch", "val/acc1", "val/loss") if n in events.Tags()["scalars"]]
     return {name: sorted((e.step, e.value) for e in events.Scalars(name)) for name in names}
 
 
@@ -135,38 +138,67 @@ def test_augmentation_does_not_depend_on_the_number_of_workers(tmp_path: Path) -
     assert_same(states[0], states[1])
 
 
+KILL_MOMENTS = {
+    # (KillAt arguments, step_checkpoint.every_n_train_steps, step of last.ckpt when killed); 5 batches per epoch
+    "mid_epoch": ({"moment": "train_batch_end", "step": 7}, 3, 6),
+    # Every step checkpoint falls on an epoch's last batch (5, 10): none is written there, so a kill during
+    # epoch 1's validation resumes from the boundary of epochs 0 and 1, and redoes epoch 1 and its validation.
+    "validation": ({"moment": "validation", "epoch": 1}, 5, 5),
+    # Killed as epoch 2 starts, before its boundary checkpoint: resumes from the boundary of epochs 0 and 1.
+    "epoch_start": ({"moment": "train_epoch_start", "epoch": 2}, 5, 5),
+}
+
+
+def killer_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "killer"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("model", [RP_MIXER, SPARSE_SW_MLP], ids=["rp_mlp_mixer", "sparse_sw_mlp"])
-def test_a_killed_run_resumes_bit_for_bit(tmp_path: Path, model: dict) -> None:
-    """SIGKILL a run mid-epoch (after the step-6 checkpoint, at step 7), resume it with
-    ``--ckpt_path last``: its final weights, optimiser state and metrics equal an uninterrupted run's,
-    with every source of randomness on (data order, RandAugment, random erasing, mixup/cutmix, dropout,
-    stochastic depth, RP permutations or SW-MLP masks) and a warm-up + cosine schedule."""
+@pytest.mark.parametrize(
+    "model, moment",
+    [(RP_MIXER, "mid_epoch"), (SPARSE_SW_MLP, "mid_epoch"), (RP_MIXER, "validation"), (RP_MIXER, "epoch_start")],
+    ids=["rp_mlp_mixer-mid_epoch", "sparse_sw_mlp-mid_epoch", "rp_mlp_mixer-validation", "rp_mlp_mixer-epoch_start"],
+)
+def test_a_killed_run_resumes_bit_for_bit(tmp_path: Path, model: dict, moment: str) -> None:
+    """SIGKILL a run (mid-epoch, during validation, as an epoch starts), resume it with
+    ``--ckpt_path last``: its final weights, optimiser state, best checkpoint and every logged epoch
+    figure equal an uninterrupted run's, with every source of randomness on (data order, RandAugment,
+    random erasing, mixup/cutmix, dropout, stochastic depth, RP permutations or SW-MLP masks) and a
+    warm-up + cosine schedule."""
+    kill, every, saved_step = KILL_MOMENTS[moment]
     config = augmented_hf_config(tmp_path, model)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
-    run = ["--config", str(config)]
+    env = killer_env()
+    run = ["--config", str(config), "--step_checkpoint.every_n_train_steps", str(every)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
-    killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [
-        {"class_path": "killer.KillAtStep", "init_args": {"step": 7}}]}}))  # fmt: skip
+    killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "killer.KillAt", "init_args": kill}]}}))
     killed = subprocess.run([MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
                             env=env, capture_output=True, text=True)  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     interrupted = tmp_path / "runs" / "killed" / "version_0"
-    assert torch.load(interrupted / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
+    assert torch.load(interrupted / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == saved_step
     resumed = subprocess.run([MIXER, "fit", *run, "--trainer.logger.init_args.name", "killed", "--ckpt_path", "last"],
                              env=env, capture_output=True, text=True)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming" in resumed.stdout and (interrupted / "config.resume1.yaml").is_file()
     straight = tmp_path / "runs" / "straight" / "version_0"
-    assert_same(final_state(straight), final_state(interrupted))
-    ours, theirs = read_json(straight / "fit_summary.json"), read_json(interrupted / "fit_summary.json")
+    assert_same_runs(straight, interrupted)
+
+
+def assert_same_runs(straight: Path, resumed: Path) -> None:
+    """Final network, optimiser, schedule and step; the summary; best.ckpt; every logged epoch figure."""
+    assert_same(final_state(straight), final_state(resumed))
+    ours, theirs = read_json(straight / "fit_summary.json"), read_json(resumed / "fit_summary.json")
     assert {k: v for k, v in ours.items() if k != "best_checkpoint"} == {
         k: v for k, v in theirs.items() if k != "best_checkpoint"
     }
-    # Every epoch's figures, the interrupted epoch's training accuracy and loss included (the
-    # metric accumulators are in the checkpoint), as the uninterrupted run logged them.
-    assert epoch_scalars(straight) == epoch_scalars(interrupted)
+    if (straight / "checkpoints" / "best.ckpt").exists():
+        best = [torch.load(run / "checkpoints" / "best.ckpt", weights_only=True) for run in (straight, resumed)]
+        assert best[0]["global_step"] == best[1]["global_step"]
+        assert_same(best[0]["state_dict"], best[1]["state_dict"])
+    # Every epoch's figures, the interrupted epoch's training accuracy and loss included (the metric
+    # accumulators are in the checkpoint; the interrupted process's later events are purged).
+    assert epoch_scalars(straight) == epoch_scalars(resumed)
 
 
 def test_a_checkpoint_brings_its_own_architecture_to_test(capsys: pytest.CaptureFixture) -> None:
@@ -250,7 +282,38 @@ def _checkpoint_files(tmp: Path) -> dict[str, str]:
     bad = next((corrupt / "train").glob("*/*.jpg"))
     bad.write_bytes(b"\xff\xd8\xff garbage")
     return {"good": good, "truncated": str(truncated), "text": str(text), "pickled": str(pickled), "other": other,
-            "wider": wider, "rgb": rgb, "folder": str(corrupt), "bad_image": str(bad)}  # fmt: skip
+            "wider": wider, "rgb": rgb, "folder": str(corrupt), "bad_image": str(bad), **_lying_files(tmp)}  # fmt: skip
+
+
+def _lying_files(tmp: Path) -> dict[str, str]:
+    """Configs, output paths and datasets that lie, for the catalogue."""
+    (tmp / "latin.yaml").write_bytes(b"trainer:\n  max_epochs: 1 # \xe9t\xe9\n")  # Latin-1, not UTF-8
+    (tmp / "empty.yaml").write_text("# nothing but a comment\n")
+    (tmp / "malformed.yaml").write_text("trainer: [1, 2\n")
+    (tmp / "unknown_key.yaml").write_text("trainer:\n  max_epoch: 1\n")
+    (tmp / "a_folder.ckpt").mkdir()
+    empty_class = write_image_folder(tmp / "empty_class", classes=3, per_class=2, size=(16, 16))
+    for image in (empty_class / "train" / "n00000001").iterdir():
+        image.unlink()
+    no_images = write_image_folder(tmp / "no_images", classes=2, per_class=2, size=(16, 16))
+    for image in no_images.rglob("*.jpg"):
+        image.unlink()
+    bombed = write_image_folder(tmp / "bombed", classes=2, per_class=2, size=(16, 16))
+    bomb = write_png_header(bombed / "train" / "n00000000" / "zbomb.png", 20000, 20000)  # 4e8 pixels, 60 bytes
+    digits = list(range(10))
+    return {
+        "latin": str(tmp / "latin.yaml"), "empty": str(tmp / "empty.yaml"), "malformed": str(tmp / "malformed.yaml"),
+        "unknown_key": str(tmp / "unknown_key.yaml"), "a_folder": str(tmp / "a_folder.ckpt"),
+        "empty_class": str(empty_class), "no_images": str(no_images), "bombed": str(bombed), "bomb": str(bomb),
+        "hf_unlabelled": str(write_hf_labels(tmp / "hf_unlabelled", digits * 2, None)),
+        "hf_negative": str(write_hf_labels(tmp / "hf_negative", [-1, *digits], digits)),
+        "hf_large": str(write_hf_labels(tmp / "hf_large", digits * 2, [12, *digits[1:]])),
+        "hf_strings": str(write_hf_labels(tmp / "hf_strings", ["cat", "dog"] * 5, ["cat", "dog"], "string")),
+    }  # fmt: skip
+
+
+FOLDER = ["--data.dataset", "folder", "--data.image_size", "16", "--data.num_workers", "0", "--trainer.max_epochs", "1"]
+HF = ["--data.dataset", "hf", "--data.val_split", "0", "--trainer.max_epochs", "1"]
 
 
 CATALOGUE = [
@@ -298,6 +361,81 @@ CATALOGUE = [
     ("width command", ["width", "--omega", "-5"], 2, "omega: must be positive, got -5"),
     ("convert, missing key", ["convert", "--from", "{tmp}/broken.npz", "--model", "mlp_mixer", "--out", "{tmp}/x.ckpt"],
      2, "--from: "),
+    # issue 19: what used to be a traceback (or a usage dump), and what used to be overwritten
+    ("negative learning rate", ["fit", "--config", TINY, "--model.optimizer.lr", "-0.1"], 2,
+     "model.optimizer.init_args.lr: invalid learning rate: -0.1; give a value the optimiser accepts"),
+    ("negative weight decay", ["fit", "--config", TINY, "--model.optimizer.weight_decay", "-0.1"], 2,
+     "model.optimizer.init_args.weight_decay: invalid weight_decay value: -0.1"),
+    ("accumulate 0 batches", ["fit", "--config", TINY, "--trainer.accumulate_grad_batches", "0"], 2,
+     "trainer.accumulate_grad_batches: must be >= 1, got 0; give 1 (no accumulation) or more"),
+    ("validate every 0 epochs", ["fit", "--config", TINY, "--trainer.check_val_every_n_epoch", "0"], 2,
+     "trainer.check_val_every_n_epoch: must be >= 1 (or null), got 0"),
+    ("seed above numpy's range", ["fit", "--config", TINY, "--seed_everything", "4294967296"], 2,
+     "seed_everything: 4294967296 is not in bounds, numpy accepts from 0 to 4294967295; give a seed in 0..4294967295"),
+    ("negative seed", ["fit", "--config", TINY, "--seed_everything", "-1"], 2, "seed_everything: -1 is not in bounds"),
+    ("a model too large to allocate", ["fit", "--config", TINY, "--model.tokens", "1000000"], 1,
+     "memory: out of memory (it asked for 8000000000000 bytes); use a smaller model or data.batch_size"),
+    ("config not UTF-8", ["fit", "--config", "{latin}"], 2,
+     "config: '{latin}' is not UTF-8 text (byte 0xe9 at offset 27); save it as UTF-8"),
+    ("empty config", ["fit", "--config", "{empty}"], 2, "config: '{empty}' is empty (no settings)"),
+    ("malformed config", ["fit", "--config", "{malformed}"], 2,
+     "config: '{malformed}' is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
+    ("unknown key in a config", ["fit", "--config", TINY, "--config", "{unknown_key}"], 2,
+     "trainer.max_epoch: no such option of `mixer fit`; see `mixer fit --help`"),
+    ("a value of the wrong type", ["fit", "--config", TINY, "--trainer.max_epochs", "abc"], 2,
+     "trainer.max_epochs: expected int or null, got 'abc'; see `mixer fit --help`"),
+    ("a misspelt model option", ["fit", "--config", TINY, "--model.chanels", "3"], 2,
+     "model.chanels: MLPMixerModule has no option 'chanels'"),
+    ("a misspelt command", ["fitt", "--config", TINY], 2,
+     "command: unknown command 'fitt'; did you mean `mixer fit`? choose one of fit, validate, test, predict, models, "
+     "convert, width"),
+    ("no command", [], 2, "command: none given; choose one of fit, validate, test, predict, models"),
+    ("a misspelt flag of a project command", ["visualize", "--ckpt", "{good}", "--outt", "x"], 2,
+     "--outt: no such option; see `mixer visualize --help`"),
+    ("a text file as init_from", ["fit", "--config", TINY, "--model.init_from", "{text}"], 2,
+     "model.init_from: '{text}' is truncated or not a PyTorch file (neither a zip archive nor a pickle)"),
+    ("resume with another architecture", ["fit", "--config", TINY, "--model.channels", "32", "--ckpt_path", "{good}"], 2,
+     "model.channels: is 32, but the run being resumed has 16 ({good}); a resumed run keeps its model: drop "
+     "--model.channels"),
+    ("a pinned run directory that holds a run", ["fit", "--config", TINY, "--trainer.logger.init_args.save_dir",
+     "{tmp}/runs", "--trainer.logger.init_args.name", "good", "--trainer.logger.init_args.version", "version_0"], 2,
+     "trainer.logger.init_args.version: '{tmp}/runs/good/version_0' holds a run already; it is not overwritten; "
+     "resume it with --ckpt_path last"),
+    ("resume a pinned run that is not there", ["fit", "--config", TINY, "--trainer.logger.init_args.version",
+     "version_7", "--ckpt_path", "last"], 2,
+     "ckpt_path: 'last': the run 'runs/digits_mixer/version_7' (trainer.logger.init_args.version) does not exist"),
+    ("resume from 'best'", ["fit", "--config", TINY, "--ckpt_path", "best"], 2,
+     "ckpt_path: 'best' names no file here (Lightning's 'best' is that of a fit in the same process); give the path"),
+    ("convert onto an existing file", ["convert", "--from", "{good}", "--out", "{wider}"], 2,
+     "--out: {wider} exists; pass --overwrite or choose another path"),
+    ("convert into a file's folder", ["convert", "--from", "{good}", "--out", "{text}/x.ckpt"], 2,
+     "--out: cannot write '{text}/x.ckpt': '{text}' is a file, not a folder"),
+    ("convert onto a folder", ["convert", "--from", "{good}", "--out", "{a_folder}", "--overwrite"], 2,
+     "--out: '{a_folder}' is a folder; give the path of a file"),
+    ("visualize --out a picture's name", ["visualize", "--ckpt", "{good}", "--out", "pic.png"], 2,
+     "out: 'pic.png' names a file, but out is the folder the PNGs are written into; give a folder, e.g. 'pic'"),
+    ("visualize --out a file", ["visualize", "--ckpt", "{good}", "--out", "{text}"], 2,
+     "out: '{text}' is a file, not a folder"),
+    ("predict onto an existing file", ["predict", "--config", TINY, "--ckpt_path", "{good}",
+     "--prediction_writer.output", "{text}"], 2,
+     "prediction_writer.output: {text} exists; pass --prediction_writer.overwrite true or choose another path"),
+    ("predict onto a folder", ["predict", "--config", TINY, "--ckpt_path", "{good}", "--prediction_writer.output",
+     "{tmp}"], 2, "prediction_writer.output: '{tmp}' is a folder; give the path of a file"),
+    ("an empty class folder", ["fit", "--config", TINY, *FOLDER, "--data.root", "{empty_class}"], 2,
+     "data.root: the class folder '{empty_class}/train/n00000001' holds no images (.jpg, .jpeg, .png"),
+    ("no images at all", ["fit", "--config", TINY, *FOLDER, "--data.root", "{no_images}"], 2,
+     "data.root: '{no_images}/train' holds no images (.jpg"),
+    ("a decompression bomb", ["fit", "--config", TINY, *FOLDER, "--data.root", "{bombed}"], 2,
+     "data.root: cannot read image '{bomb}' (Image size (400000000 pixels) exceeds limit of 178956970 pixels"),
+    ("hf: a test split without labels", ["fit", "--config", TINY, *HF, "--data.root", "{hf_unlabelled}"], 2,
+     "data.root: '{hf_unlabelled}' has no labelled test or validation split (its split 'test' has no labels "
+     "(column 'label'))"),
+    ("hf: label -1", ["fit", "--config", TINY, *HF, "--data.root", "{hf_negative}"], 2,
+     "data.label_column: split 'train' of '{hf_negative}', column 'label' holds the label -1; labels are 0..9"),
+    ("hf: label >= num_classes", ["fit", "--config", TINY, *HF, "--data.root", "{hf_large}"], 2,
+     "data.label_column: split 'test' of '{hf_large}', column 'label' holds the label 12, but there are 10 classes"),
+    ("hf: string labels", ["fit", "--config", TINY, *HF, "--data.root", "{hf_strings}"], 2,
+     "data.label_column: split 'train' of '{hf_strings}', column 'label' holds string values, not class numbers"),
 ]  # fmt: skip
 
 
@@ -325,7 +463,8 @@ def _fill(items: list[str], files: dict[str, str]) -> list[str]:
 def test_catalogue_of_bad_inputs(name, argv, code, message, catalogue_files, capsys: pytest.CaptureFixture) -> None:
     Path("runs").mkdir()
     Path("runs/keep.txt").write_text("earlier work")
-    before = sorted(str(p) for p in Path("runs").rglob("*"))
+    before = sorted(str(p) for p in Path(".").rglob("*"))
+    fixtures = {p: p.stat().st_mtime_ns for p in Path(catalogue_files["tmp"]).rglob("*") if p.is_file()}
     with pytest.raises(SystemExit) as exit_info:
         main(_fill(argv, catalogue_files))
     assert exit_info.value.code == code
@@ -333,4 +472,308 @@ def test_catalogue_of_bad_inputs(name, argv, code, message, catalogue_files, cap
     assert len(err) >= 1 and not any(line.startswith("Traceback") for line in err)
     assert err[-1].startswith("mixer: error: " + message.format(**catalogue_files)), err[-1]
     assert Path("runs/keep.txt").read_text() == "earlier work"
-    assert all(Path(p).exists() for p in before)  # nothing already written is lost
+    assert sorted(str(p) for p in Path(".").rglob("*")) == before  # nothing written: no run directory left
+    assert {p: p.stat().st_mtime_ns for p in fixtures} == fixtures  # nothing already written is changed
+
+
+# ----------------------------------------------------------------- exact resume, in-process (fast)
+
+QUICK = ["--config", TINY, "--trainer.max_epochs", "3", "--trainer.log_every_n_steps", "1"]
+
+
+def kill_config(tmp_path: Path, **kill) -> str:
+    path = tmp_path / "kill.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "killer.KillAt", "init_args": kill}]}}))
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "moment, every, extra, saved",
+    [
+        # The epoch's last step checkpoint would fall on its last batch (4 batches per epoch): none is written
+        # there; a crash in epoch 1's validation resumes from step 6 and redoes step 8 and the validation.
+        ({"moment": "validation", "epoch": 1}, 2, [], 6),
+        # No step checkpoint inside epochs: the crash during validation resumes from the epoch 0/1 boundary.
+        ({"moment": "validation", "epoch": 1}, 100, [], 4),
+        # A crash as epoch 2 starts (before its boundary checkpoint): resumes from the epoch 0/1 boundary.
+        ({"moment": "train_epoch_start", "epoch": 2}, 100, [], 4),
+        # Validation twice an epoch: no checkpoint right before one (step 6); the crash in it resumes from step 5.
+        ({"moment": "validation", "epoch": 1}, 1, ["--trainer.val_check_interval", "0.5"], 5),
+    ],
+    ids=["validation-after-step-checkpoint", "validation-after-epoch-boundary", "epoch-start", "mid-epoch-validation"],
+)
+def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
+    moment: dict, every: int, extra: list[str], saved: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The epoch's validation is logged once, best.ckpt sees it, the training-metric accumulators start
+    afresh each epoch: the resumed run's weights, optimiser, best checkpoint and figures are the
+    uninterrupted run's. (SIGKILL in a subprocess, with every source of randomness: the slow test above.)"""
+    from killer import Crash
+
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "killer")
+    run = [*QUICK, "--step_checkpoint.every_n_train_steps", str(every), *extra]
+    main(["fit", *run, "--trainer.logger.init_args.name", "straight"])
+    with pytest.raises(Crash):
+        main(["fit", *run, "--config", kill_config(tmp_path, **moment, signal="CRASH"),
+              "--trainer.logger.init_args.name", "crashed"])  # fmt: skip
+    crashed = Path("runs/crashed/version_0")
+    assert torch.load(crashed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == saved
+    main(["fit", *run, "--trainer.logger.init_args.name", "crashed", "--ckpt_path", "last"])
+    assert_same_runs(Path("runs/straight/version_0"), crashed)
+
+
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_sigterm_and_sigint_stop_with_a_resumable_checkpoint(
+    signame: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """A signal (here sent by the run to itself, in this process) stops the run at the next step with a
+    non-zero status and last.ckpt of that step; ``--ckpt_path last`` then continues exactly. (A real
+    subprocess signalled from outside: test_a_signalled_subprocess_stops_and_resumes_exactly.)"""
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "killer")
+    run = [*QUICK, "--step_checkpoint.every_n_train_steps", "100"]
+    main(["fit", *run, "--trainer.logger.init_args.name", "straight"])
+    kill = kill_config(tmp_path, moment="train_batch_end", step=5, signal=signame)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *run, "--config", kill, "--trainer.logger.init_args.name", "stopped"])
+    assert exit_info.value.code == code
+    stopped = Path("runs/stopped/version_0")
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"mixer: stopped by {signame} at step 5 (epoch 1); last.ckpt saved: {stopped}/checkpoints/last.ckpt; "
+        "continue with the same command and --ckpt_path last"
+    )
+    assert torch.load(stopped / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 5
+    main(["fit", *run, "--trainer.logger.init_args.name", "stopped", "--ckpt_path", "last"])
+    assert_same_runs(Path("runs/straight/version_0"), stopped)
+
+
+# ------------------------------------------------------------------------------ run directories
+
+ONE_STEP = ["--config", TINY, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
+            "--trainer.limit_val_batches", "1"]  # fmt: skip
+
+
+def test_ckpt_path_last_is_the_newest_version_not_the_newest_file(capsys: pytest.CaptureFixture) -> None:
+    main(["fit", *ONE_STEP])
+    main(["fit", *ONE_STEP])
+    old, new = run_dirs("digits_mixer")
+    later = (old / "checkpoints" / "last.ckpt").stat().st_mtime + 3600
+    os.utime(old / "checkpoints" / "last.ckpt", (later, later))  # touched: the newest file, not the newest run
+    capsys.readouterr()
+    main(["fit", *ONE_STEP, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert f"Resuming {new} from {new}/checkpoints/last.ckpt" in capsys.readouterr().out
+    assert (new / "config.resume1.yaml").is_file() and not (old / "config.resume1.yaml").exists()
+    # Runs named by hand have no order: 'last' must be pinned among them.
+    main(["fit", *ONE_STEP, "--trainer.logger.init_args.version", "alpha"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *ONE_STEP, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "mixer: error: ckpt_path: 'last' is ambiguous: several runs under 'runs/digits_mixer' have a last.ckpt "
+        "(alpha, version_0, version_1); pin the one to resume with --trainer.logger.init_args.version NAME"
+    )
+
+
+def test_a_config_pinning_its_run_directory_resumes_exactly_that_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The contract `mixer sweep` relies on: a point's config pins logger name and version; ``mixer fit
+    --config P.yaml`` starts it (refused once it exists), ``--ckpt_path last`` resumes exactly that
+    directory's last.ckpt (whatever other runs there are), and is a one-line error when it has none."""
+    config = yaml.safe_load(Path(TINY).read_text())
+    config["trainer"].update(max_epochs=1, limit_train_batches=2, limit_val_batches=1)
+    config["trainer"]["logger"]["init_args"].update(name="point", version="C16_seed0")
+    point = tmp_path / "P.yaml"
+    point.write_text(yaml.safe_dump(config))
+    run = Path("runs/point/C16_seed0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(point), "--ckpt_path", "last"])
+    assert exit_info.value.code == 2 and not run.exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "mixer: error: ckpt_path: 'last': the run 'runs/point/C16_seed0' (trainer.logger.init_args.version) does "
+        "not exist; drop --ckpt_path to start this run, or pin the version of a run that has a last.ckpt"
+    )
+    main(["fit", "--config", str(point)])
+    main(["fit", "--config", str(point), "--trainer.logger.init_args.version", "version_5"])  # a newer run beside it
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", str(point)])  # started already: refused, not overwritten
+    capsys.readouterr()
+    main(["fit", "--config", str(point), "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert f"Resuming {run} from {run}/checkpoints/last.ckpt" in capsys.readouterr().out
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+    assert torch.load("runs/point/version_5/checkpoints/last.ckpt", weights_only=True)["global_step"] == 2
+
+
+LOCK_HOLDER = """
+import fcntl, os, socket, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, f"{os.getpid()} {socket.gethostname()} {time.time():.0f}\\n".encode())
+print("locked", flush=True)
+time.sleep(120)
+"""
+
+
+def test_one_writer_per_run_directory_and_stale_locks_are_taken_over(capsys: pytest.CaptureFixture) -> None:
+    main(["fit", *ONE_STEP])
+    (run,) = run_dirs("digits_mixer")
+    lock = run / ".mixer.lock"
+    assert not lock.exists()  # released when the run ended
+    holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(lock)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", *ONE_STEP, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"mixer: error: trainer.logger: the run '{run}' is being written by process {holder.pid} on ")
+        assert err.endswith(f"(lock '{lock}'); wait for that run to end (or stop it); one process writes a run at a time")
+        assert not (run / "config.resume1.yaml").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert lock.read_text().split()[0] == str(holder.pid)  # a dead process's lock file, left behind
+    main(["fit", *ONE_STEP, "--trainer.max_epochs", "2", "--ckpt_path", "last"])  # taken over
+    assert (run / "config.resume1.yaml").is_file() and not lock.exists()
+
+
+def test_orphaned_temporary_files_of_dead_processes_are_removed() -> None:
+    main(["fit", *ONE_STEP])
+    (run,) = run_dirs("digits_mixer")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    orphan = run / "checkpoints" / f".last.ckpt.tmp-{int(dead.stdout)}"
+    orphan.write_bytes(b"PK half a checkpoint")
+    living = run / "checkpoints" / f".last.ckpt.tmp-{os.getppid()}"  # a live process's write: not touched
+    living.write_bytes(b"PK being written")
+    main(["fit", *ONE_STEP, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    assert not orphan.exists() and living.exists()
+
+
+def test_a_failed_run_leaves_no_run_directory(capsys: pytest.CaptureFixture) -> None:
+    """A run that fails after its directory was made (here: during training) but before any checkpoint
+    removes that directory; one with a checkpoint keeps it (it can be resumed)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *ONE_STEP, "--model.optimizer.lr", "1e30", "--model.lr_scheduler", "null"])
+    assert exit_info.value.code == 1 and "no checkpoint was saved yet" in capsys.readouterr().err
+    assert not Path("runs").exists()
+
+
+# ------------------------------------------------------------------------------ writing files
+
+
+def test_convert_overwrite_on_a_full_disk_keeps_the_old_file(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import errno
+
+    from mixer_lightning.models.convert import to_jax_npz
+    from mixer_lightning.models.mlp_mixer import MLPMixer
+
+    to_jax_npz(MLPMixer(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, gamma=2, num_blocks=1),
+               "digits.npz")  # fmt: skip
+    main(["convert", "--from", "digits.npz", "--model", "mlp_mixer", "--out", "model.ckpt"])
+    old = Path("model.ckpt").read_bytes()
+
+    def disk_full(obj, f, *args, **kwargs):
+        f.write(b"PK\x03\x04 the first bytes")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", disk_full)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "--from", "digits.npz", "--model", "mlp_mixer", "--out", "model.ckpt", "--overwrite"])
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "mixer: error: --out: cannot write 'model.ckpt': no space left on the device; 'model.ckpt' is unchanged; "
+        "free some space and run the command again"
+    )
+    assert Path("model.ckpt").read_bytes() == old
+    assert sorted(p.name for p in Path(".").iterdir()) == ["digits.npz", "model.ckpt"]  # no temporary file left
+
+
+def test_predict_replaces_an_output_only_when_told(capsys: pytest.CaptureFixture) -> None:
+    main(["fit", *ONE_STEP])
+    (run,) = run_dirs("digits_mixer")
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    predict = ["predict", "--config", TINY, "--ckpt_path", ckpt, "--prediction_writer.output", "predictions.pt"]
+    main(predict)
+    first = torch.load("predictions.pt", weights_only=True)["probabilities"]
+    assert first.shape == (359, 10)
+    with pytest.raises(SystemExit) as exit_info:
+        main(predict)
+    assert exit_info.value.code == 2
+    main([*predict, "--prediction_writer.overwrite", "true"])
+    assert torch.equal(torch.load("predictions.pt", weights_only=True)["probabilities"], first)
+
+
+def test_an_image_folder_with_a_symlink_loop_is_read_once(tmp_path: Path) -> None:
+    from mixer_lightning.data import ImageDataModule
+
+    root = write_image_folder(tmp_path / "looped", classes=2, per_class=4, size=(16, 16))
+    os.symlink("..", root / "train" / "n00000000" / "up")  # train/n00000000/up -> train/: a loop
+    extra = write_image_folder(tmp_path / "extra", classes=1, per_class=2, size=(16, 16)) / "train" / "n00000000"
+    for name in ("more", "more_again"):  # two links to one folder outside: its images are read once
+        os.symlink(str(extra), root / "train" / "n00000001" / name)
+    data = ImageDataModule(dataset="folder", root=str(root), image_size=16, num_workers=0)
+    with pytest.warns(UserWarning, match="links to .* a folder it lies in: not followed"):
+        data.setup("fit")
+    assert len(data.train_set) == 4 + 4 + 2  # torchvision's ImageFolder: until the path is too long
+    main(["fit", "--config", TINY, *FOLDER, "--data.root", str(root)])
+    assert read_json(run_dirs("digits_mixer")[0] / "fit_summary.json")["steps"] == 1
+
+
+# ------------------------------------------------------------------ real subprocesses (slow)
+
+LONG = ["--config", TINY, "--trainer.max_epochs", "30", "--trainer.log_every_n_steps", "1",
+        "--step_checkpoint.every_n_train_steps", "3"]  # fmt: skip
+
+
+def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} did not appear"
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signalled_subprocess_stops_and_resumes_exactly(signame: str, code: int, capsys) -> None:
+    """`mixer fit` in its own process, sent SIGTERM (a scheduler pre-empting it) or SIGINT (Ctrl+C) from
+    outside at whatever moment: it exits with 128 + the signal after saving last.ckpt, and
+    ``--ckpt_path last`` goes on to the uninterrupted run's weights, optimiser and figures."""
+    main(["fit", *LONG, "--trainer.logger.init_args.name", "straight"])
+    fit = subprocess.Popen([MIXER, "fit", *LONG, "--trainer.logger.init_args.name", "stopped"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    run = Path("runs/stopped/version_0")
+    wait_for(run / "checkpoints" / "last.ckpt", fit)
+    fit.send_signal(getattr(signal, signame))
+    _, err = fit.communicate(timeout=120)
+    assert fit.returncode == code, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"mixer: stopped by {signame} ") and last.endswith(
+        f"; last.ckpt saved: {run}/checkpoints/last.ckpt; continue with the same command and --ckpt_path last"
+    ), last
+    assert not (run / "fit_summary.json").exists()
+    main(["fit", *LONG, "--trainer.logger.init_args.name", "stopped", "--ckpt_path", "last"])
+    assert_same_runs(Path("runs/straight/version_0"), run)
+
+
+@pytest.mark.slow
+def test_a_second_concurrent_resume_of_a_run_is_refused(capsys) -> None:
+    main(["fit", *ONE_STEP])
+    (run,) = run_dirs("digits_mixer")
+    first = subprocess.Popen([MIXER, "fit", *LONG, "--ckpt_path", "last"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        wait_for(run / "config.resume1.yaml", first)  # written under the lock
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", *LONG, "--ckpt_path", "last"])
+        assert exit_info.value.code == 1
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert err.startswith(f"mixer: error: trainer.logger: the run '{run}' is being written by process {first.pid} ")
+        assert not (run / "config.resume2.yaml").exists()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=120)
+    assert first.returncode == 143

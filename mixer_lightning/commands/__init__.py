@@ -53,7 +53,9 @@ def summary() -> str:
 
 def build_parser(name: str) -> tuple[ArgumentParser, object]:
     module = importlib.import_module(COMMANDS[name][0])
-    parser = ArgumentParser(prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter)
+    # exit_on_error=False: a bad argument is raised, and `mixer_lightning.cli.main` prints it as one line.
+    parser = ArgumentParser(prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter,
+                            exit_on_error=False)  # fmt: skip
     module.add_arguments(parser)
     return parser, module
 
@@ -64,7 +66,8 @@ def run_command(name: str, argv: list[str]) -> int | None:
     subcommands = getattr(module, "SUBCOMMANDS", {})
     if argv and argv[0] in subcommands:
         add_arguments, run = subcommands[argv[0]]
-        parser = ArgumentParser(prog=f"mixer {name} {argv[0]}", description=run.__doc__, formatter_class=HelpFormatter)
+        parser = ArgumentParser(prog=f"mixer {name} {argv[0]}", description=run.__doc__, formatter_class=HelpFormatter,
+                                exit_on_error=False)  # fmt: skip
         add_arguments(parser)
         return run(parser.parse_args(argv[1:]))
     parser, module = build_parser(name)

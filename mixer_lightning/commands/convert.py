@@ -43,7 +43,7 @@ def add_arguments(parser: ArgumentParser) -> None:
         help="activation (default: gelu_tanh for JAX files, the checkpoint's for .ckpt, else gelu)",
     )
     parser.add_argument("--norm_eps", type=float, default=None, help="LayerNorm eps (default: the preset's, 1e-6)")
-    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists")
+    parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (atomically)")
 
 
 def convert(
@@ -127,22 +127,24 @@ def lightning_checkpoint(net: Any, hparams: dict[str, Any], source: str) -> dict
 def run(args: Namespace) -> None:
     import torch
 
+    from mixer_lightning.atomic import atomic_write, check_output_file
     from mixer_lightning.errors import ConfigError, require
     from mixer_lightning.models import num_params
     from mixer_lightning.models.convert import FORMAT_NAMES, to_jax_npz
 
     out = Path(args.out)
     require(out.suffix in (".ckpt", ".npz"), "--out", f"unknown output type {out.suffix!r}", "end it in .ckpt or .npz")
-    require(not out.exists() or args.overwrite, "--out", f"{out} exists", "pass --overwrite or choose another path")
+    check_output_file(out, "--out", args.overwrite)  # before reading anything: one line, nothing written
     net, hparams, weights = convert(args.source, args.model, args.act, args.norm_eps)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if out.suffix == ".npz":
-        try:
-            to_jax_npz(net, out)
-        except ConfigError as error:
-            raise ConfigError("--out", error.problem, error.fix) from None
-    else:
-        torch.save(lightning_checkpoint(net, hparams, args.source), out)
+    # Atomic: a full disk or a kill mid-write leaves an existing --out as it was (--overwrite included).
+    with atomic_write(out, "wb", field="--out") as f:
+        if out.suffix == ".npz":
+            try:
+                to_jax_npz(net, f)
+            except ConfigError as error:
+                raise ConfigError("--out", error.problem, error.fix) from None
+        else:
+            torch.save(lightning_checkpoint(net, hparams, args.source), f)
     name = hparams["preset"] or "mlp_mixer"
     print(
         f"Wrote {out}: {name}, {num_params(net, exclude_head=True) / 1e6:.2f} M parameters without the head, "

@@ -62,6 +62,17 @@ def _plt():
     return plt
 
 
+def _save(fig, path: Path, **options) -> None:
+    """`fig` as a PNG at `path`, atomically (`mixer_lightning.atomic`), then closed."""
+    from mixer_lightning.atomic import atomic_write
+
+    try:
+        with atomic_write(path, "wb", field="out") as f:
+            fig.savefig(f, format="png", **options)
+    finally:
+        _plt().close(fig)
+
+
 def _tile(images: torch.Tensor, columns: int, gap: int = 1, pair_gap: int = 0) -> torch.Tensor:
     """(N, h, w[, 3]) images -> one canvas, `columns` per row, NaN (drawn blank) between them; an extra
     `pair_gap` after every second column keeps pairs together."""
@@ -100,8 +111,7 @@ def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.02, label="weight / max |weight| of the unit")
-    fig.savefig(path, dpi=100, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, path, dpi=100, bbox_inches="tight")
 
 
 def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
@@ -123,8 +133,7 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
         note = "channel mean" if chans > 1 else "grey"
     ax.set_title(f"{title}\n{n} linear projection units, {p}×{p} ({note}), low frequency first", fontsize=9)
     ax.axis("off")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    _save(fig, path, dpi=110, bbox_inches="tight")
 
 
 def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> None:
@@ -144,8 +153,7 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
         ax.tick_params(labelsize=7)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    _save(fig, path, dpi=100)
 
 
 # ---------------------------------------------------------------------------------------- the pictures
@@ -227,14 +235,14 @@ def demo_patterns(tokens: int, channels: int, seed: int) -> list[tuple[str, torc
 
 def run(args: Namespace) -> None:
     from mixer_lightning.analysis import visualize as vis
+    from mixer_lightning.atomic import check_output_dir
 
-    out = Path(args.out)
+    out = check_output_dir(args.out, "out", "the PNGs")  # before any work: one line, nothing written
     written, notes = [], []
     if args.demo:
         require(args.ckpt is None, "demo", "--demo draws freshly initialised weights", "drop --ckpt or --demo")
         require(args.what in (None, "sparsity"), "what", "--demo draws the sparsity patterns only", "drop --what")
         panels = demo_patterns(args.tokens, args.channels, args.seed)
-        out.mkdir(parents=True, exist_ok=True)
         path = out / FILES["sparsity"]
         draw_patterns(panels, f"Effective weights at initialisation, S = {args.tokens}, C = {args.channels}, "
                               f"m = S·C = {args.tokens * args.channels} (Hayase & Karakida Fig. S.9)", path)  # fmt: skip
@@ -251,7 +259,6 @@ def run(args: Namespace) -> None:
         module = load_classifier(args.ckpt, field="ckpt")
         net = module.net
         title = f"{type(net).__name__} ({Path(args.ckpt).name})"
-        out.mkdir(parents=True, exist_ok=True)
         if "token_units" in wanted:
             blocks, skipped = vis.spatial_token_blocks(net, _blocks(args.blocks))
             if explicit and not blocks:

@@ -23,6 +23,7 @@ hf          a Hugging Face hub id, or a local folder in its layout first   featu
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,22 +171,84 @@ class MNIST(TorchvisionSource):
         return TV(self.root, train=split == "train", download=self.download)
 
 
+def _decompression_bomb(error: Exception) -> OSError:
+    """PIL refuses an image of more than 2 × ``PIL.Image.MAX_IMAGE_PIXELS`` pixels (a decompression bomb)
+    with an error of its own; as an OSError, the data module names the file like any unreadable image."""
+    return OSError(f"{str(error).rstrip('.')}; PIL.Image.MAX_IMAGE_PIXELS sets the limit")
+
+
+def image_files(folder: Path, extensions: tuple[str, ...]) -> list[str]:
+    """The image files under `folder` (any depth), in torchvision ImageFolder's order (sorted by folder,
+    then by name). Symbolic links to folders are followed at most once: a folder is read once however
+    many links lead to it, and a link to a folder it lies in (a loop, which torchvision follows until
+    the path is too long, reading the same images again and again) is not followed, with a warning."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    stack = [str(folder)]
+    while stack:
+        current = stack.pop()
+        real = os.path.realpath(current)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(current), key=lambda entry: entry.name)
+        except OSError as error:
+            raise ConfigError("data.root", f"cannot read the folder {current!r} ({error.strerror})") from None
+        for entry in entries:
+            if entry.is_dir():  # follows links
+                target = os.path.realpath(entry.path)
+                if entry.is_symlink() and (real == target or real.startswith(target + os.sep)):
+                    warnings.warn(f"data.root: {entry.path!r} links to {target!r}, a folder it lies in: not followed",
+                                  stacklevel=2)  # fmt: skip
+                    continue
+                stack.append(entry.path)
+            elif entry.is_file() and entry.name.lower().endswith(extensions):
+                found.append((current, entry.name))
+    return [os.path.join(directory, name) for directory, name in sorted(found)]
+
+
 class RGBImageFolder(Dataset):
-    """torchvision's ImageFolder, images converted to RGB (ImageNet holds a few grey and CMYK JPEGs)."""
+    """Images in class folders (torchvision's ImageFolder layout, ``root/<class>/**/*.jpg``), converted
+    to RGB (ImageNet holds a few grey and CMYK JPEGs).
+
+    The files are listed by `image_files` (a symlink loop is read once); a class folder without images,
+    a split without any, and a decompression bomb are one-line errors naming the path."""
 
     def __init__(self, root: str):
-        from torchvision.datasets import ImageFolder
+        from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
 
-        self.folder = ImageFolder(root)
-        self.classes = self.folder.classes
-        self.samples = self.folder.samples  # (path, class) pairs: errors name the file
+        self.root = Path(root)
+        self.classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+        require(bool(self.classes), "data.root", f"{root!r} holds no class folders",
+                "put each class's images in a folder of its own under it")  # fmt: skip
+        files = [image_files(self.root / name, IMG_EXTENSIONS) for name in self.classes]
+        kinds = ", ".join(IMG_EXTENSIONS)
+        require(any(files), "data.root", f"{root!r} holds no images ({kinds}) in its class folders",
+                "point data.root at the image folders")  # fmt: skip
+        self.samples: list[tuple[str, int]] = []
+        for index, (name, found) in enumerate(zip(self.classes, files, strict=True)):
+            require(
+                bool(found),
+                "data.root",
+                f"the class folder {str(self.root / name)!r} holds no images ({kinds})",
+                "add its images, or remove the folder (every split needs the same classes)",
+            )
+            self.samples.extend((path, index) for path in found)
+        self.targets = [label for _, label in self.samples]  # labels without decoding (few-shot draws)
+        self.loader = default_loader  # converts to RGB
 
     def __len__(self) -> int:
-        return len(self.folder)
+        return len(self.samples)
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        path, label = self.folder.samples[index]
-        return self.folder.loader(path), label  # torchvision's loader converts to RGB
+        from PIL import Image
+
+        path, label = self.samples[index]
+        try:
+            return self.loader(path), label
+        except Image.DecompressionBombError as error:
+            raise _decompression_bomb(error) from None
 
 
 class Folder(DatasetSource):
@@ -209,7 +272,8 @@ class Folder(DatasetSource):
             "point data.root at the folder holding train/ and val/ (download is not possible for folders)",
         )
         self.classes = sorted(entry.name for entry in os.scandir(train) if entry.is_dir())
-        require(len(self.classes) > 1, "data.root", f"{train} holds {len(self.classes)} class folders, need at least 2")
+        require(len(self.classes) > 1, "data.root", f"{str(train)!r} holds {len(self.classes)} class folders, need at least 2",
+                "put each class's images in a folder of its own under it")  # fmt: skip
         self.info = DatasetInfo(
             num_classes=len(self.classes), image_size=self.default_size, in_chans=3,
             mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, small=False,
@@ -259,11 +323,21 @@ class HFImages(Dataset):
         return image if image.mode == self.mode else image.convert(self.mode)
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
-        row = self.dataset[int(index)]
+        from PIL import Image
+
+        try:
+            row = self.dataset[int(index)]
+        except Image.DecompressionBombError as error:
+            raise _decompression_bomb(error) from None
         return self._convert(row[self.image_column]), int(row[self.label_column])
 
     def __getitems__(self, indices: Sequence[int]) -> list[tuple[Any, int]]:
-        rows = self.dataset[list(map(int, indices))]
+        from PIL import Image
+
+        try:
+            rows = self.dataset[list(map(int, indices))]
+        except Image.DecompressionBombError as error:
+            raise _decompression_bomb(error) from None
         return [
             (self._convert(image), int(label))
             for image, label in zip(rows[self.image_column], rows[self.label_column], strict=True)
@@ -308,19 +382,24 @@ class HuggingFace(DatasetSource):
         self.image_column = self._column(features, image_column, HF_IMAGE_COLUMNS, "image_column", "Image")
         self.label_column = self._column(features, label_column, HF_LABEL_COLUMNS, "label_column", "ClassLabel")
         label = features[self.label_column]
+        self._check_label_type(self.split_names["train"])
         if isinstance(label, datasets.ClassLabel):
             num_classes = label.num_classes
         else:  # plain integers: count them (one integer column, cheap in Arrow)
-            num_classes = int(max(train[self.label_column])) + 1
+            num_classes = int(self._label_range(self.split_names["train"])[1]) + 1
+        unlabelled_test = None
         if self.split_names["test"] is not None and self._unlabelled(self.split_names["test"]):
-            self.split_names["test"] = None  # e.g. ImageNet-1k on the hub: test labels are -1
+            unlabelled_test = self.split_names["test"]  # e.g. ImageNet-1k on the hub: test labels are -1
+            self.split_names["test"] = None
         if self.split_names["test"] is None:
             self.split_names["test"] = self.split_names["val"]
-        require(
-            self.split_names["test"] is not None,
-            "data.root",
-            f"{root!r} has no labelled test or validation split (it has {', '.join(self.splits)})",
-        )
+        if self.split_names["test"] is None:
+            why = (f"its split {unlabelled_test!r} has no labels (column {self.label_column!r})"
+                   if unlabelled_test else f"it has {', '.join(self.splits)}")  # fmt: skip
+            raise ConfigError("data.root", f"{root!r} has no labelled test or validation split ({why})",
+                              "give a dataset with a labelled test (or validation) split")  # fmt: skip
+        for split in dict.fromkeys(name for name in self.split_names.values() if name is not None):
+            self._check_labels(split, num_classes)
         self.has_val = self.split_names["val"] is not None and self.split_names["val"] != self.split_names["test"]
         first = train[0][self.image_column]
         self.mode = "L" if first.mode in ("1", "L", "I", "I;16", "F") else "RGB"
@@ -339,8 +418,61 @@ class HuggingFace(DatasetSource):
         return next((name for name in names if name in self.splits), None)
 
     def _unlabelled(self, split: str) -> bool:
-        head = self.splits[split].select(range(min(8, len(self.splits[split]))))[self.label_column]
-        return len(head) > 0 and all(int(v) < 0 for v in head)
+        """Whether `split` has no labels: no label column, or nothing but -1 (the hub's mark)."""
+        data = self.splits[split]
+        if self.label_column not in data.column_names:
+            return True
+        if data._indices is None and data.data.column(self.label_column).null_count == len(data):
+            return True  # a split saved without labels beside labelled ones: the column is all null
+        self._check_label_type(split)
+        low, high = self._label_range(split)
+        return high is not None and high < 0
+
+    def _check_label_type(self, split: str) -> None:
+        import datasets
+
+        data = self.splits[split]
+        where = f"split {split!r} of {self.root!r}, column {self.label_column!r}"
+        if self.label_column not in data.column_names:
+            raise ConfigError("data.label_column", f"{where}: no such column (it has {', '.join(data.column_names)})",
+                              "label every split, or name the label column with data.label_column")  # fmt: skip
+        feature = data.features[self.label_column]
+        if isinstance(feature, datasets.ClassLabel):
+            return
+        dtype = getattr(feature, "dtype", type(feature).__name__)
+        if not (isinstance(feature, datasets.Value) and str(dtype).startswith(("int", "uint"))):
+            raise ConfigError(
+                "data.label_column",
+                f"{where} holds {dtype} values, not class numbers",
+                "encode them as class numbers, e.g. dataset.class_encode_column(column) (a ClassLabel)",
+            )
+
+    def _label_range(self, split: str) -> tuple[int | None, int | None]:
+        """The smallest and largest label of `split` (an Arrow reduction: no image is decoded)."""
+        import pyarrow.compute as pc
+
+        data = self.splits[split]
+        values = data.data.column(self.label_column) if data._indices is None else data.with_format("arrow")[self.label_column]
+        found = pc.min_max(values)
+        return found["min"].as_py(), found["max"].as_py()
+
+    def _check_labels(self, split: str, num_classes: int) -> None:
+        """Every label of `split` is a class number 0..num_classes-1 (checked once, before training)."""
+        self._check_label_type(split)
+        where = f"split {split!r} of {self.root!r}, column {self.label_column!r}"
+        data = self.splits[split]
+        missing = data.data.column(self.label_column).null_count if data._indices is None else 0
+        require(missing == 0, "data.label_column", f"{where}: {missing} rows have no label", "label them or drop them")
+        low, high = self._label_range(split)
+        if low is not None and low < 0:
+            raise ConfigError("data.label_column", f"{where} holds the label {low}; labels are 0..{num_classes - 1}",
+                              "drop or label those rows (-1 marks an unlabelled image)")  # fmt: skip
+        if high is not None and high >= num_classes:
+            raise ConfigError(
+                "data.label_column",
+                f"{where} holds the label {high}, but there are {num_classes} classes (0..{num_classes - 1})",
+                "fix those labels (or the names of the ClassLabel feature)",
+            )
 
     def _column(self, features: Any, given: str | None, candidates: tuple[str, ...], field: str, kind: str) -> str:
         if given is not None:

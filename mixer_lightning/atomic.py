@@ -1,0 +1,168 @@
+"""Writing files so that nothing already on disk is lost: every file the project writes goes through
+`atomic_write`, and every output path a user gives is checked first (`check_output_file`,
+`check_output_dir`).
+
+`atomic_write` writes to a temporary file beside the target (``.NAME.tmp-PID``, same filesystem),
+flushes it to disk and renames it over the target: a reader sees the old file or the new one, never
+half of either, and a write that fails (a full disk, a killed process) leaves the old file as it
+was. A process killed mid-write leaves its ``.NAME.tmp-PID``; `remove_orphans` deletes those of
+processes that are gone (`mixer fit` does, in its run directory, before it writes there).
+
+No command replaces a file it did not create unless told to: an existing output file is an error
+naming the flag that allows it (``--overwrite``), checked before any work is done. No torch or
+Lightning here: the commands that write only a picture import this without them.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from mixer_lightning.errors import ConfigError, ResourceError
+
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)$")
+
+
+def temporary_path(target: Path) -> Path:
+    """Where `atomic_write` stages `target`: ``.NAME.tmp-PID`` in the same folder."""
+    return target.with_name(f".{target.name}.tmp-{os.getpid()}")
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (a no-op where folders cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_error(target: Path, error: OSError, field: str) -> Exception:
+    """A one-line error for an `OSError` met while writing `target` (the old file is untouched)."""
+    reason = error.strerror or type(error).__name__
+    kept = f"{str(target)!r} is unchanged" if target.exists() else "nothing was written"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return ResourceError(field, f"cannot write {str(target)!r}: no space left on the device; {kept}",
+                             "free some space and run the command again")  # fmt: skip
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return ConfigError(field, f"cannot write {str(target)!r}: {reason.lower()}", "choose a path you can write to")
+    return ResourceError(field, f"cannot write {str(target)!r}: {reason}; {kept}")
+
+
+@contextmanager
+def atomic_write(target: str | Path, mode: str = "wb", field: str = "output") -> Iterator[IO[Any]]:
+    """A file object whose content replaces `target` atomically when the block ends without an error.
+
+    On any error the temporary file is removed and `target` is left as it was; an `OSError` (a full
+    disk, no permission) becomes a one-line `ResourceError`/`ConfigError` on `field`."""
+    target = Path(target)
+    temporary = temporary_path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(temporary, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, target)  # atomic on POSIX: readers see the old file or the new one
+    except OSError as error:
+        raise write_error(target, error, field) from None
+    finally:
+        temporary.unlink(missing_ok=True)
+    fsync_directory(target.parent)
+
+
+def write_text(target: str | Path, text: str, field: str = "output") -> None:
+    """`text` (UTF-8) to `target`, atomically."""
+    with atomic_write(target, "w", field) as f:
+        f.write(text)
+
+
+def _first_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _check_parent(path: Path, field: str) -> None:
+    """`path`'s folder exists or can be made, and can be written in."""
+    ancestor = _first_existing(path.absolute().parent)
+    if not ancestor.is_dir():
+        raise ConfigError(field, f"cannot write {str(path)!r}: {str(ancestor)!r} is a file, not a folder",
+                          "choose a path inside a folder")  # fmt: skip
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise ConfigError(field, f"cannot write {str(path)!r}: no permission to write in {str(ancestor)!r}",
+                          "choose a path you can write to")  # fmt: skip
+
+
+def check_output_file(path: str | Path, field: str, overwrite: bool = False, flag: str = "--overwrite") -> Path:
+    """Check, before any work, that the file `path` can be written: its folder is a folder we may write
+    in, it is not a folder itself, and it does not exist unless `overwrite` (the user's `flag`)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(field, f"{str(path)!r} is a folder", "give the path of a file")
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise ConfigError(field, f"{path} exists", f"pass {flag} or choose another path")
+        if not os.access(path, os.W_OK) and not os.access(path.absolute().parent, os.W_OK):
+            raise ConfigError(field, f"cannot replace {str(path)!r}: permission denied", "choose another path")
+    _check_parent(path, field)
+    return path
+
+
+# Endings of files, not folders: `visualize --out pic.png` is a mistake, not a folder named pic.png.
+FILE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".svg", ".eps", ".gif", ".tif", ".tiff", ".bmp", ".webp",
+                 ".ckpt", ".pt", ".pth", ".npz", ".json", ".yaml", ".yml", ".csv", ".txt")  # fmt: skip
+
+
+def check_output_dir(path: str | Path, field: str, what: str = "the output files") -> Path:
+    """Check, before any work, that `path` is (or can be made) a folder we may write `what` into."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(field, f"{str(path)!r} is a file, not a folder", f"give a folder for {what}")
+    if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:
+        raise ConfigError(field, f"{str(path)!r} names a file, but {field} is the folder {what} are written into",
+                          f"give a folder, e.g. {str(path.with_suffix(''))!r}")  # fmt: skip
+    if path.is_dir():
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise ConfigError(field, f"cannot write in {str(path)!r}: permission denied", "choose another folder")
+    else:
+        _check_parent(path / "x", field)
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this machine."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_orphans(directory: str | Path) -> list[Path]:
+    """Delete the ``.NAME.tmp-PID`` files in `directory` whose process is gone (a write killed midway);
+    return them."""
+    removed = []
+    directory = Path(directory)
+    if not directory.is_dir():
+        return removed
+    for entry in directory.iterdir():
+        found = _TEMPORARY.match(entry.name)
+        if found and entry.is_file() and int(found["pid"]) != os.getpid() and not pid_alive(int(found["pid"])):
+            entry.unlink(missing_ok=True)
+            removed.append(entry)
+    return removed
