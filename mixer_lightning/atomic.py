@@ -87,6 +87,17 @@ def write_text(target: str | Path, text: str, field: str = "output") -> None:
         f.write(text)
 
 
+def save_figure(fig: Any, target: str | Path, field: str = "plot", dpi: int = 120) -> None:
+    """A matplotlib figure as a PNG at `target`, atomically, then closed (every picture a command draws)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        with atomic_write(target, "wb", field) as f:
+            fig.savefig(f, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)
+
+
 def _first_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent

@@ -29,6 +29,7 @@ from typing import Literal
 
 from jsonargparse import ArgumentParser, Namespace
 
+from mixer_lightning.atomic import save_figure
 from mixer_lightning.errors import require
 
 
@@ -157,8 +158,7 @@ def plot(result: dict, path: str) -> None:
     ax.set_title(f"Minibatch CKA (unbiased HSIC), {result['examples']} {result['split']} images", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="CKA")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def run(args: Namespace) -> None:

@@ -52,6 +52,7 @@ from mixer_lightning.analysis.spectrum import (
     sparse_singular_values,
     sw_mlp_weight,
 )
+from mixer_lightning.atomic import save_figure
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.commands.lists import seeds as parse_seeds
 from mixer_lightning.errors import require
@@ -220,8 +221,7 @@ def plot(result: dict, path: str) -> None:
         ax.set(xlabel="singular value", ylabel="density", title="All singular values (mean over seeds)")
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def _seed_list(args: Namespace) -> list[int]:
@@ -304,8 +304,7 @@ def plot_d1(result: dict, path: str) -> None:
               title="App. D.1: λ_max grows with the sparsity")  # fmt: skip
     right.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def run_d1(args: Namespace, omega: int, seeds: list[int]) -> None:

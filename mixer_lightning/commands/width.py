@@ -25,6 +25,7 @@ import json
 
 from jsonargparse import ArgumentParser, Namespace
 
+from mixer_lightning.atomic import save_figure
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.errors import require
 from mixer_lightning.width import (
@@ -116,8 +117,7 @@ def plot(result: dict, path: str) -> None:
     lines = ax.get_legend_handles_labels(), right.get_legend_handles_labels()
     fig.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], loc="lower center", ncol=3, fontsize=8)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def plot_at_width(result: dict, path: str) -> None:
@@ -136,8 +136,7 @@ def plot_at_width(result: dict, path: str) -> None:
            title=f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}")  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def run(args: Namespace) -> None:

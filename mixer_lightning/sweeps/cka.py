@@ -20,6 +20,7 @@ import json
 import statistics
 from pathlib import Path
 
+from mixer_lightning.atomic import save_figure, write_text
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.sweeps.runs import FITTED, REFERENCE, TESTED, run_state
 
@@ -59,9 +60,7 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
             "the CKA diagonal needs as many",
             "give the SW-MLP 2L blocks for an L-block Mixer (App. C.1)",
         )
-    temporary = cache.with_name(f".{CACHE}.tmp")
-    temporary.write_text(json.dumps({"key": key, "result": result}, indent=2) + "\n")
-    temporary.replace(cache)
+    write_text(cache, json.dumps({"key": key, "result": result}, indent=2) + "\n", field="cka_reference")
     return result
 
 
@@ -122,6 +121,5 @@ def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
            title="CKA between the Mixer and SW-MLPs (Fig. 2(a))")  # fmt: skip
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path

@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from mixer_lightning.analysis.curves import epoch_curves, has_logs, spread
+from mixer_lightning.atomic import save_figure
 from mixer_lightning.commands.lists import comma_list
 from mixer_lightning.errors import require
 from mixer_lightning.sweeps.report import pyplot, series_names, write_csv
@@ -96,8 +97,7 @@ def plot(curves: list[dict], metric: str, path: Path) -> Path:
     ax.set(xlabel="epoch", ylabel=metric, title=f"{metric}: mean over seeds, min–max shaded")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
     return path
 
 

@@ -22,6 +22,7 @@ import json
 import statistics
 from pathlib import Path
 
+from mixer_lightning.atomic import atomic_write, save_figure
 from mixer_lightning.errors import require
 from mixer_lightning.sweeps.runs import REFERENCE, check_output_directory, read_manifest
 from mixer_lightning.width import optimum
@@ -107,7 +108,7 @@ def write_csv(path: Path, table: list[dict]) -> None:
     fields: list[str] = []
     for row in table:
         fields += [k for k in row if k not in fields]
-    with open(path, "w", newline="") as f:
+    with atomic_write(path, "w", field="out") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(table)
@@ -174,8 +175,7 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         ax.set(xscale=scale, xlabel=xlabel, ylabel="test error", title=context)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / name, dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / name, dpi=120)
         paths.append(out / name)
     if kind in DENSITY_KINDS and len({r["p"] for r in summary}) > 1:  # Fig. S.1 left: trainability
         losses = any(r.get("train_loss_mean") is not None for r in summary)
@@ -189,8 +189,7 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
                            title="trainability (App. D.1, Fig. S.1 left)")  # fmt: skip
             axes[0, 1].legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(out / "error_vs_sparsity.png", dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / "error_vs_sparsity.png", dpi=120)
         paths.append(out / "error_vs_sparsity.png")
     for axis in axis_names:
         values = {r[axis] for r in summary}
@@ -206,8 +205,7 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         ax.legend(fontsize=8)
         fig.tight_layout()
         name = f"error_vs_{axis.replace('/', '_')}.png"
-        fig.savefig(out / name, dpi=120)
-        plt.close(fig)
+        save_figure(fig, out / name, dpi=120)
         paths.append(out / name)
     return paths
 

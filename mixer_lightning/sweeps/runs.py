@@ -30,6 +30,7 @@ from pathlib import Path
 
 import yaml
 
+from mixer_lightning.atomic import atomic_write
 from mixer_lightning.commands.lists import seeds as parse_seeds
 from mixer_lightning.config_files import deep_merge, load_configs
 from mixer_lightning.errors import ConfigError, require
@@ -269,18 +270,11 @@ def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
 
 
 def _write(path: Path, text: str, field: str) -> None:
-    """`text` to `path` atomically (a temporary file beside it, renamed over it)."""
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary.write_text(text)
+    """`text` to `path` atomically (`mixer_lightning.atomic`); run scripts executable."""
+    with atomic_write(path, "w", field) as f:
+        f.write(text)
         if path.suffix == ".sh":
-            temporary.chmod(0o755)
-        os.replace(temporary, path)
-    except OSError as error:
-        temporary.unlink(missing_ok=True)
-        raise ConfigError(field, f"cannot write {str(path)!r} ({error.strerror or error})",
-                          "free some space or give another directory") from None  # fmt: skip
+            os.chmod(f.fileno(), 0o755)
 
 
 def emit(args, directory: str, field: str) -> list[dict]:
