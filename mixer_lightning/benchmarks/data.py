@@ -1,4 +1,11 @@
-"""Data-loading throughput: `ImageDataModule` against a plain ``datasets.with_transform`` pipeline.
+"""Data-path benchmarks.
+
+`fit_vs_step` (``mixer bench --fit``; the ``cifar_fit_*`` figures of ``mixer bench --json``): end-to-end
+``mixer fit`` images/s of the Fig. 5 config (S-Mixer, Ω = 2^18, C = S = 64) through the tensor path
+and through the PIL path, against the model's own training step, side by side in one process.
+
+`throughput`: data-loading throughput, `ImageDataModule` against a plain ``datasets.with_transform``
+pipeline (RandAugment: the PIL path).
 
 Both read the same Hugging Face dataset (default: CIFAR-10 in ``/work/shared/data/cifar10`` layout)
 with the same timm augmentation (RandAugment ``rand-m9-mstd0.5`` + random erasing 0.25 after timm's
@@ -13,14 +20,29 @@ loader prefetches ``2 × workers`` batches while the other is measured, equally 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
+import os
+import statistics
+import sys
+import tempfile
+import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
+import torch
+from lightning.pytorch import Callback
 from torch.utils.data import DataLoader
 
 from mixer_lightning.benchmarks.timing import compare
+from mixer_lightning.errors import require
+
+REPO = Path(__file__).resolve().parents[2]
+FIG5_CONFIG = REPO / "configs" / "cifar10_fig5_s_mixer.yaml"
+# Hayase & Karakida Fig. 5 at Ω = 2^18 with C = S = 64 (Ω = (C²S + CS²)/2): the point the issue times.
+FIG5_OVERRIDES = ("--model.init_args.channels", "64")
 
 POLICY = "rand-m9-mstd0.5"
 ERASING = 0.25
@@ -119,3 +141,162 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# ------------------------------------------------------------------ end-to-end fit against the step
+
+
+def data_root() -> Path:
+    """``$MIXER_DATA_ROOT``, else ``<checkout>/../shared/data`` (where the project's real datasets live)."""
+    return Path(os.environ.get("MIXER_DATA_ROOT") or REPO.parent / "shared" / "data")
+
+
+def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Path:
+    """A CIFAR-shaped Hugging Face dataset (32×32 RGB PNGs, 10 classes) in the hub's parquet layout."""
+    import datasets
+    import numpy as np
+    from PIL import Image
+
+    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(num_classes=10)})
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    ramp = np.linspace(0, 255, 32)[None, None, :, None]
+    for split, n in (("train", train), ("test", test)):
+        pixels = ((ramp * rng.uniform(0.3, 1, (n, 1, 1, 3)) + rng.integers(0, 64, (n, 32, 32, 3))) % 256).astype(
+            np.uint8
+        )
+        table = datasets.Dataset.from_dict(
+            {"img": [Image.fromarray(p) for p in pixels], "label": [i % 10 for i in range(n)]}, features=features
+        )
+        table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+class FitTimer(Callback):
+    """Times a ``mixer fit`` from the end of training batch `warmup` - 1 to the end of the last one (each
+    batch's fetch, transfer, augmentation, step and Lightning's bookkeeping), and keeps the module and
+    its first batch (for timing the bare training step on the same data)."""
+
+    runs: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, warmup: int = 4):
+        self.warmup = warmup
+        self.start: float | None = None
+        self.end: float | None = None
+        self.batches = 0
+        self.batch: Any = None
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
+        if self.batch is None:
+            self.batch = tuple(t.detach().clone() for t in batch)
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        now = time.perf_counter()
+        if batch_idx == self.warmup - 1:
+            self.start = now
+        elif batch_idx >= self.warmup:
+            self.end, self.batches = now, batch_idx - self.warmup + 1
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        FitTimer.runs.append({"seconds": self.end - self.start, "batches": self.batches, "module": pl_module,
+                              "batch": self.batch, "workers": trainer.train_dataloader.num_workers,
+                              "pipeline": trainer.datamodule.pipeline})  # fmt: skip
+
+
+def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path) -> dict[str, Any]:
+    """One ``mixer fit`` of `warmup` + `batches` training batches (no validation), timed by `FitTimer`."""
+    from mixer_lightning.cli import main
+
+    args = [
+        "fit", "--config", str(config), *FIG5_OVERRIDES, "--data.dataset", "hf", "--data.root", str(root),
+        "--data.pipeline", pipeline, "--trainer.max_epochs", "1", "--trainer.limit_train_batches",
+        str(warmup + batches), "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
+        "--trainer.enable_model_summary", "false", "--trainer.logger.init_args.save_dir", str(workdir),
+        "--trainer.logger.init_args.name", pipeline, "--trainer.callbacks+=mixer_lightning.benchmarks.data.FitTimer",
+        "--trainer.callbacks.warmup", str(warmup), "--checkpoint.save_last", "false", "--checkpoint.save_top_k", "0",
+    ]  # fmt: skip
+    with contextlib.redirect_stdout(sys.stderr):  # Lightning's and the CLI's prints: not in --json output
+        main(args)
+    return FitTimer.runs.pop()
+
+
+def _step(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int) -> float:
+    """Seconds of `steps` bare training steps (forward, the task's loss, backward, the config's
+    optimiser) on one real batch, after `warmup` steps: the model's own training-step time."""
+    import torch.nn.functional as F
+
+    x, y = batch
+    optimizer = module.configure_optimizers()
+    optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+    module.train()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        F.cross_entropy(module(x), y, label_smoothing=module.label_smoothing).backward()
+        optimizer.step()
+
+    for _ in range(warmup):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return time.perf_counter() - start
+
+
+def fit_vs_step(
+    config: str | Path = FIG5_CONFIG, root: str | Path | None = None, repeats: int = 3, warmup: int = 8,
+    batches: int = 16, log: Callable[..., None] = print,
+) -> dict[str, Any]:  # fmt: skip
+    """End-to-end ``mixer fit`` images/s through the tensor and the PIL path, and the model's training
+    step images/s, on the Fig. 5 config, measured round-robin (order rotated every round; medians):
+
+    - ``cifar_fit_vs_step``: tensor-path fit images/s ÷ training-step images/s (1: the data path and
+      Lightning cost nothing);
+    - ``cifar_fit_speedup``: tensor-path fit images/s ÷ PIL-path fit images/s.
+
+    Each fit trains `warmup` + `batches` batches and is timed over the last `batches` (the PIL path's
+    workers have filled their prefetch queue by then; validation off). Each path runs with its own
+    default workers (PIL: min(8, CPUs); tensor: none). Data: real CIFAR-10 (``<data_root()>/cifar10``,
+    Hugging Face layout) when present, else a synthetic CIFAR-shaped set."""
+    config = Path(config)
+    require(config.is_file(), "config", f"no {config}", "run from a checkout of mixer-lightning, or give --config")
+    require(repeats > 0 and warmup > 0 and batches > 0, "repeats", "repeats, warmup and batches must be positive")
+    with tempfile.TemporaryDirectory(prefix="mixer-fit-bench-") as tmp:
+        workdir = Path(tmp)
+        real = Path(root) if root is not None else data_root() / "cifar10"
+        synthetic = not (real / "data").is_dir()
+        if synthetic:
+            log(f"no real CIFAR-10 at {real}: a synthetic CIFAR-shaped set")
+            real = write_synthetic_cifar(workdir / "synthetic")
+        log("end-to-end fit (tensor path, PIL path) and the training step, round-robin ...")
+        _fit(config, real, "tensor", 1, 1, workdir)  # decode (or load) the cache, outside the timings
+        rates: dict[str, list[float]] = {"tensor": [], "pil": [], "step": []}
+        facts: dict[str, Any] = {}
+        names = list(rates)
+        for round_ in range(repeats):
+            for name in names[round_ % 3 :] + names[: round_ % 3]:
+                if name == "step":
+                    module, batch = facts["module"], facts["batch"]
+                    rates[name].append(batches * len(batch[0]) / _step(module, batch, warmup, batches))
+                    continue
+                run = _fit(config, real, name, warmup, batches, workdir)
+                require(
+                    run["pipeline"] == name, "data.pipeline", f"the fit took the {run['pipeline']} path, not {name}"
+                )
+                rates[name].append(run["batches"] * len(run["batch"][0]) / run["seconds"])
+                facts[f"{name}_workers"] = run["workers"]
+                if name == "tensor" or "module" not in facts:
+                    facts["module"], facts["batch"] = run["module"], run["batch"]
+            log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} img/s" for k, v in rates.items() if v))
+        median = {name: statistics.median(values) for name, values in rates.items()}
+    return {
+        "cifar_fit_vs_step": median["tensor"] / median["step"],
+        "cifar_fit_speedup": median["tensor"] / median["pil"],
+        "pil_fit_vs_step": median["pil"] / median["step"],
+        "img_per_s": {"fit_tensor": median["tensor"], "fit_pil": median["pil"], "train_step": median["step"]},
+        "rounds_img_per_s": rates,
+        "setting": {"config": str(config), "overrides": " ".join(FIG5_OVERRIDES), "data": "synthetic CIFAR-shaped set" if synthetic else str(real), "batch_size": len(facts["batch"][0]),
+                    "warmup_batches": warmup, "timed_batches": batches, "repeats": repeats,
+                    "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")},
+                    "threads": torch.get_num_threads()},
+    }  # fmt: skip

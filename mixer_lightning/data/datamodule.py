@@ -487,13 +487,13 @@ class ImageDataModule(LightningDataModule):
             key = (split, plan.prefix_key())
             if key not in self._decoded:
                 try:
-                    path = cache_file(cache_dir, self.dataset, split, cache_key(base, split, plan))
+                    path = cache_file(cache_dir, self.dataset, split, cache_key(base, self.hparams.root, split, plan))
                     self._decoded[key] = DecodedSplit(*load_or_decode(base, plan.prefix, path))
                 except ShapeMismatch as problem:
                     require(
                         not forced, "data.pipeline",
                         f"the tensor path needs images of one size, but in the {split} split {problem}",
-                        "set data.image_size (images are then resized to it), or use data.pipeline: pil",
+                        "use data.pipeline: pil, or a data.image_size other than the first image's (all are then resized to it)",
                     )  # fmt: skip
                     rank_zero_info(f"data.pipeline: pil ({split} split: {problem})")
                     return None

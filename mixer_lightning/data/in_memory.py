@@ -191,7 +191,7 @@ def _to_array(prefix: Sequence[Callable]) -> Callable[[Any], np.ndarray]:
     def convert(image: Any) -> np.ndarray:
         for step in prefix:
             image = step(image)
-        array = np.asarray(image)
+        array = np.array(image)  # a writable copy (torch.from_numpy warns on read-only arrays)
         if array.dtype != np.uint8:
             raise ShapeMismatch(f"a {array.dtype} image (mode {getattr(image, 'mode', '?')}), not 8-bit")
         return array[:, :, None] if array.ndim == 2 else array
@@ -240,19 +240,16 @@ def _files(folder: Path) -> list[tuple[str, int, int]]:
     return found
 
 
-def source_fingerprint(base: Dataset) -> dict[str, Any]:
-    """What identifies the data a split is read from: its files (names, sizes, modification times), or
-    a Hugging Face dataset's own fingerprint when it is not a local folder."""
+def source_fingerprint(base: Dataset, root: str) -> dict[str, Any]:
+    """What identifies the data a split is read from: its files (names, sizes, modification times; for
+    a Hugging Face dataset, every file of its local folder `root`), or a hub dataset's fingerprint."""
     from mixer_lightning.data.datasets import HFImages, RGBImageFolder
 
     if isinstance(base, HFImages):
-        files = [Path(f["filename"]) for f in base.dataset.cache_files]
-        folders = {str(p.parent) for p in files}
-        fingerprint: dict[str, Any] = {"hf": base.dataset._fingerprint, "columns": [base.image_column,
-                                       base.label_column, base.mode]}  # fmt: skip
-        fingerprint["files"] = [(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in files if p.exists()]
-        fingerprint["folders"] = sorted(folders)
-        return fingerprint
+        columns = [base.image_column, base.label_column, base.mode]
+        if Path(root).is_dir():
+            return {"folder": str(Path(root).resolve()), "files": _files(Path(root)), "columns": columns}
+        return {"hub": root, "fingerprint": base.dataset._fingerprint, "columns": columns}
     if isinstance(base, RGBImageFolder):
         return {"folder": str(Path(base.folder.root).resolve()), "files": _files(Path(base.folder.root))}
     folder = getattr(base, "raw_folder", None)  # torchvision MNIST
@@ -264,9 +261,9 @@ def source_fingerprint(base: Dataset) -> dict[str, Any]:
     return {"folder": str(Path(folder).resolve()), "split": split, "files": _files(Path(folder))}
 
 
-def cache_key(base: Dataset, split: str, plan: BatchedPlan) -> str:
+def cache_key(base: Dataset, root: str, split: str, plan: BatchedPlan) -> str:
     content = {"version": LOADER_VERSION, "split": split, "prefix": plan.prefix_key(),
-               "source": source_fingerprint(base), "type": type(base).__name__}  # fmt: skip
+               "source": source_fingerprint(base, root), "type": type(base).__name__}  # fmt: skip
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -276,7 +273,8 @@ def default_cache_dir(root: str) -> Path:
     env = os.environ.get("MIXER_CACHE_DIR")
     if env:
         return Path(env)
-    if Path(root).is_dir() and os.access(root, os.W_OK):
+    if Path(root).is_dir() and os.access(root, os.W_OK) and os.stat(root).st_mode & 0o222:
+        # (a folder without write bits is read-only data, also for root, whom os.access lets write anywhere)
         return Path(root) / CACHE_FOLDER
     return Path.home() / ".cache" / "mixer_lightning"
 
