@@ -28,7 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -174,8 +174,10 @@ def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Pat
 
 class FitTimer(Callback):
     """Times a ``mixer fit`` from the end of training batch `warmup` - 1 to the end of the last one (each
-    batch's fetch, transfer, augmentation, step and Lightning's bookkeeping), and keeps the module and
-    its first batch (for timing the bare training step on the same data)."""
+    batch's fetch, transfer, augmentation, step and Lightning's bookkeeping), splits each batch's time
+    into waiting for the batch (end of the previous batch → start of this one: the loader, the transfer
+    and, on the tensor path, making the images) and the rest (the step, with Lightning's logging), and
+    keeps the module and its first batch (for timing the bare training step on the same data)."""
 
     runs: ClassVar[list[dict[str, Any]]] = []
 
@@ -183,12 +185,16 @@ class FitTimer(Callback):
         self.warmup = warmup
         self.start: float | None = None
         self.end: float | None = None
+        self.previous_end: float | None = None
         self.batches = 0
+        self.waiting = 0.0
         self.batch: Any = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if self.batch is None:
             self.batch = tuple(t.detach().clone() for t in batch)
+        if batch_idx >= self.warmup and self.previous_end is not None:
+            self.waiting += time.perf_counter() - self.previous_end
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now = time.perf_counter()
@@ -196,19 +202,24 @@ class FitTimer(Callback):
             self.start = now
         elif batch_idx >= self.warmup:
             self.end, self.batches = now, batch_idx - self.warmup + 1
+        self.previous_end = now
 
     def on_train_end(self, trainer, pl_module) -> None:
-        FitTimer.runs.append({"seconds": self.end - self.start, "batches": self.batches, "module": pl_module,
-                              "batch": self.batch, "workers": trainer.train_dataloader.num_workers,
+        require(self.batches > 0, "fit_batches", "the fit ended before the timed batches",
+                "use fewer warm-up and timed batches, or more training images")  # fmt: skip
+        seconds = self.end - self.start
+        FitTimer.runs.append({"seconds": seconds, "batches": self.batches, "waiting_share": self.waiting / seconds,
+                              "module": pl_module, "batch": self.batch, "workers": trainer.train_dataloader.num_workers,
                               "pipeline": trainer.datamodule.pipeline})  # fmt: skip
 
 
-def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path) -> dict[str, Any]:
+def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path,
+         extra: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
     """One ``mixer fit`` of `warmup` + `batches` training batches (no validation), timed by `FitTimer`."""
     from mixer_lightning.cli import main
 
     args = [
-        "fit", "--config", str(config), *FIG5_OVERRIDES, "--data.dataset", "hf", "--data.root", str(root),
+        "fit", "--config", str(config), *extra, "--data.dataset", "hf", "--data.root", str(root),
         "--data.pipeline", pipeline, "--trainer.max_epochs", "1", "--trainer.limit_train_batches",
         str(warmup + batches), "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false", "--trainer.logger.init_args.save_dir", str(workdir),
@@ -220,45 +231,60 @@ def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, wor
     return FitTimer.runs.pop()
 
 
-def _step(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int) -> float:
+def _step(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int,
+          precision: str = "32-true") -> float:  # fmt: skip
     """Seconds of `steps` bare training steps (forward, the task's loss, backward, the config's
     optimiser) on one real batch, after `warmup` steps: the model's own training-step time."""
     import torch.nn.functional as F
 
     x, y = batch
+    module.to(x.device).train()
     optimizer = module.configure_optimizers()
     optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
-    module.train()
+    cast = precision == "bf16-mixed"
 
     def step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(module(x), y, label_smoothing=module.label_smoothing).backward()
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=cast):
+            logits = module(x)
+        F.cross_entropy(logits.float(), y, label_smoothing=module.label_smoothing).backward()
         optimizer.step()
+
+    def sync() -> None:
+        if x.device.type == "cuda":
+            torch.cuda.synchronize(x.device)
 
     for _ in range(warmup):
         step()
+    sync()
     start = time.perf_counter()
     for _ in range(steps):
         step()
+    sync()
     return time.perf_counter() - start
 
 
 def fit_vs_step(
     config: str | Path = FIG5_CONFIG, root: str | Path | None = None, repeats: int = 3, warmup: int = 8,
-    batches: int = 16, log: Callable[..., None] = print,
+    batches: int = 16, device: str = "cpu", precision: str = "32-true", log: Callable[..., None] = print,
 ) -> dict[str, Any]:  # fmt: skip
     """End-to-end ``mixer fit`` images/s through the tensor and the PIL path, and the model's training
     step images/s, on the Fig. 5 config, measured round-robin (order rotated every round; medians):
 
     - ``cifar_fit_vs_step``: tensor-path fit images/s ÷ training-step images/s (1: the data path and
       Lightning cost nothing);
-    - ``cifar_fit_speedup``: tensor-path fit images/s ÷ PIL-path fit images/s.
+    - ``cifar_fit_speedup``: tensor-path fit images/s ÷ PIL-path fit images/s;
+    - ``waiting_share``: the share of each fit's time spent waiting for batches (same batches).
 
     Each fit trains `warmup` + `batches` batches and is timed over the last `batches` (the PIL path's
     workers have filled their prefetch queue by then; validation off). Each path runs with its own
     default workers (PIL: min(8, CPUs); tensor: none). Data: real CIFAR-10 (``<data_root()>/cifar10``,
-    Hugging Face layout) when present, else a synthetic CIFAR-shaped set."""
+    Hugging Face layout) when present, else a synthetic CIFAR-shaped set. Another `config` runs as it
+    is (the C = 64 override is the Fig. 5 config's); `device` ``cpu`` or ``cuda``, `precision` the
+    trainer's (the bare step autocasts alike)."""
     config = Path(config)
+    extra = [*(FIG5_OVERRIDES if config == FIG5_CONFIG else ()), "--trainer.accelerator",
+             "gpu" if device.startswith("cuda") else "cpu", "--trainer.devices", "1", "--trainer.precision", precision]  # fmt: skip
     require(config.is_file(), "config", f"no {config}", "run from a checkout of mixer-lightning, or give --config")
     require(repeats > 0 and warmup > 0 and batches > 0, "repeats", "repeats, warmup and batches must be positive")
     with tempfile.TemporaryDirectory(prefix="mixer-fit-bench-") as tmp:
@@ -269,21 +295,23 @@ def fit_vs_step(
             log(f"no real CIFAR-10 at {real}: a synthetic CIFAR-shaped set")
             real = write_synthetic_cifar(workdir / "synthetic")
         log("end-to-end fit (tensor path, PIL path) and the training step, round-robin ...")
-        _fit(config, real, "tensor", 1, 1, workdir)  # decode (or load) the cache, outside the timings
+        _fit(config, real, "tensor", 1, 1, workdir, extra)  # decode (or load) the cache, outside the timings
         rates: dict[str, list[float]] = {"tensor": [], "pil": [], "step": []}
+        waiting: dict[str, list[float]] = {"tensor": [], "pil": []}
         facts: dict[str, Any] = {}
         names = list(rates)
         for round_ in range(repeats):
             for name in names[round_ % 3 :] + names[: round_ % 3]:
                 if name == "step":
                     module, batch = facts["module"], facts["batch"]
-                    rates[name].append(batches * len(batch[0]) / _step(module, batch, warmup, batches))
+                    rates[name].append(batches * len(batch[0]) / _step(module, batch, warmup, batches, precision))
                     continue
-                run = _fit(config, real, name, warmup, batches, workdir)
+                run = _fit(config, real, name, warmup, batches, workdir, extra)
                 require(
                     run["pipeline"] == name, "data.pipeline", f"the fit took the {run['pipeline']} path, not {name}"
                 )
                 rates[name].append(run["batches"] * len(run["batch"][0]) / run["seconds"])
+                waiting[name].append(run["waiting_share"])
                 facts[f"{name}_workers"] = run["workers"]
                 if name == "tensor" or "module" not in facts:
                     facts["module"], facts["batch"] = run["module"], run["batch"]
@@ -295,7 +323,11 @@ def fit_vs_step(
         "pil_fit_vs_step": median["pil"] / median["step"],
         "img_per_s": {"fit_tensor": median["tensor"], "fit_pil": median["pil"], "train_step": median["step"]},
         "rounds_img_per_s": rates,
-        "setting": {"config": str(config), "overrides": " ".join(FIG5_OVERRIDES), "data": "synthetic CIFAR-shaped set" if synthetic else str(real), "batch_size": len(facts["batch"][0]),
+        # Share of a fit's time spent waiting for the next batch (loader, transfer, making the images),
+        # measured on the same batches as the step: unlike the ratios, not disturbed by load changing
+        # between candidates. The PIL path's workers also slow the step itself (they share the CPU).
+        "waiting_share": {name: statistics.median(values) for name, values in waiting.items()},
+        "setting": {"config": str(config), "overrides": " ".join(extra), "device": device, "data": "synthetic CIFAR-shaped set" if synthetic else str(real), "batch_size": len(facts["batch"][0]),
                     "warmup_batches": warmup, "timed_batches": batches, "repeats": repeats,
                     "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")},
                     "threads": torch.get_num_threads()},
