@@ -18,7 +18,7 @@ from fakedata import WRITERS, patch_torchvision_checks, write_hf
 from PIL import Image
 from test_reliability import MIXER, RP_MIXER, assert_same, augmented_hf_config, epoch_scalars, final_state
 
-from conftest import read_json
+from conftest import CONFIGS, read_json
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.data.datamodule import TransformedDataset
@@ -154,7 +154,7 @@ def test_images_of_several_sizes_keep_the_pil_path(tmp_path: Path) -> None:
     assert data.pipeline == "pil"
     forced = ImageDataModule("hf", root=str(tmp_path / "mixed"), batch_size=2, val_split=0, pipeline="tensor")
     with pytest.raises(
-        ConfigError, match=r"^data.pipeline: the tensor path needs images of one size, .*image 3 is 20×20"
+        ConfigError, match=r"^data.pipeline: the tensor path cannot hold the train split: image 3 is 20×20"
     ):
         forced.setup("fit")
     resized = ImageDataModule("hf", root=str(tmp_path / "mixed"), image_size=12, val_split=0, pipeline="tensor")
@@ -261,6 +261,7 @@ def test_real_cifar10_decodes_to_the_pil_paths_images(tmp_path: Path) -> None:
     sample = np.random.default_rng(0).choice(10000, 200, replace=False).tolist()
     assert all(torch.equal(pil.test_set[i][0], tensor.test_set[i][0]) for i in sample)
     assert [pil.test_set[i][1] for i in sample] == [tensor.test_set[i][1] for i in sample]
+    assert tensor.test_set.targets.tolist() == pil.test_set.base.dataset["label"]  # labels without images
 
 
 # --- the reliability guarantees on the tensor path ------------------------------------------------------
@@ -314,3 +315,17 @@ def test_ddp_ranks_get_disjoint_shards_of_the_same_augmented_images(tmp_path: Pa
         assert not seen[0] & seen[1]  # disjoint shards
         assert seen[0] | seen[1] == {line for line in one if line.startswith(epoch + ":")}
     assert read_json(tmp_path / "runs" / "two" / "version_0" / "fit_summary.json")["steps"] == 2 * 3
+
+
+def test_the_papers_small_image_configs_take_the_tensor_path() -> None:
+    """Figs. 5–7 and D.5/D.6 (pad-and-crop + flip, STL-10 resized to 32 or 90) train through the tensor
+    path as they are; the AutoAugment configs (Figs. 2 and 4, ss8/ss_w) keep timm's PIL path."""
+    checked = 0
+    for path in sorted(CONFIGS.glob("*.yaml")):
+        data = ((yaml.safe_load(path.read_text()) or {}).get("data") or {}).get("init_args") or {}
+        if data.get("dataset") not in ("cifar10", "cifar100", "stl10"):
+            continue
+        module = ImageDataModule(**data)  # nothing is read before setup()
+        assert (module.plans is not None) == (not data.get("auto_augment")), path.name
+        checked += 1
+    assert checked >= 30

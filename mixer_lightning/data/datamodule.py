@@ -34,8 +34,8 @@ from mixer_lightning.data.in_memory import (
     DecodedSplit,
     KeyCollate,
     NoBatchedForm,
+    NotDecodable,
     Pipeline,
-    ShapeMismatch,
     batched_plan,
     cache_file,
     cache_key,
@@ -489,10 +489,10 @@ class ImageDataModule(LightningDataModule):
                 try:
                     path = cache_file(cache_dir, self.dataset, split, cache_key(base, self.hparams.root, split, plan))
                     self._decoded[key] = DecodedSplit(*load_or_decode(base, plan.prefix, path))
-                except ShapeMismatch as problem:
+                except NotDecodable as problem:
                     require(
                         not forced, "data.pipeline",
-                        f"the tensor path needs images of one size, but in the {split} split {problem}",
+                        f"the tensor path cannot hold the {split} split: {problem}",
                         "use data.pipeline: pil, or a data.image_size other than the first image's (all are then resized to it)",
                     )  # fmt: skip
                     rank_zero_info(f"data.pipeline: pil ({split} split: {problem})")

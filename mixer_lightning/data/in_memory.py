@@ -192,8 +192,9 @@ def batched_plan(transform: Callable) -> BatchedPlan:
 # ------------------------------------------------------------------------------------- decoding
 
 
-class ShapeMismatch(Exception):
-    """Images of a split that do not all have one shape after the prefix (no single tensor holds them)."""
+class NotDecodable(Exception):
+    """A split the tensor path cannot hold: images of several shapes after the prefix (no single tensor
+    holds them), images that are not 8-bit, or a dataset type it cannot fingerprint."""
 
 
 def _to_array(prefix: Sequence[Callable]) -> Callable[[Any], np.ndarray]:
@@ -202,7 +203,7 @@ def _to_array(prefix: Sequence[Callable]) -> Callable[[Any], np.ndarray]:
             image = step(image)
         array = np.array(image)  # a writable copy (torch.from_numpy warns on read-only arrays)
         if array.dtype != np.uint8:
-            raise ShapeMismatch(f"a {array.dtype} image (mode {getattr(image, 'mode', '?')}), not 8-bit")
+            raise NotDecodable(f"a {array.dtype} image (mode {getattr(image, 'mode', '?')}), not 8-bit")
         return array[:, :, None] if array.ndim == 2 else array
 
     return convert
@@ -226,7 +227,7 @@ def decode(base: Dataset, prefix: Sequence[Callable]) -> tuple[torch.Tensor, tor
                 images = torch.empty((n, array.shape[2], array.shape[0], array.shape[1]), dtype=torch.uint8)
             if tuple(array.shape) != (images.shape[2], images.shape[3], images.shape[1]):
                 h, w, c = array.shape
-                raise ShapeMismatch(
+                raise NotDecodable(
                     f"image {start + offset} is {w}×{h}×{c} where the first is "
                     f"{images.shape[3]}×{images.shape[2]}×{images.shape[1]}"
                 )
@@ -265,7 +266,7 @@ def source_fingerprint(base: Dataset, root: str) -> dict[str, Any]:
     if folder is None and hasattr(base, "base_folder"):  # torchvision CIFAR-10/100, STL-10
         folder = os.path.join(base.root, base.base_folder)
     if folder is None:
-        raise ShapeMismatch(f"cannot fingerprint a {type(base).__name__}")
+        raise NotDecodable(f"cannot fingerprint a {type(base).__name__}")
     split = getattr(base, "train", getattr(base, "split", None))
     return {"folder": str(Path(folder).resolve()), "split": split, "files": _files(Path(folder))}
 
@@ -389,6 +390,12 @@ class DecodedImages(Dataset):
     def __getitem__(self, key: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
         x, y = self.materialize(self.keys([key]))
         return x[0], int(y[0])
+
+    @property
+    def targets(self) -> torch.Tensor:
+        """The labels, in dataset order, without making any image (as torchvision datasets have them)."""
+        labels = self.decoded.labels
+        return labels if self._index is None else labels[self._index]
 
     def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[tuple[torch.Tensor, int]]:
         x, y = self.materialize(self.keys(keys))
