@@ -329,3 +329,27 @@ def test_the_papers_small_image_configs_take_the_tensor_path() -> None:
         assert (module.plans is not None) == (not data.get("auto_augment")), path.name
         checked += 1
     assert checked >= 30
+
+
+def test_non_square_images_crop_as_the_pil_path(tmp_path: Path) -> None:
+    """24×16 images cropped to 24×24 after padding 4 (no resize: image_size is their long side): the
+    vertical offset has one value yet is still drawn, as torchvision draws it."""
+    import datasets
+
+    (tmp_path / "wide" / "data").mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    images = [Image.fromarray(rng.integers(0, 256, (16, 24, 3), dtype=np.uint8)) for _ in range(12)]
+    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(num_classes=3)})
+    table = datasets.Dataset.from_dict({"img": images, "label": [i % 3 for i in range(12)]}, features=features)
+    for split in ("train", "test"):
+        table.to_parquet(str(tmp_path / "wide" / "data" / f"{split}-00000-of-00001.parquet"))
+    common = dict(root=str(tmp_path / "wide"), image_size=24, val_split=0, num_workers=0, train_crop="random_crop")
+    pil, tensor = ImageDataModule("hf", pipeline="pil", **common), ImageDataModule("hf", pipeline="tensor", **common)
+    pil.setup("fit")
+    tensor.setup("fit")
+    for epoch in range(20):
+        keys = [(mix(3, epoch, i), i) for i in range(12)]
+        x = torch.stack([pil.train_set[key][0] for key in keys])
+        assert x.shape == (12, 3, 24, 24) and torch.equal(
+            x, torch.stack([b[0] for b in tensor.train_set.__getitems__(keys)])
+        )

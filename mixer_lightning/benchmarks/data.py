@@ -172,49 +172,75 @@ def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Pat
     return root
 
 
+def _bare_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               label_smoothing: float, cast: bool) -> None:  # fmt: skip
+    """The model's training step without Lightning: forward, the task's loss, backward, optimiser."""
+    import torch.nn.functional as F
+
+    optimizer.zero_grad(set_to_none=True)
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=cast):
+        logits = net(x)
+    F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing).backward()
+    optimizer.step()
+
+
 class FitTimer(Callback):
-    """Times a ``mixer fit`` from the end of training batch `warmup` - 1 to the end of the last one (each
-    batch's fetch, transfer, augmentation, step and Lightning's bookkeeping), splits each batch's time
-    into waiting for the batch (end of the previous batch → start of this one: the loader, the transfer
-    and, on the tensor path, making the images) and the rest (the step, with Lightning's logging), and
-    keeps the module and its first batch (for timing the bare training step on the same data)."""
+    """Times a ``mixer fit`` over its training batches after the first `warmup`: each batch's cycle (end
+    of the previous batch → end of this one: fetch, transfer, making the images on the tensor path,
+    the step, Lightning's bookkeeping), and the part of it spent waiting for the batch (→ start of
+    this batch). Keeps the module and its first batch.
+
+    `paired`: after each batch, also run the bare training step (`_bare_step`) of a copy of the network
+    with its own optimiser on that same batch, outside the cycle's timing: the step's time measured
+    moments from the fit's own, so their ratio holds when the machine's load changes (only where
+    nothing runs beside the main process: no loader workers, no asynchronous GPU work)."""
 
     runs: ClassVar[list[dict[str, Any]]] = []
 
-    def __init__(self, warmup: int = 4):
-        self.warmup = warmup
-        self.start: float | None = None
-        self.end: float | None = None
-        self.previous_end: float | None = None
-        self.batches = 0
-        self.waiting = 0.0
+    def __init__(self, warmup: int = 4, paired: bool = False):
+        self.warmup, self.paired = warmup, paired
+        self.cycles: list[float] = []
+        self.waits: list[float] = []
+        self.steps: list[float] = []
+        self.resumed: float | None = None
         self.batch: Any = None
+        self.twin: tuple[torch.nn.Module, torch.optim.Optimizer] | None = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if self.batch is None:
             self.batch = tuple(t.detach().clone() for t in batch)
-        if batch_idx >= self.warmup and self.previous_end is not None:
-            self.waiting += time.perf_counter() - self.previous_end
+        if batch_idx >= self.warmup and self.resumed is not None:
+            self.waits.append(time.perf_counter() - self.resumed)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now = time.perf_counter()
-        if batch_idx == self.warmup - 1:
-            self.start = now
-        elif batch_idx >= self.warmup:
-            self.end, self.batches = now, batch_idx - self.warmup + 1
-        self.previous_end = now
+        if batch_idx >= self.warmup and self.resumed is not None:
+            self.cycles.append(now - self.resumed)
+        if self.paired:
+            import copy
+
+            if self.twin is None:  # copied together, the optimiser's parameters are the copy's
+                self.twin = copy.deepcopy((pl_module.net, trainer.optimizers[0]))
+            x, y = batch
+            start = time.perf_counter()
+            _bare_step(*self.twin, x, y, pl_module.label_smoothing, trainer.precision == "bf16-mixed")
+            if batch_idx >= self.warmup:
+                self.steps.append(time.perf_counter() - start)
+        self.resumed = time.perf_counter()
 
     def on_train_end(self, trainer, pl_module) -> None:
-        require(self.batches > 0, "fit_batches", "the fit ended before the timed batches",
+        require(bool(self.cycles), "fit_batches", "the fit ended before the timed batches",
                 "use fewer warm-up and timed batches, or more training images")  # fmt: skip
-        seconds = self.end - self.start
-        FitTimer.runs.append({"seconds": seconds, "batches": self.batches, "waiting_share": self.waiting / seconds,
-                              "module": pl_module, "batch": self.batch, "workers": trainer.train_dataloader.num_workers,
-                              "pipeline": trainer.datamodule.pipeline})  # fmt: skip
+        seconds = sum(self.cycles)
+        FitTimer.runs.append({
+            "seconds": seconds, "batches": len(self.cycles), "waiting_share": sum(self.waits) / seconds,
+            "paired_step_seconds": sum(self.steps) if self.steps else None, "module": pl_module, "batch": self.batch,
+            "workers": trainer.train_dataloader.num_workers, "pipeline": trainer.datamodule.pipeline,
+        })  # fmt: skip
 
 
 def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path,
-         extra: Sequence[str] = ()) -> dict[str, Any]:  # fmt: skip
+         extra: Sequence[str] = (), paired: bool = False) -> dict[str, Any]:  # fmt: skip
     """One ``mixer fit`` of `warmup` + `batches` training batches (no validation), timed by `FitTimer`."""
     from mixer_lightning.cli import main
 
@@ -224,7 +250,8 @@ def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, wor
         str(warmup + batches), "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
         "--trainer.enable_model_summary", "false", "--trainer.logger.init_args.save_dir", str(workdir),
         "--trainer.logger.init_args.name", pipeline, "--trainer.callbacks+=mixer_lightning.benchmarks.data.FitTimer",
-        "--trainer.callbacks.warmup", str(warmup), "--checkpoint.save_last", "false", "--checkpoint.save_top_k", "0",
+        "--trainer.callbacks.warmup", str(warmup), "--trainer.callbacks.paired", str(paired).lower(),
+        "--checkpoint.save_last", "false", "--checkpoint.save_top_k", "0",
     ]  # fmt: skip
     with contextlib.redirect_stdout(sys.stderr):  # Lightning's and the CLI's prints: not in --json output
         main(args)
@@ -233,60 +260,55 @@ def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, wor
 
 def _step(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int,
           precision: str = "32-true") -> float:  # fmt: skip
-    """Seconds of `steps` bare training steps (forward, the task's loss, backward, the config's
-    optimiser) on one real batch, after `warmup` steps: the model's own training-step time."""
-    import torch.nn.functional as F
-
+    """Seconds of `steps` bare training steps (`_bare_step`, the config's optimiser) on one real batch,
+    after `warmup` steps: the model's own training-step time."""
     x, y = batch
     module.to(x.device).train()
     optimizer = module.configure_optimizers()
     optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
     cast = precision == "bf16-mixed"
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=cast):
-            logits = module(x)
-        F.cross_entropy(logits.float(), y, label_smoothing=module.label_smoothing).backward()
-        optimizer.step()
-
     def sync() -> None:
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
 
     for _ in range(warmup):
-        step()
+        _bare_step(module.net, optimizer, x, y, module.label_smoothing, cast)
     sync()
     start = time.perf_counter()
     for _ in range(steps):
-        step()
+        _bare_step(module.net, optimizer, x, y, module.label_smoothing, cast)
     sync()
     return time.perf_counter() - start
 
 
 def fit_vs_step(
-    config: str | Path = FIG5_CONFIG, root: str | Path | None = None, repeats: int = 3, warmup: int = 8,
-    batches: int = 16, device: str = "cpu", precision: str = "32-true", log: Callable[..., None] = print,
+    config: str | Path = FIG5_CONFIG, root: str | Path | None = None, repeats: int = 5, warmup: int = 8,
+    batches: int = 32, device: str = "cpu", precision: str = "32-true", log: Callable[..., None] = print,
 ) -> dict[str, Any]:  # fmt: skip
-    """End-to-end ``mixer fit`` images/s through the tensor and the PIL path, and the model's training
-    step images/s, on the Fig. 5 config, measured round-robin (order rotated every round; medians):
+    """End-to-end ``mixer fit`` images/s of the Fig. 5 config through the tensor and the PIL path, and
+    the model's own training-step images/s, side by side in one process:
 
     - ``cifar_fit_vs_step``: tensor-path fit images/s ÷ training-step images/s (1: the data path and
-      Lightning cost nothing);
-    - ``cifar_fit_speedup``: tensor-path fit images/s ÷ PIL-path fit images/s;
-    - ``waiting_share``: the share of each fit's time spent waiting for batches (same batches).
+      Lightning cost nothing). On the CPU the step is timed paired with the fit (`FitTimer` `paired`:
+      a copy of the network steps on each batch right after the fit's own step), because this shared
+      machine's load changes within seconds; on a GPU, by separate step runs between the fits;
+    - ``cifar_fit_speedup``: tensor-path fit images/s ÷ PIL-path fit images/s, the median over rounds
+      of each round's ratio (the two fits of a round run one after the other; order alternates);
+    - ``waiting_share``: the share of each fit's time spent waiting for its batches.
 
-    Each fit trains `warmup` + `batches` batches and is timed over the last `batches` (the PIL path's
-    workers have filled their prefetch queue by then; validation off). Each path runs with its own
-    default workers (PIL: min(8, CPUs); tensor: none). Data: real CIFAR-10 (``<data_root()>/cifar10``,
-    Hugging Face layout) when present, else a synthetic CIFAR-shaped set. Another `config` runs as it
-    is (the C = 64 override is the Fig. 5 config's); `device` ``cpu`` or ``cuda``, `precision` the
-    trainer's (the bare step autocasts alike)."""
+    Each fit trains `warmup` + `batches` batches and is timed over the last `batches` (validation off);
+    the PIL path's workers (its default, min(8, CPUs)) can work ahead by their prefetch queue (4
+    batches with 2 workers), which favours it in short fits. The tensor path runs with its default,
+    no workers. Data: real CIFAR-10 (``<data_root()>/cifar10``, Hugging Face layout) when present, else
+    a synthetic CIFAR-shaped set. Another `config` runs as it is (the C = 64 override is the Fig. 5
+    config's); `device` ``cpu`` or ``cuda``; `precision` the trainer's (the bare step autocasts alike)."""
     config = Path(config)
     extra = [*(FIG5_OVERRIDES if config == FIG5_CONFIG else ()), "--trainer.accelerator",
              "gpu" if device.startswith("cuda") else "cpu", "--trainer.devices", "1", "--trainer.precision", precision]  # fmt: skip
     require(config.is_file(), "config", f"no {config}", "run from a checkout of mixer-lightning, or give --config")
     require(repeats > 0 and warmup > 0 and batches > 0, "repeats", "repeats, warmup and batches must be positive")
+    paired = not device.startswith("cuda")
     with tempfile.TemporaryDirectory(prefix="mixer-fit-bench-") as tmp:
         workdir = Path(tmp)
         real = Path(root) if root is not None else data_root() / "cifar10"
@@ -294,41 +316,45 @@ def fit_vs_step(
         if synthetic:
             log(f"no real CIFAR-10 at {real}: a synthetic CIFAR-shaped set")
             real = write_synthetic_cifar(workdir / "synthetic")
-        log("end-to-end fit (tensor path, PIL path) and the training step, round-robin ...")
+        log("end-to-end fit (tensor path, PIL path) and the training step, round by round ...")
         _fit(config, real, "tensor", 1, 1, workdir, extra)  # decode (or load) the cache, outside the timings
         rates: dict[str, list[float]] = {"tensor": [], "pil": [], "step": []}
         waiting: dict[str, list[float]] = {"tensor": [], "pil": []}
         facts: dict[str, Any] = {}
-        names = list(rates)
         for round_ in range(repeats):
-            for name in names[round_ % 3 :] + names[: round_ % 3]:
-                if name == "step":
-                    module, batch = facts["module"], facts["batch"]
-                    rates[name].append(batches * len(batch[0]) / _step(module, batch, warmup, batches, precision))
-                    continue
-                run = _fit(config, real, name, warmup, batches, workdir, extra)
+            order = ["tensor", "pil"] if round_ % 2 == 0 else ["pil", "tensor"]
+            for name in order:
+                run = _fit(config, real, name, warmup, batches, workdir, extra, paired=paired and name == "tensor")
                 require(
                     run["pipeline"] == name, "data.pipeline", f"the fit took the {run['pipeline']} path, not {name}"
                 )
-                rates[name].append(run["batches"] * len(run["batch"][0]) / run["seconds"])
+                images = run["batches"] * len(run["batch"][0])
+                rates[name].append(images / run["seconds"])
                 waiting[name].append(run["waiting_share"])
-                facts[f"{name}_workers"] = run["workers"]
-                if name == "tensor" or "module" not in facts:
-                    facts["module"], facts["batch"] = run["module"], run["batch"]
-            log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} img/s" for k, v in rates.items() if v))
+                facts[f"{name}_workers"], facts["batch_size"] = run["workers"], len(run["batch"][0])
+                if name == "tensor":
+                    if paired:
+                        rates["step"].append(images / run["paired_step_seconds"])
+                    else:
+                        rates["step"].append(batches * len(run["batch"][0]) / _step(run["module"], run["batch"],
+                                                                                     warmup, batches, precision))  # fmt: skip
+            log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} img/s" for k, v in rates.items()))
         median = {name: statistics.median(values) for name, values in rates.items()}
+        vs_step = [fit / step for fit, step in zip(rates["tensor"], rates["step"], strict=True)]
+        speedup = [t / p for t, p in zip(rates["tensor"], rates["pil"], strict=True)]
+        pil_vs_step = [p / step for p, step in zip(rates["pil"], rates["step"], strict=True)]
     return {
-        "cifar_fit_vs_step": median["tensor"] / median["step"],
-        "cifar_fit_speedup": median["tensor"] / median["pil"],
-        "pil_fit_vs_step": median["pil"] / median["step"],
+        "cifar_fit_vs_step": statistics.median(vs_step) if paired else median["tensor"] / median["step"],
+        "cifar_fit_speedup": statistics.median(speedup),
+        # The PIL fit against the step of the tensor fit beside it (not paired: its workers run beside the step).
+        "pil_fit_vs_step": statistics.median(pil_vs_step),
         "img_per_s": {"fit_tensor": median["tensor"], "fit_pil": median["pil"], "train_step": median["step"]},
         "rounds_img_per_s": rates,
-        # Share of a fit's time spent waiting for the next batch (loader, transfer, making the images),
-        # measured on the same batches as the step: unlike the ratios, not disturbed by load changing
-        # between candidates. The PIL path's workers also slow the step itself (they share the CPU).
+        "rounds_ratios": {"cifar_fit_vs_step": vs_step, "cifar_fit_speedup": speedup, "pil_fit_vs_step": pil_vs_step},
         "waiting_share": {name: statistics.median(values) for name, values in waiting.items()},
-        "setting": {"config": str(config), "overrides": " ".join(extra), "device": device, "data": "synthetic CIFAR-shaped set" if synthetic else str(real), "batch_size": len(facts["batch"][0]),
-                    "warmup_batches": warmup, "timed_batches": batches, "repeats": repeats,
-                    "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")},
-                    "threads": torch.get_num_threads()},
+        "setting": {"config": str(config), "overrides": " ".join(extra), "device": device, "step_timing":
+                    "paired with the tensor fit" if paired else "separate runs", "data": "synthetic CIFAR-shaped set"
+                    if synthetic else str(real), "batch_size": facts["batch_size"], "warmup_batches": warmup,
+                    "timed_batches": batches, "repeats": repeats, "threads": torch.get_num_threads(),
+                    "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")}},
     }  # fmt: skip

@@ -190,7 +190,7 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
     log("SW-MLP at the Table S.3 CIFAR setting: sparse vs dense ...")
     sparse = sw_mlp_ratios(repeats=max(2, repeats // 4))
     log("Fig. 5 S-Mixer on CIFAR-10: end-to-end fit (tensor path, PIL path) vs the training step ...")
-    fit = fit_vs_step(repeats=max(3, repeats // 4), log=log)
+    fit = fit_vs_step(repeats=max(5, repeats // 2), log=log)
     report["mixer_vs_timm_train"] = min(
         ratio_of(s16_results, "ours", "timm", "train_img_s"), ratio_of(cifar_results, "ours", "timm", "train_img_s")
     )

@@ -37,7 +37,7 @@ def add_arguments(parser: ArgumentParser) -> None:
                         help="time end-to-end `mixer fit` of the Fig. 5 config (or --config) through the tensor and "
                              "the PIL data path against the model's training step: cifar_fit_vs_step, cifar_fit_speedup")  # fmt: skip
     parser.add_argument("--fit_warmup", type=int, default=8, help="--fit: training batches before the timing")
-    parser.add_argument("--fit_batches", type=int, default=16, help="--fit: timed training batches per fit")
+    parser.add_argument("--fit_batches", type=int, default=32, help="--fit: timed training batches per fit")
     parser.add_argument("--data_root", type=str, default=None,
                         help="--fit: the CIFAR-10 folder, Hugging Face layout (default: $MIXER_DATA_ROOT/cifar10, "
                              "else <checkout>/../shared/data/cifar10, else a synthetic CIFAR-shaped set)")  # fmt: skip
@@ -93,7 +93,7 @@ def run(args: Namespace) -> None:
             "--fit_warmup and --fit_batches must be positive",
         )
         log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
-        report = fit_vs_step(config=args.config or FIG5_CONFIG, root=args.data_root, repeats=args.repeats or 3,
+        report = fit_vs_step(config=args.config or FIG5_CONFIG, root=args.data_root, repeats=args.repeats or 5,
                              warmup=args.fit_warmup, batches=args.fit_batches, device=args.device,
                              precision=args.precision, log=log)  # fmt: skip
         if args.json:

@@ -109,23 +109,29 @@ class BatchedPlan:
         ``sampling.seeded(seed)``: RandomCrop pads, then (unless the padded image is the crop's size)
         draws ``randint`` for the top then the left offset; RandomHorizontalFlip draws ``rand(1) < p``."""
         n = len(seeds)
-        tops, lefts, uniforms = [0] * n, [0] * n, [0.0] * n
+        offsets = torch.zeros(n, 2, dtype=torch.long)
+        uniforms = torch.zeros(n, 1, dtype=torch.float32)
         crop_draws = False
         if self.crop_size is not None:
             h, w = height + 2 * self.padding, width + 2 * self.padding
             crop_draws = (h, w) != self.crop_size
             span_h, span_w = h - self.crop_size[0] + 1, w - self.crop_size[1] + 1
         generator = torch.Generator()
+        reseed, randint, rand = generator.manual_seed, torch.randint, torch.rand
+        rows, cells = offsets.unbind(0), uniforms.unbind(0)  # written in place: no tensor per draw
         for k, seed in enumerate(seeds):
-            generator.manual_seed(int(seed))
+            reseed(int(seed))
             if crop_draws:
-                tops[k] = torch.randint(0, span_h, (1,), generator=generator).item()
-                lefts[k] = torch.randint(0, span_w, (1,), generator=generator).item()
+                if span_h == span_w:  # two draws of one call: the same numbers as two calls (tested)
+                    randint(0, span_h, (2,), generator=generator, out=rows[k])
+                else:
+                    randint(0, span_h, (1,), generator=generator, out=rows[k][:1])
+                    randint(0, span_w, (1,), generator=generator, out=rows[k][1:])
             if self.flip is not None:
-                uniforms[k] = torch.rand(1, generator=generator).item()  # a float32, exact as a Python float
-        top, left = torch.tensor(tops, dtype=torch.long), torch.tensor(lefts, dtype=torch.long)
+                rand(1, generator=generator, out=cells[k])
+        top, left = offsets[:, 0], offsets[:, 1]
         # `torch.rand(1) < p` compares in float32, as here (p is a Python number beside a float32 tensor).
-        flip = torch.tensor(uniforms, dtype=torch.float32) < (self.flip if self.flip is not None else 0.0)
+        flip = uniforms[:, 0] < (self.flip if self.flip is not None else 0.0)
         return {"top": top, "left": left, "flip": flip}
 
     def augment(self, images: torch.Tensor, top: torch.Tensor, left: torch.Tensor, flip: torch.Tensor) -> torch.Tensor:
@@ -379,7 +385,7 @@ class DecodedImages(Dataset):
         """A key batch → (normalised images (B, C, h, w) float32, labels (B,)) on the key batch's device."""
         index = batch["index"]
         images, labels = self.decoded.on(index.device)
-        x = images[index]
+        x = images.index_select(0, index)
         if self.plan.random:
             x = self.plan.augment(x, batch["top"], batch["left"], batch["flip"])
         x = self.plan.normalize(x)
