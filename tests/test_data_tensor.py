@@ -353,3 +353,19 @@ def test_non_square_images_crop_as_the_pil_path(tmp_path: Path) -> None:
         assert x.shape == (12, 3, 24, 24) and torch.equal(
             x, torch.stack([b[0] for b in tensor.train_set.__getitems__(keys)])
         )
+
+
+@pytest.mark.parametrize("precision", ["64-true", "bf16-true"])
+def test_the_tensor_path_feeds_the_precision_of_the_trainer(precision: str, tmp_path: Path) -> None:
+    """The trainer converts a batch's inputs before moving it (float64, bf16); the tensor path makes
+    its images after the move and converts them alike: float64 training equals the PIL path's."""
+    config = augmented_hf_config(tmp_path, auto_augment=None, random_erasing=0.0)
+    states = []
+    for pipeline in ("pil", "tensor"):
+        main(["fit", "--config", str(config), "--data.pipeline", pipeline, "--trainer.precision", precision,
+              "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
+              "--trainer.logger.init_args.name", pipeline])  # fmt: skip
+        states.append(final_state(tmp_path / "runs" / pipeline / "version_0"))
+    dtype = torch.float64 if precision == "64-true" else torch.bfloat16
+    assert all(v.dtype == dtype for v in states[1]["state"].values() if v.is_floating_point())
+    assert_same(states[0], states[1])

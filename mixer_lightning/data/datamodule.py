@@ -606,10 +606,15 @@ class ImageDataModule(LightningDataModule):
 
         timm's Mixup draws from NumPy's global RNG: it is seeded per batch by (seed, batch number) and
         restored, so the mixing is reproducible and survives resuming."""
+        trainer = self.trainer
         if is_key_batch(batch):
             images = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[batch["split"]]
             batch = images.materialize(batch)
-        trainer = self.trainer
+            # What the trainer did to the key batch before moving it (64-true, bf16-true: the inputs'
+            # dtype), done to the images: the same float64 / bf16 inputs as on the PIL path.
+            plugin = getattr(trainer, "precision_plugin", None)
+            if plugin is not None:
+                batch = plugin.convert_input(batch)
         if self.mixup_fn is None or trainer is None or not trainer.training:
             return batch
         x, y = batch
