@@ -111,7 +111,9 @@ def test_every_dataset_reads_its_on_disk_format(name: str, tmp_path: Path, monke
     assert [len(data.train_set), len(data.val_set), len(data.test_set)] == lengths
     for loader in (data.train_dataloader(), data.val_dataloader(), data.test_dataloader()):
         x, y = next(iter(loader))
-        assert x.shape[1:] == (chans, size, size) and len(x) == min(4, len(loader.dataset)) and len(y) == len(x)
+        # (evaluation batches: 4 × batch_size on the tensor path, which reads them straight from the tensor)
+        assert x.shape[1:] == (chans, size, size) and len(x) == min(loader.batch_size or 4, len(loader.dataset))
+        assert len(y) == len(x)
         assert x.dtype == torch.float32 and y.dtype == torch.long
         assert int(y.min()) >= 0 and int(y.max()) < classes
 
@@ -124,7 +126,7 @@ def test_stl10_resized_as_in_the_paper(tmp_path: Path, monkeypatch: pytest.Monke
         assert data.image_size == size
         data.setup()
         assert next(iter(data.train_dataloader()))[0].shape == (4, 3, size, size)
-        assert next(iter(data.test_dataloader()))[0].shape == (4, 3, size, size)
+        assert next(iter(data.test_dataloader()))[0].shape == (4 * 4, 3, size, size)  # evaluation: 4 × batch_size
 
 
 def test_folder_facts_come_from_folder_names_without_opening_an_image(

@@ -5,10 +5,13 @@ time is asserted anywhere: speed figures are ratios in benchmarks/RESULTS.md."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
+from fakedata import write_hf
 
 from conftest import TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
@@ -135,6 +138,9 @@ def test_bench_ours_against_timm_through_the_cli(capsys: pytest.CaptureFixture[s
         (["--model", "mixer_s16", "--batch_size", "0"], "batch_size: must be positive, got 0"),
         (["--model", "s_mixer", "--vs", "timm"], "vs: timm has no equivalent of a SMixer"),
         (["--kernels", "--model", "mixer_s16"], "kernels: takes no --model or --config; drop --model/--config"),
+        (["--fit", "--kernels"], "fit: takes no --model or --kernels; drop them"),
+        (["--fit", "--fit_batches", "0"], "fit_batches: --fit_warmup and --fit_batches must be positive"),
+        (["--fit", "--config", "nowhere.yaml"], "config: no nowhere.yaml"),
     ],
 )
 def test_bad_bench_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -165,3 +171,31 @@ def test_compare_rotates_the_order_of_candidates_every_round() -> None:
     medians = compare({name: (lambda n=name: calls.append(n)) for name in "abc"}, repeats=3, warmup=0)
     assert calls == list("abcbcacab")  # each candidate runs first, second and third once
     assert set(medians) == set("abc") and all(t >= 0 for t in medians.values())
+
+
+@pytest.mark.slow  # ~30 s: five short fits (each starts a trainer, the PIL path its worker)
+def test_bench_fit_against_the_step_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``mixer bench --fit``: end-to-end fits through both data paths and the bare step of the same
+    model, interleaved; the figures are the ratios of the medians (a tiny CIFAR-size Mixer, tiny data)."""
+    root = write_hf(tmp_path / "hf", train=96, test=16)
+    config = tmp_path / "tiny_cifar.yaml"
+    config.write_text(yaml.safe_dump({
+        "model": {"class_path": "mixer_lightning.tasks.MLPMixerModule",
+                  "init_args": {"patch_size": 8, "channels": 16, "num_blocks": 1}},
+        "data": {"class_path": "mixer_lightning.data.ImageDataModule",
+                 "init_args": {"dataset": "hf", "batch_size": 16, "val_split": 0, "num_workers": 1}},
+    }))  # fmt: skip
+    main(["bench", "--fit", "--config", str(config), "--data_root", str(root), "--fit_warmup", "2", "--fit_batches", "2",
+          "--repeats", "2", "--json"])  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    rates = report["img_per_s"]
+    assert all(len(v) == 2 and all(r > 0 for r in v) for v in report["rounds_img_per_s"].values())
+    assert all(r > 0 for r in rates.values()) and report["setting"]["step_timing"] == "paired with the tensor fit"
+    rounds, ratios = report["rounds_img_per_s"], report["rounds_ratios"]
+    for i in range(2):  # each round's ratios come from that round's fits and paired steps; the figures are medians
+        assert ratios["cifar_fit_vs_step"][i] == pytest.approx(rounds["tensor"][i] / rounds["step"][i])
+        assert ratios["cifar_fit_speedup"][i] == pytest.approx(rounds["tensor"][i] / rounds["pil"][i])
+    assert report["cifar_fit_vs_step"] == pytest.approx(sum(ratios["cifar_fit_vs_step"]) / 2)
+    assert report["cifar_fit_speedup"] == pytest.approx(sum(ratios["cifar_fit_speedup"]) / 2)
+    assert report["setting"]["workers"] == {"tensor": 1, "pil": 1} and report["setting"]["data"] == str(root)
+    assert all(0 <= share < 1 for share in report["waiting_share"].values())

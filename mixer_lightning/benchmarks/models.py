@@ -154,10 +154,14 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
     - sw_sparse_mem_ratio / sw_sparse_speed_ratio: sparse ÷ dense SW-MLP at the Table S.3 CIFAR
       setting (bytes of parameters + buffers; training img/s as a speed-up);
     - noise: |1 − twin ÷ ours| for an identical copy of the CIFAR-size Mixer measured beside it (an
-      A/A test): ratios closer to 1 than this are not resolved by the run.
+      A/A test): ratios closer to 1 than this are not resolved by the run;
+    - cifar_fit_vs_step / cifar_fit_speedup: end-to-end ``mixer fit`` images/s of the Fig. 5 config
+      (S-Mixer, Ω = 2^18, C = S = 64) through the tensor data path ÷ its training step's, and ÷ the
+      PIL path's fit (`mixer_lightning.benchmarks.data.fit_vs_step`; real CIFAR-10 when present).
     """
     import platform
 
+    from mixer_lightning.benchmarks.data import fit_vs_step
     from mixer_lightning.benchmarks.sparse import sw_mlp_ratios
     from mixer_lightning.models import create_model
 
@@ -185,6 +189,8 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
                                 image_size=32, num_classes=10, repeats=repeats)  # fmt: skip
     log("SW-MLP at the Table S.3 CIFAR setting: sparse vs dense ...")
     sparse = sw_mlp_ratios(repeats=max(2, repeats // 4))
+    log("Fig. 5 S-Mixer on CIFAR-10: end-to-end fit (tensor path, PIL path) vs the training step ...")
+    fit = fit_vs_step(repeats=max(5, repeats // 2), log=log)
     report["mixer_vs_timm_train"] = min(
         ratio_of(s16_results, "ours", "timm", "train_img_s"), ratio_of(cifar_results, "ours", "timm", "train_img_s")
     )
@@ -197,10 +203,13 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
     report["noise"] = abs(1 - ratio_of(cifar_results, "twin", "ours", "train_img_s"))
     report["sw_sparse_mem_ratio"] = sparse["ratios_sparse_over_dense"]["params_buffers_bytes"]
     report["sw_sparse_speed_ratio"] = sparse["speedup_sparse_over_dense"]
+    report["cifar_fit_vs_step"] = fit["cifar_fit_vs_step"]
+    report["cifar_fit_speedup"] = fit["cifar_fit_speedup"]
     report["details"] = {
         "mixer_s16_224_batch32": s16_results,
         "cifar_mixer_batch128": cifar_results,
         "cifar_mixer_compiled_batch128": compile_results,
         "sw_mlp_table_s3": {k: sparse[k] for k in ("setting", "bytes", "images_per_second")},
+        "cifar_fit_fig5": fit,
     }
     return report

@@ -12,11 +12,13 @@ Examples:
     mixer bench --config configs/cifar10_fig5_s_mixer.yaml --compile --json
     mixer bench --kernels                                   permutation and element-wise kernels, eager vs compiled
     mixer bench --table_s3 [--device cuda]                  Hayase & Karakida Table S.3 at its settings, beside the paper's
+    mixer bench --fit --json                                end-to-end `mixer fit` vs the training step, tensor vs PIL data path
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 from jsonargparse import ArgumentParser, Namespace
 
@@ -34,6 +36,14 @@ def add_arguments(parser: ArgumentParser) -> None:
                         help="time the memory-bound kernels instead: RP permutations and element-wise ops, eager vs compiled")  # fmt: skip
     parser.add_argument("--table_s3", action="store_true",
                         help="Hayase & Karakida Table S.3: SW-MLP (dense), RP Mixer, Mixer at its CIFAR and ImageNet settings (batch 128)")  # fmt: skip
+    parser.add_argument("--fit", action="store_true",
+                        help="time end-to-end `mixer fit` of the Fig. 5 config (or --config) through the tensor and "
+                             "the PIL data path against the model's training step: cifar_fit_vs_step, cifar_fit_speedup")  # fmt: skip
+    parser.add_argument("--fit_warmup", type=int, default=8, help="--fit: training batches before the timing")
+    parser.add_argument("--fit_batches", type=int, default=32, help="--fit: timed training batches per fit")
+    parser.add_argument("--data_root", type=str, default=None,
+                        help="--fit: the CIFAR-10 folder, Hugging Face layout (default: $MIXER_DATA_ROOT/cifar10, "
+                             "else <checkout>/../shared/data/cifar10, else a synthetic CIFAR-shaped set)")  # fmt: skip
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--image_size", type=int, default=None, help="default: the model's / the data's")
     parser.add_argument("--num_classes", type=int, default=1000)
@@ -72,6 +82,37 @@ def run(args: Namespace) -> None:
     require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
     require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
     require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
+    if args.fit:
+        from mixer_lightning.benchmarks.data import FIG5_CONFIG, fit_vs_step
+
+        require(args.model is None and not args.kernels, "fit", "takes no --model or --kernels", "drop them")
+        if args.device.startswith("cuda"):
+            import torch
+
+            require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
+        require(
+            args.fit_warmup > 0 and args.fit_batches > 0,
+            "fit_batches",
+            "--fit_warmup and --fit_batches must be positive",
+        )
+        log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
+        report = fit_vs_step(config=args.config or FIG5_CONFIG, root=args.data_root, repeats=args.repeats or 5,
+                             warmup=args.fit_warmup, batches=args.fit_batches, device=args.device,
+                             precision=args.precision, log=log)  # fmt: skip
+        if args.json:
+            print(json.dumps(report, indent=2))
+            return
+        rates = report["img_per_s"]
+        print(
+            f"fit, tensor path   {rates['fit_tensor']:9.1f} img/s   (waiting for batches {report['waiting_share']['tensor']:.1%})"
+        )
+        print(
+            f"fit, PIL path      {rates['fit_pil']:9.1f} img/s   (waiting for batches {report['waiting_share']['pil']:.1%})"
+        )
+        print(f"training step      {rates['train_step']:9.1f} img/s")
+        for key in ("cifar_fit_vs_step", "cifar_fit_speedup", "pil_fit_vs_step"):
+            print(f"{key:<18} {report[key]:9.3f}")
+        return
     if args.kernels:
         from mixer_lightning.benchmarks.kernels import format_report, kernel_suite
 
@@ -100,7 +141,8 @@ def run(args: Namespace) -> None:
             print(json.dumps(report, indent=2))
             return
         for key in ("mixer_vs_timm_train", "mixer_vs_timm_infer", "rp_overhead", "rp_overhead_compiled",
-                    "compile_speedup", "sw_sparse_mem_ratio", "sw_sparse_speed_ratio", "noise"):  # fmt: skip
+                    "compile_speedup", "sw_sparse_mem_ratio", "sw_sparse_speed_ratio", "cifar_fit_vs_step",
+                    "cifar_fit_speedup", "noise"):  # fmt: skip
             print(f"{key:<24} {report[key]:8.3f}")
         return
     if args.config is not None:

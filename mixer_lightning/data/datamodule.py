@@ -6,20 +6,43 @@ timm's training augmentation or the evaluation pre-processing (`mixer_lightning.
 the optional input permutation of the Mixer paper (Sec. 3.4), and mixup/cutmix on training batches
 (`mixer_lightning.data.mixup`). It exposes ``num_classes``, ``image_size`` and ``in_chans`` at
 construction, which the CLI links into the model. The argument table is in docs/notes/data-api.md.
+
+Two data paths give the same batches bit for bit (``data.pipeline``): the per-image PIL path
+(`TransformedDataset`, through DataLoader workers), and the tensor path (`mixer_lightning.data.in_memory`:
+each split decoded once into a uint8 tensor, cached on disk, whole batches cropped, flipped and
+normalised on the training device), chosen by ``auto`` wherever the augmentation has a batched form.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from mixer_lightning.data.datasets import DatasetInfo, get_source
+from mixer_lightning.data.in_memory import (
+    PIPELINES,
+    BatchedPlan,
+    DecodedImages,
+    DecodedSplit,
+    KeyCollate,
+    NoBatchedForm,
+    NotDecodable,
+    Pipeline,
+    batched_plan,
+    cache_file,
+    cache_key,
+    default_cache_dir,
+    is_key_batch,
+    load_or_decode,
+)
 from mixer_lightning.data.mixup import MixupMode, build_mixup
 from mixer_lightning.data.sampling import EpochRandomSampler, KeyedBatchSampler, mix, seeded
 from mixer_lightning.data.transforms import (
@@ -121,8 +144,10 @@ class ImageDataModule(LightningDataModule):
         root: folder where the dataset lives (or is downloaded to); for ``hf`` the hub id or folder.
         download: fetch a torchvision dataset into ``root`` when it is missing (needs a network).
         batch_size: training batch size (per device).
-        eval_batch_size: validation/test/predict batch size (default: ``batch_size``).
-        num_workers: DataLoader worker processes (default: 0 for in-memory data, else min(8, CPUs)).
+        eval_batch_size: validation/test/predict batch size (default: ``batch_size``; 4 × ``batch_size``
+            on the tensor path, where an evaluation batch is one gather from the decoded tensor).
+        num_workers: DataLoader worker processes (default: 0 for in-memory data and the tensor path,
+            else min(8, CPUs)).
         pin_memory: pin batches in page-locked memory (default: when CUDA is available).
         persistent_workers: keep the workers alive between epochs (when ``num_workers`` > 0).
         prefetch_factor: batches loaded ahead by each worker (default: torch's, 2).
@@ -167,6 +192,19 @@ class ImageDataModule(LightningDataModule):
         permutation_seed: seed of the input permutation.
         image_column: ``hf`` only: the image column (default: ``img`` or ``image``).
         label_column: ``hf`` only: the label column (default: ``label``, ``fine_label`` or ``labels``).
+        pipeline: ``tensor``: decode each split once into a uint8 tensor kept on the training device and
+            crop, flip and normalise whole batches there (`mixer_lightning.data.in_memory`; the same
+            batches as ``pil`` bit for bit); ``pil``: per-image PIL transforms in DataLoader workers;
+            ``auto`` (default): ``tensor`` wherever the augmentation has a batched form (pad-and-crop,
+            flip, deterministic resizes and evaluation crops; not RandAugment/AutoAugment/AugMix,
+            colour jitter, random erasing or the random-resized crop) and the decoded images fit in
+            ``tensor_limit_gb``, else ``pil``.
+        cache_dir: where the tensor path keeps decoded splits (default: ``$MIXER_CACHE_DIR``, else
+            ``<root>/.mixer_cache`` when ``root`` is a writable folder, else ``~/.cache/mixer_lightning``).
+            A file is keyed by the source files' names, sizes and modification times and the decoding,
+            so a changed dataset is decoded again.
+        tensor_limit_gb: the most GiB of decoded images the tensor path holds (``auto`` chooses ``pil``
+            above it).
     """
 
     def __init__(
@@ -208,6 +246,9 @@ class ImageDataModule(LightningDataModule):
         permutation_seed: int = 0,
         image_column: str | None = None,
         label_column: str | None = None,
+        pipeline: Pipeline = "auto",
+        cache_dir: str | None = None,
+        tensor_limit_gb: float = 4.0,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -228,6 +269,12 @@ class ImageDataModule(LightningDataModule):
         self.dataset = dataset
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
+        self._eval_batch_size_given = eval_batch_size
+        self._num_workers_given, self._persistent_workers, self._prefetch_factor = (
+            num_workers,
+            persistent_workers,
+            prefetch_factor,
+        )
         if num_workers is None:
             num_workers = 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
         self.num_workers = num_workers
@@ -318,6 +365,13 @@ class ImageDataModule(LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        require(pipeline in PIPELINES, "data.pipeline", f"unknown pipeline {pipeline!r}", "choose auto, tensor or pil")
+        require(tensor_limit_gb > 0, "data.tensor_limit_gb", f"must be positive, got {tensor_limit_gb}")
+        self.requested_pipeline, self.cache_dir, self.tensor_limit_gb = pipeline, cache_dir, tensor_limit_gb
+        self.plans = self._batched_plans(pipeline)
+        # The path the data took ("tensor" or "pil"), known once setup() has seen the images.
+        self.pipeline: str | None = None if self.plans is not None else "pil"
+        self._decoded: dict[tuple[str, str], DecodedSplit] = {}
 
     # Facts linked into the model by the CLI (known without reading the data).
     @property
@@ -336,6 +390,15 @@ class ImageDataModule(LightningDataModule):
     def in_chans(self) -> int:
         return self.info.in_chans
 
+    def _image_transform(self, train: bool) -> Callable:
+        """The PIL → normalised tensor transform of training or evaluation images (no permutation)."""
+        native = self.info.image_size
+        if train:
+            return train_transform(self.image_size, native, mean=self.mean, std=self.std, **self.augmentation)
+        return eval_transform(
+            self.image_size, native, self.eval_crop, self.eval_crop_pct, self.interpolation, self.mean, self.std
+        )
+
     def transform(self, train: bool) -> Callable:
         """The per-image transform of the training (augmented) or evaluation inputs."""
         native = self.info.image_size
@@ -344,14 +407,8 @@ class ImageDataModule(LightningDataModule):
             if native != self.image_size:
                 steps.append(T.Resize((self.image_size, self.image_size), antialias=True))
             steps.append(T.Normalize(self.mean, self.std))
-        elif train:
-            steps.append(train_transform(self.image_size, native, mean=self.mean, std=self.std, **self.augmentation))
         else:
-            steps.append(
-                eval_transform(
-                    self.image_size, native, self.eval_crop, self.eval_crop_pct, self.interpolation, self.mean, self.std
-                )
-            )
+            steps.append(self._image_transform(train))
         if self.permutation is not None:
             steps.append(self.permutation)
         return steps[0] if len(steps) == 1 else T.Compose(steps)
@@ -377,17 +434,92 @@ class ImageDataModule(LightningDataModule):
         order = torch.randperm(len(indices), generator=torch.Generator().manual_seed(self.split_seed + 1))
         return [indices[i] for i in sorted(order[:keep].tolist())]
 
+    def _batched_plans(self, pipeline: str) -> tuple[BatchedPlan, BatchedPlan] | None:
+        """The batched forms of the training and evaluation transforms, or None for the PIL path."""
+        if pipeline == "pil":
+            return None
+        if self.source.in_memory:
+            require(
+                pipeline != "tensor", "data.pipeline",
+                f"{self.dataset} is already a tensor dataset without augmentation (no decoding to save)",
+                "use data.pipeline: auto",
+            )  # fmt: skip
+            return None
+        try:
+            return batched_plan(self._image_transform(train=True)), batched_plan(self._image_transform(train=False))
+        except NoBatchedForm as missing:
+            require(
+                pipeline != "tensor", "data.pipeline",
+                f"the tensor path has no batched form of {missing.what} ({missing.field})",
+                f"use data.pipeline: auto or pil with {missing.field}, or drop it",
+            )  # fmt: skip
+            return None
+
+    def _decoded_sets(
+        self, requests: list[tuple[str, Dataset, str, list[int] | None, bool]]
+    ) -> list[DecodedImages] | None:
+        """`DecodedImages` for each (role, base dataset, split, indices, train) request, or None where
+        the PIL path must read them: the decoded images would exceed ``tensor_limit_gb``, or they have
+        no single shape (``auto``; ``tensor`` says so in one line)."""
+        assert self.plans is not None
+        forced = self.requested_pipeline == "tensor"
+        side = {True: self.image_size if self.plans[0].prefix else self.info.image_size,
+                False: self.image_size if self.plans[1].prefix else self.info.image_size}  # fmt: skip
+        needed: dict[tuple[str, str], int] = {}
+        for _, base, split, _, train in requests:
+            plan = self.plans[0 if train else 1]
+            key = (split, plan.prefix_key())
+            if key not in self._decoded:
+                needed[key] = len(base) * self.in_chans * side[train] ** 2
+        size_gb = (sum(needed.values()) + sum(d.images.numel() for d in self._decoded.values())) / 2**30
+        if size_gb > self.tensor_limit_gb:
+            require(
+                not forced, "data.tensor_limit_gb",
+                f"the decoded images would take {size_gb:.1f} GiB, more than {self.tensor_limit_gb} GiB",
+                "raise data.tensor_limit_gb, or use data.pipeline: pil",
+            )  # fmt: skip
+            rank_zero_info(f"data.pipeline: pil (the decoded images would take {size_gb:.1f} GiB > tensor_limit_gb)")
+            return None
+        cache_dir = Path(self.cache_dir) if self.cache_dir else default_cache_dir(self.hparams.root)
+        sets = []
+        for role, base, split, indices, train in requests:
+            plan = self.plans[0 if train else 1]
+            key = (split, plan.prefix_key())
+            if key not in self._decoded:
+                try:
+                    path = cache_file(cache_dir, self.dataset, split, cache_key(base, self.hparams.root, split, plan))
+                    self._decoded[key] = DecodedSplit(*load_or_decode(base, plan.prefix, path))
+                except NotDecodable as problem:
+                    require(
+                        not forced, "data.pipeline",
+                        f"the tensor path cannot hold the {split} split: {problem}",
+                        "use data.pipeline: pil, or a data.image_size other than the first image's (all are then resized to it)",
+                    )  # fmt: skip
+                    rank_zero_info(f"data.pipeline: pil ({split} split: {problem})")
+                    return None
+            sets.append(DecodedImages(self._decoded[key], plan, indices, self.permutation, role))
+        if self.pipeline != "tensor":
+            rank_zero_info(f"data.pipeline: tensor (uint8 splits decoded once, cached in {cache_dir}; "
+                           "batches cropped, flipped and normalised on the training device)")  # fmt: skip
+        self.pipeline = "tensor"
+        return sets
+
     def setup(self, stage: str | None = None) -> None:
         if stage in (None, "fit", "validate") and self.train_set is None:
             train = self.source.load("train")
             if self.source.has_val:
                 train_idx = list(range(len(train)))
-                val_base, val_idx = self.source.load("val"), None
+                val_base, val_split, val_idx = self.source.load("val"), "val", None
             elif self.val_split == 0:  # no held-out images: validate on the test split
-                train_idx, val_base, val_idx = list(range(len(train))), self.source.load("test"), None
+                train_idx, val_base, val_split, val_idx = (
+                    list(range(len(train))),
+                    self.source.load("test"),
+                    "test",
+                    None,
+                )
             else:
                 train_idx, val_idx = self._split_train(train)
-                val_base = train
+                val_base, val_split = train, "train"
             train_idx = self._subset(train_idx)
             if self.mixup_fn is not None:
                 require(
@@ -397,21 +529,48 @@ class ImageDataModule(LightningDataModule):
                     f"fewer than one batch of {self.batch_size}",
                     "lower data.batch_size (even) or use more training images",
                 )
-            self.train_set = TransformedDataset(train, self.transform(train=True), train_idx)
-            self.val_set = TransformedDataset(val_base, self.transform(train=False), val_idx)
+            decoded = None
+            if self.plans is not None:
+                decoded = self._decoded_sets([
+                    ("train", train, "train", train_idx, True),
+                    ("val", val_base, val_split, val_idx, False),
+                ])  # fmt: skip
+            if decoded is not None:
+                self.train_set, self.val_set = decoded
+            else:
+                self.pipeline = "pil"
+                self.train_set = TransformedDataset(train, self.transform(train=True), train_idx)
+                self.val_set = TransformedDataset(val_base, self.transform(train=False), val_idx)
         if stage in (None, "test", "predict") and self.test_set is None:
-            self.test_set = TransformedDataset(self.source.load("test"), self.transform(train=False))
+            test = self.source.load("test")
+            decoded = self._decoded_sets([("test", test, "test", None, False)]) if self.plans is not None else None
+            if decoded is not None:
+                (self.test_set,) = decoded
+            else:
+                self.pipeline = self.pipeline or "pil"
+                self.test_set = TransformedDataset(test, self.transform(train=False))
 
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         assert dataset is not None, "setup() has not been called"
-        common = dict(
-            num_workers=self.num_workers, pin_memory=self.pin_memory, persistent_workers=self.persistent_workers,
-            prefetch_factor=self.prefetch_factor,
+        tensor = isinstance(dataset, DecodedImages)
+        # The tensor path needs no workers (a key batch costs microseconds), unless asked for.
+        workers = self._num_workers_given if tensor and self._num_workers_given is not None else (
+            0 if tensor else self.num_workers)  # fmt: skip
+        common: dict[str, Any] = dict(
+            num_workers=workers, pin_memory=self.pin_memory, persistent_workers=self._persistent_workers and workers > 0,
+            prefetch_factor=self._prefetch_factor if workers > 0 else None,
         )  # fmt: skip
+        length = len(dataset)
+        if tensor:
+            # Under a trainer, key batches go to the device and `on_after_batch_transfer` makes the
+            # images there; read directly (tests, scripts), the loader gives (x, y) made on the CPU.
+            common["collate_fn"] = KeyCollate(None if self.trainer is not None else dataset)
+            dataset = dataset.key_view()
         if not train:
-            return DataLoader(dataset, batch_size=self.eval_batch_size, shuffle=False, **common)
+            batch_size = (self._eval_batch_size_given or 4 * self.batch_size) if tensor else self.eval_batch_size
+            return DataLoader(dataset, batch_size=batch_size, shuffle=False, **common)
         # Mixup pairs images within a batch: every training batch full (hence even) when it is on.
-        drop_last = self.mixup_fn is not None or len(dataset) > self.batch_size
+        drop_last = self.mixup_fn is not None or length > self.batch_size
         seed = training_seed()
         resume = None
         trainer = self.trainer
@@ -419,7 +578,7 @@ class ImageDataModule(LightningDataModule):
             # Resuming: start in the epoch the checkpoint was written in, after the batches it had
             # trained on (as the uninterrupted run would go on), unless that epoch was complete.
             done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-            full = len(dataset) // self.batch_size if drop_last else -(-len(dataset) // self.batch_size)
+            full = length // self.batch_size if drop_last else -(-length // self.batch_size)
             limit = trainer.limit_train_batches  # as Lightning counts an epoch's batches
             per_epoch = full if limit is None else min(full, limit) if isinstance(limit, int) else int(full * limit)
             if 0 < done < per_epoch:
@@ -442,11 +601,20 @@ class ImageDataModule(LightningDataModule):
         return self._loader(self.test_set, train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Mixup/cutmix of training batches, on the device: targets become (B, num_classes) soft labels.
+        """Tensor path: a key batch becomes its images, made on the device it was moved to. Then
+        mixup/cutmix of training batches, on the device: targets become (B, num_classes) soft labels.
 
         timm's Mixup draws from NumPy's global RNG: it is seeded per batch by (seed, batch number) and
         restored, so the mixing is reproducible and survives resuming."""
         trainer = self.trainer
+        if is_key_batch(batch):
+            images = {"train": self.train_set, "val": self.val_set, "test": self.test_set}[batch["split"]]
+            batch = images.materialize(batch)
+            # What the trainer did to the key batch before moving it (64-true, bf16-true: the inputs'
+            # dtype), done to the images: the same float64 / bf16 inputs as on the PIL path.
+            plugin = getattr(trainer, "precision_plugin", None)
+            if plugin is not None:
+                batch = plugin.convert_input(batch)
         if self.mixup_fn is None or trainer is None or not trainer.training:
             return batch
         x, y = batch

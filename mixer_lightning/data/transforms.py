@@ -227,10 +227,20 @@ class InputPermutation:
             raise ConfigError("data.input_permutation", f"unknown mode {mode!r}", "choose none, patch_pixel or global")
         self.mode, self.image_size, self.patch_size, self.seed = mode, image_size, patch_size, seed
         self.index = index  # output pixel i = input pixel index[i] (flat, row-major)
+        self._index_on: dict[torch.device, torch.Tensor] = {}
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
+        """One image (C, H, W) or a batch (B, C, H, W), on any device."""
+        index = self.index
+        if image.device.type != "cpu":  # the tensor path permutes whole batches on the training device
+            if image.device not in self._index_on:
+                self._index_on[image.device] = self.index.to(image.device)
+            index = self._index_on[image.device]
         flat = image.flatten(-2)
-        return flat[..., self.index].view_as(image)
+        return flat[..., index].view_as(image)
+
+    def __getstate__(self) -> dict:  # worker processes: CPU tensors only
+        return {**self.__dict__, "_index_on": {}}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mode={self.mode}, image_size={self.image_size}, seed={self.seed})"
