@@ -172,6 +172,23 @@ def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     assert "grid: model.init_args.optimizer is not set in the base config" in err  # nothing to vary: the default
 
 
+def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFixture) -> None:
+    """App. D.5: a 2-block S-Mixer with one block random-permuted, for each position (a YAML list of lists)."""
+    digits_rp = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
+    main(["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true,false],[false,true],false]",
+          "--seeds", "0", "--emit", "d5"])  # fmt: skip
+    names = [r["name"] for r in manifest("d5")["runs"]]
+    assert names == ["permutetf_seed0", "permuteft_seed0", "permutefalse_seed0"]
+    config = yaml.safe_load(Path("d5/configs/permuteft_seed0.yaml").read_text())
+    assert config["model"]["init_args"]["permute"] == [False, True]
+    err = one_line_error(capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true],[true]]",
+                                  "--emit", "x"])  # fmt: skip
+    assert "grid: '[[true],[true]]' repeats a value" in err
+    err = one_line_error(capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true,",
+                                  "--emit", "x"])  # fmt: skip
+    assert "grid: cannot read '[[true,' as a YAML list" in err and not Path("x").exists()
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -166,13 +166,38 @@ def parse_axes(texts: list[str] | None, base: dict) -> list[Axis]:
             require(key != reserved and not key.startswith(reserved + "."), "grid",
                     f"{key} is set by {owner}", "drop this axis")  # fmt: skip
         require(all(a.key != key for a in axes), "grid", f"{key} is given twice", "give each axis once")
-        axes.append(Axis(key, tuple(scalars(values, f"grid {key}")), key.rsplit(".", 1)[-1]))
+        axes.append(Axis(key, _axis_values(values, key), key.rsplit(".", 1)[-1]))
     names = [a.name for a in axes]
     return [Axis(a.key, a.values, ".".join(a.key.split(".")[-2:]) if names.count(a.name) > 1 else a.name)
             for a in axes]  # fmt: skip
 
 
+def _axis_values(text: str, key: str) -> tuple:
+    """The values of one axis: comma-separated scalars (``0.01,0.02``), or a YAML list whose items may
+    themselves be lists (``[[true,false,false,false],[false,true,false,false]]``: App. D.5's one RP
+    block per position)."""
+    text = text.strip()
+    if not text.startswith("["):
+        return tuple(scalars(text, f"grid {key}"))
+    import yaml
+
+    fix = f"write {key}=[V1, V2, ...], e.g. model.init_args.permute=[[true,false],[false,true]]"
+    try:
+        values = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError("grid", f"cannot read {text!r} as a YAML list ({str(error).splitlines()[0]})", fix) from None
+    require(isinstance(values, list) and len(values) > 0, "grid", f"{text!r} is not a non-empty list", fix)
+    require(all(not isinstance(v, dict) for v in values), "grid", f"{text!r} holds mappings", fix)
+    require(len({repr(v) for v in values}) == len(values), "grid", f"{text!r} repeats a value (the same run twice)",
+            "give each value once")  # fmt: skip
+    return tuple(values)
+
+
 def _format(value: Any) -> str:
+    if isinstance(value, list):  # [true, false, false] → tff; [1, 2] → 1-2
+        if all(isinstance(v, bool) for v in value):
+            return "".join("t" if v else "f" for v in value)
+        return "-".join(_format(v) for v in value)
     text = f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
     return re.sub(r"[^A-Za-z0-9.+\-]", "-", text)
 
