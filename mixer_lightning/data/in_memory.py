@@ -267,7 +267,7 @@ def source_fingerprint(base: Dataset, root: str) -> dict[str, Any]:
             return {"folder": str(Path(root).resolve()), "files": _files(Path(root)), "columns": columns}
         return {"hub": root, "fingerprint": base.dataset._fingerprint, "columns": columns}
     if isinstance(base, RGBImageFolder):
-        return {"folder": str(Path(base.folder.root).resolve()), "files": _files(Path(base.folder.root))}
+        return {"folder": str(Path(base.root).resolve()), "files": _files(Path(base.root))}
     folder = getattr(base, "raw_folder", None)  # torchvision MNIST
     if folder is None and hasattr(base, "base_folder"):  # torchvision CIFAR-10/100, STL-10
         folder = os.path.join(base.root, base.base_folder)

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Re-run the reproductions of docs/reproductions.md on real CIFAR-10 at the documented CPU budget
+# (configs/budget/cpu.yaml: 10 epochs; everything else is the shipped config), with nothing but the
+# project's commands: mixer sweep --emit, mixer sweep point (fit, then test), mixer sweep report, mixer cka.
+#
+#   docs/reproductions/run_cpu.sh [ITEM ...]      items: fig5 fig7 d5 table1 fig2 budget gap (default: all)
+#
+# CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
+# relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
+# on one thread (OMP_NUM_THREADS=1): on a 2-core machine two single-threaded runs beat one run on two
+# threads. Re-running continues where it stopped: `mixer sweep point` skips finished runs and resumes
+# killed ones from their own last.ckpt. Afterwards: docs/reproductions/report.sh writes the tables and plots.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MIXER=${MIXER:-.venv/bin/mixer}
+PYTHON=${PYTHON:-.venv/bin/python}
+DATA=${MIXER_DATA_ROOT:-../shared/data}/cifar10
+OUT=${REPRO_DIR:-runs/repro}
+LANES=${LANES:-2}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export MIXER_ARGS="--data.root $DATA --trainer.enable_progress_bar false ${MIXER_ARGS:-}"
+BUDGET=(--config configs/budget/cpu.yaml --config configs/data/cifar10_hf.yaml)
+SEEDS=${SEEDS:-0,1}
+
+emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist: a started sweep is never rewritten)
+  local dir=$1 config=$2
+  shift 2
+  [ -f "$OUT/$dir/sweep.json" ] || "$MIXER" sweep --config "$config" "${BUDGET[@]}" "$@" --emit "$OUT/$dir" >/dev/null
+}
+
+run() {  # run DIR...: every run of the sweeps, $LANES at a time
+  for dir in "$@"; do
+    "$PYTHON" -c 'import json, sys; [print(sys.argv[1], r["name"]) for r in json.load(open(sys.argv[1] + "/sweep.json"))["runs"]]' "$OUT/$dir"
+  done | xargs -P "$LANES" -L 1 "$MIXER" sweep point
+}
+
+fig5() {  # Fig. 5 (and Fig. 6's claim): S-Mixer and RP S-Mixer over Ω = 2^18's (C, S) pairs with S = C = 64; SW-MLP arm
+  emit fig5_s_mixer configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 16,32,48,64,83,113,173 --seeds "$SEEDS"
+  emit fig5_rp_s_mixer configs/cifar10_fig5_rp_s_mixer.yaml --omega '2**18' --channels 16,32,48,64,83,113,173 --seeds "$SEEDS"
+  emit fig5_sw_mlp configs/cifar10_fig5_sw_mlp.yaml --omega '2**18' --seeds "$SEEDS"
+  run fig5_s_mixer fig5_rp_s_mixer fig5_sw_mlp
+}
+
+fig7() {  # Fig. 7 at S = C = 64 (the paper's 128 is 8x the compute): depth 4, 8, 12, normal and RP
+  local axes=(--grid model.init_args.num_blocks=4,8,12 --grid model.init_args.channels=64 --grid model.init_args.tokens=64)
+  emit fig7_s_mixer configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+  emit fig7_rp_s_mixer configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+  run fig7_s_mixer fig7_rp_s_mixer
+}
+
+d5() {  # App. D.5: a 4-block S-Mixer (S = C = 64) with one block RP, each position; none and all for reference
+  emit d5_s_mixer configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" --grid \
+    'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true],false,true]'
+  run d5_s_mixer
+}
+
+table1() {  # Table 1 upper, CIFAR-10: Mixer-SS/8 vs Mixer-SS-W at the same Ω (AdamW, AutoAugment: the PIL path)
+  emit table1_ss8 configs/cifar10_mixer_ss8.yaml --seeds "${TABLE1_SEEDS:-0}"
+  emit table1_ss_w configs/cifar10_mixer_ss_w.yaml --seeds "${TABLE1_SEEDS:-0}"
+  run table1_ss8 table1_ss_w
+}
+
+fig2() {  # Fig. 2(b, c): CKA between the Mixer (S = C = 64) and SW-MLPs of matching (p = 2^-6) and other sparsities
+  emit fig2_cka configs/cifar10_fig2_sw_mlp.yaml --width 4096 --densities '2**-4,2**-6,2**-8,2**-10' \
+    --cka_reference configs/cifar10_fig2_mixer.yaml --seeds 0
+  run fig2_cka
+}
+
+budget() {  # how Fig. 6's claim moves with the budget: C = 16, 64, 173 at 5, 20 and 40 epochs (10 is fig5's)
+  for epochs in 5 20 40; do
+    emit "budget_${epochs}ep" configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 16,64,173 --seeds "$SEEDS" \
+      --grid "trainer.max_epochs=$epochs"
+  done
+  run budget_5ep budget_20ep budget_40ep
+}
+
+gap() {  # the independent S-Mixer's recipe (8 epochs) through ours, beside docs/reproductions/independent_s_mixer.py
+  emit gap_ours configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 64,173 --seeds "$SEEDS" \
+    --grid trainer.max_epochs=8 --grid model.init_args.init=normal,xavier
+  run gap_ours
+  mkdir -p "$OUT/independent"
+  for init in torch paper; do
+    for c in 64 173; do
+      for seed in ${SEEDS//,/ }; do
+        out="$OUT/independent/C${c}_seed${seed}_${init}.json"
+        [ -s "$out" ] || echo "$PYTHON docs/reproductions/independent_s_mixer.py --data $DATA --channels $c --seed $seed --epochs 8 --init $init > $out.tmp && mv $out.tmp $out"
+      done
+    done
+  done | xargs -P "$LANES" -I{} sh -c "{}"
+}
+
+items=("$@")
+[ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 gap budget fig2 table1)
+for item in "${items[@]}"; do
+  case "$item" in
+    fig5 | fig7 | d5 | table1 | fig2 | budget | gap) "$item" ;;
+    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap" >&2; exit 2 ;;
+  esac
+done
