@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: install quickstart test test-slow test-gpu lint clean
+.PHONY: install quickstart test test-slow test-gpu lint reproduce-cpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ test-slow: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(BIN)/python -m pytest -q -m gpu
+
+# The CIFAR-10 reproductions of docs/reproductions.md at its CPU budget (hours; resumable: run it again
+# after an interruption), then their tables and plots. Data: $(MIXER_DATA_ROOT)/cifar10 (HF layout).
+reproduce-cpu: $(STAMP)
+	MIXER=$(BIN)/mixer PYTHON=$(BIN)/python docs/reproductions/run_cpu.sh
+	MIXER=$(BIN)/mixer PYTHON=$(BIN)/python docs/reproductions/report.sh
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check mixer_lightning tests
