@@ -723,25 +723,26 @@ def run(argv: list[str]) -> None:
     # LightningCLI reads the arguments from sys.argv, where Lightning's DDP launcher also finds them
     # to start the other processes (`[python, sys.argv[0], *sys.argv[1:]]`): they must be there.
     saved_argv, sys.argv = sys.argv, [sys.argv[0], *argv]
-    quiet_libraries()
     try:
-        MixerCLI(
-            ClassifierModule,
-            LightningDataModule,  # ImageDataModule, or PredictionData (image files, facts from a checkpoint)
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
-            save_config_callback=SaveConfig,
-            trainer_defaults=TRAINER_DEFAULTS,
-            seed_everything_default=0,
-            parser_kwargs={
-                "description": DESCRIPTION, "epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter,
-                "exit_on_error": False, "allow_abbrev": False,
-                # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
-                # not printed after the whole usage text; no abbreviations (--trainer.max_epoch is a
-                # mistake, said so with a did-you-mean, not silently --trainer.max_epochs).
-                **{name: {"exit_on_error": False, "allow_abbrev": False} for name in SUBCOMMANDS},
-            },  # fmt: skip
-        )
+        with warnings.catch_warnings():  # the warning filters a run adds (quiet_libraries, ...) end with it
+            quiet_libraries()
+            MixerCLI(
+                ClassifierModule,
+                LightningDataModule,  # ImageDataModule, or PredictionData (image files, facts from a checkpoint)
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
+                save_config_callback=SaveConfig,
+                trainer_defaults=TRAINER_DEFAULTS,
+                seed_everything_default=0,
+                parser_kwargs={
+                    "description": DESCRIPTION, "epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter,
+                    "exit_on_error": False, "allow_abbrev": False,
+                    # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
+                    # not printed after the whole usage text; no abbreviations (--trainer.max_epoch is a
+                    # mistake, said so with a did-you-mean, not silently --trainer.max_epochs).
+                    **{name: {"exit_on_error": False, "allow_abbrev": False} for name in SUBCOMMANDS},
+                },  # fmt: skip
+            )
     finally:
         sys.argv = saved_argv
