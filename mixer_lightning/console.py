@@ -213,6 +213,7 @@ class LineProgress(ProgressBar):
         self._start: float | None = None
         self._start_step = 0
         self._last_step = -1
+        self._total = math.inf
 
     # ProgressBar's interface
     def disable(self) -> None:
@@ -238,7 +239,7 @@ class LineProgress(ProgressBar):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._start, self._start_step = time.perf_counter(), trainer.global_step
         self._reset_window()
-        total = trainer.estimated_stepping_batches
+        total = self._total = float(trainer.estimated_stepping_batches)
         epochs = trainer.max_epochs if trainer.max_epochs and trainer.max_epochs > 0 else None
         batches = self.total_train_batches
         plan = f"{_number(total) if math.isfinite(total) else '?'} steps"
@@ -257,7 +258,7 @@ class LineProgress(ProgressBar):
             self._loss_sum += float(loss.detach().float().item())
             self._loss_count += 1
         step = trainer.global_step
-        last_step = step >= trainer.estimated_stepping_batches
+        last_step = step >= self._total
         if step != self._last_step and step > 0 and (step % self.every_n_steps == 0 or last_step):
             self._last_step = step
             self._report(trainer, pl_module, step)
@@ -284,7 +285,7 @@ class LineProgress(ProgressBar):
             parts.append(f"epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
         else:
             parts.append(f"epoch {trainer.current_epoch + 1}")
-        total = trainer.estimated_stepping_batches
+        total = self._total
         parts.append(f"step {step}/{int(total)}" if math.isfinite(total) else f"step {step}")
         if self._loss_count:
             parts.append(f"loss {self._loss_sum / self._loss_count:.4f}")

@@ -233,6 +233,11 @@ def suggest_argument(error: BaseException, parser: Any, command: str | None) -> 
         close = _closest(option.group(1), _init_parameters(cls)) if cls is not None else None
         fix = f"did you mean {close!r}? {help_}" if close else help_
         return ConfigError(field, problem, fix)
+    required = re.search(r"the following arguments are required: (.*)", message)
+    if required and command and {f"{command}.model", f"{command}.data"} & {a.strip() for a in required.group(1).split(",")}:
+        fix = ("give --config CONFIG.yaml, e.g. configs/quickstart.yaml" if command == "fit" else
+               "give --ckpt_path RUN/checkpoints/best.ckpt (the run's config.yaml comes with it) or --config")  # fmt: skip
+        return ConfigError("config", "none given (the model and the data are set by a config)", fix)
     translated = translate_library_error(error, command)
     if not isinstance(translated, ConfigError) or "no such option" not in translated.problem:
         return None

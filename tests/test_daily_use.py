@@ -79,6 +79,16 @@ def test_a_run_config_found_by_the_checkpoint_is_checked_like_any_config(capsys)
     assert "evil_lab" not in sys.modules
 
 
+def test_no_config_and_no_checkpoint_is_one_line(capsys) -> None:
+    for command, fix in (("fit", "give --config CONFIG.yaml"), ("test", "give --ckpt_path RUN/checkpoints/best.ckpt")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command])
+        assert exit_info.value.code == 2
+        assert last_error(capsys).startswith(
+            f"mixer: error: config: none given (the model and the data are set by a config); {fix}"
+        )
+
+
 def test_a_checkpoint_outside_a_run_needs_a_config(tmp_path, capsys) -> None:
     run = fit_tiny()
     shutil.copy(run / "checkpoints" / "best.ckpt", tmp_path / "model.ckpt")
@@ -141,8 +151,8 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
     main(["predict", "--ckpt_path", str(best)])
     split = torch.load(run / "predictions.pt")["probabilities"][:6]
     for row, probabilities in zip(rows, split, strict=True):
-        assert int(row["class_1"]) == int(probabilities.argmax())
-        assert float(row["prob_1"]) == pytest.approx(float(probabilities.max()), abs=0.02)
+        for k in (1, 2, 3):
+            assert float(row[f"prob_{k}"]) == pytest.approx(float(probabilities[int(row[f"class_{k}"])]), abs=0.005)
 
     # Predicting again never replaces a file; a list of files works too, and so does a checkpoint
     # moved out of its run directory (no config anywhere: its data facts suffice).
@@ -150,9 +160,13 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
     assert [row["file"] for row in read_csv(run / "predictions1.csv")] == [
         "photos/first/00.png", "deeper/03.png", "deeper/04.png", "deeper/05.png"]  # fmt: skip
     shutil.copy(best, tmp_path / "model.ckpt")
-    main(["predict", "--ckpt_path", "model.ckpt", "--data.predict_root", "photos",
+    main(["predict", "--ckpt_path", "model.ckpt", "--data.predict_root", "photos", "--prediction_writer.topk", "3",
           "--prediction_writer.output", "alone.csv"])  # fmt: skip
-    assert [row["class_1"] for row in read_csv(tmp_path / "alone.csv")] == [row["class_1"] for row in rows]
+    assert read_csv(tmp_path / "alone.csv") == rows
+    # With the run's config given, its ImageDataModule reads the files, pre-processed the same way.
+    main(["predict", "--config", str(run / "config.yaml"), "--ckpt_path", str(best), "--data.predict_root", "photos",
+          "--prediction_writer.topk", "3", "--prediction_writer.output", "via_config.csv"])  # fmt: skip
+    assert read_csv(tmp_path / "via_config.csv") == rows
 
 
 def test_predict_root_errors_are_one_line(tmp_path, capsys) -> None:
@@ -187,10 +201,10 @@ def tiny_hub_repo(tmp_path: Path) -> Path:
 
 
 def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatch, capsys) -> None:
+    import huggingface_hub.constants as hub
     from fakedata import write_hf
     from test_pretrained_hub import place_in_cache
 
-    import huggingface_hub.constants as hub
     from mixer_lightning.models.convert import read_weights
     from mixer_lightning.preprocessing import hub_preprocessing
 
@@ -265,6 +279,18 @@ def test_a_run_in_a_log_prints_what_runs_and_plain_progress_lines(tmp_path) -> N
         for part in ("loss ", "acc ", "lr ", " img/s", "ETA "):
             assert part in line, (part, line)
     assert sum(line.startswith(("epoch 1 validation", "epoch 2 validation")) for line in lines) == 2
+
+
+def test_the_progress_bar_in_a_terminal_lines_in_a_log(monkeypatch) -> None:
+    from mixer_lightning.console import LineProgress, progress_callback
+
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert progress_callback("auto", 50) is None  # Lightning's tqdm bar
+    assert isinstance(progress_callback("lines", 50), LineProgress)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
+    line = progress_callback("auto", 20)
+    assert isinstance(line, LineProgress) and line.every_n_steps == 20
+    assert progress_callback("bar", 20) is None
 
 
 def test_a_failed_run_is_one_line_without_chatter(capsys) -> None:
