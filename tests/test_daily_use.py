@@ -169,6 +169,28 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
     assert read_csv(tmp_path / "via_config.csv") == rows
 
 
+def test_checkpoints_carry_the_class_names_of_every_kind_of_dataset(tmp_path, monkeypatch) -> None:
+    """Folder names, a Hugging Face ClassLabel's names, torchvision's classes (what `DataFacts` writes)."""
+    from fakedata import patch_torchvision_checks, write_cifar10, write_hf, write_image_folder
+
+    from mixer_lightning.data import ImageDataModule
+    from mixer_lightning.data.predict import data_facts
+
+    patch_torchvision_checks(monkeypatch)
+    cases = (
+        (dict(dataset="folder", root=str(write_image_folder(tmp_path / "folder"))), [f"n0{c:07d}" for c in range(3)]),
+        (dict(dataset="hf", root=str(write_hf(tmp_path / "hf", train=8, test=4, classes=4))), ["c0", "c1", "c2", "c3"]),
+        (dict(dataset="cifar10", root=str(write_cifar10(tmp_path / "cifar")), download=False, pipeline="tensor"),
+         [f"class{i}" for i in range(10)]),
+    )  # fmt: skip
+    for arguments, names in cases:
+        data = ImageDataModule(batch_size=4, **arguments)
+        data.setup("fit")
+        facts = data_facts(data)
+        assert facts["class_names"] == names, arguments["dataset"]
+        assert facts["num_classes"] == len(names) and facts["mean"] == pytest.approx(list(data.mean))
+
+
 def test_predict_root_errors_are_one_line(tmp_path, capsys) -> None:
     run = fit_tiny()
     best = str(run / "checkpoints" / "best.ckpt")
