@@ -19,13 +19,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Train the quickstart config on the embedded digits dataset (offline), then evaluate the best
-# checkpoint with `mixer test`, exactly as a user would.
+# checkpoint with `mixer test`, exactly as a user would: the checkpoint's run directory brings its
+# config, and test_metrics.json goes there. Progress is a bar in a terminal, plain lines in a log.
 quickstart: $(STAMP)
-	$(BIN)/mixer fit --config configs/quickstart.yaml --trainer.enable_progress_bar false
-	@run=$$(ls -dt runs/quickstart/version_*/checkpoints/best.ckpt | head -n 1 | xargs dirname | xargs dirname); \
-	echo "mixer test --config $$run/config.yaml --ckpt_path $$run/checkpoints/best.ckpt"; \
-	$(BIN)/mixer test --config $$run/config.yaml --ckpt_path $$run/checkpoints/best.ckpt \
-		--trainer.enable_progress_bar false
+	$(BIN)/mixer fit --config configs/quickstart.yaml
+	@best=$$(ls -dt runs/quickstart/version_*/checkpoints/best.ckpt | head -n 1); \
+	echo "mixer test --ckpt_path $$best"; \
+	$(BIN)/mixer test --ckpt_path $$best
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

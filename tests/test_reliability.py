@@ -209,7 +209,7 @@ def test_a_checkpoint_brings_its_own_architecture_to_test(capsys: pytest.Capture
     score = read_json(run / "fit_summary.json")["val/acc1"]
     main(["validate", "--config", TINY, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
           "--trainer.limit_val_batches", "1.0"])  # fmt: skip
-    assert read_json(run_dirs("digits_mixer")[-1] / "val_metrics.json")["val/acc1"] == score
+    assert read_json(run / "val_metrics.json")["val/acc1"] == score  # written beside the checkpoint (issue 16)
 
 
 def test_checkpoint_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -381,7 +381,7 @@ CATALOGUE = [
     ("malformed config", ["fit", "--config", "{malformed}"], 2,
      "config: '{malformed}' is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
     ("unknown key in a config", ["fit", "--config", TINY, "--config", "{unknown_key}"], 2,
-     "trainer.max_epoch: no such option of `mixer fit`; see `mixer fit --help`"),
+     "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'? see `mixer fit --help`"),
     ("a value of the wrong type", ["fit", "--config", TINY, "--trainer.max_epochs", "abc"], 2,
      "trainer.max_epochs: expected int or null, got 'abc'; see `mixer fit --help`"),
     ("a misspelt model option", ["fit", "--config", TINY, "--model.chanels", "3"], 2,
