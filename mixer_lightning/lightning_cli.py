@@ -398,7 +398,25 @@ class MixerCLI(LightningCLI):
             checkpoint = read_checkpoint(path)
             if subcommand == "fit":
                 self._check_resumed_model(config, checkpoint, path)
+        kept = self._arguments_not_in_checkpoints(config)
         super()._parse_ckpt_path()
+        if kept:  # Lightning re-parses the model from the checkpoint's hyper-parameters, which leave these out
+            init_args = self.config[subcommand].model.init_args
+            for name, value in kept.items():
+                init_args[name] = value
+
+    @staticmethod
+    def _arguments_not_in_checkpoints(config) -> dict:
+        """The model's optimiser and schedule as the config gives them. The checkpoint's hyper-parameters
+        leave them out (`ClassifierModule` ignores them), and jsonargparse resets a nested class from a
+        config file to its default when Lightning re-parses the model from those hyper-parameters: a
+        resumed SGD run would otherwise be rebuilt with AdamW and fail to load its optimiser state."""
+        if config is None or not config.get("ckpt_path") or config.get("model") is None:
+            return {}
+        init_args = config.model.get("init_args")
+        if init_args is None:
+            return {}
+        return {name: init_args[name] for name in ("optimizer", "lr_scheduler") if name in init_args}
 
     def _check_resumed_model(self, config, checkpoint: dict, path: str) -> None:
         """A run resumed from `checkpoint` trains the checkpoint's model: a model argument given with

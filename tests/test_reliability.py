@@ -240,6 +240,22 @@ def test_step_checkpoints_and_resume_last_through_the_cli(capsys: pytest.Capture
     assert (run / "config.yaml").is_file() and (run / "config.resume1.yaml").is_file()
 
 
+def test_resume_keeps_the_optimiser_and_schedule_of_the_config_file() -> None:
+    """A run whose optimiser comes from a config file (every paper config) resumes with that optimiser:
+    Lightning re-parses the model from the checkpoint's hyper-parameters, which leave the optimiser out,
+    and jsonargparse then reset it to AdamW, so SGD's momentum state failed to load (KeyError 'step')."""
+    sgd = str(TEST_CONFIGS / "sgd_cosine.yaml")
+    main(["fit", "--config", TINY, "--config", sgd, "--trainer.max_epochs", "1"])
+    (run,) = run_dirs("digits_mixer")
+    main(["fit", "--config", TINY, "--config", sgd, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    resumed = yaml.safe_load((run / "config.resume1.yaml").read_text())["model"]["init_args"]
+    assert resumed["optimizer"]["class_path"] == "torch.optim.SGD"
+    assert resumed["optimizer"]["init_args"]["momentum"] == 0.9 and resumed["optimizer"]["init_args"]["nesterov"]
+    assert resumed["lr_scheduler"]["init_args"]["warmup_epochs"] == 1
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 8 and "momentum_buffer" in state["optimizer_states"][0]["state"][0]
+
+
 def test_divergence_stops_with_one_line_and_keeps_the_good_checkpoint(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", TINY, "--trainer.max_epochs", "3", "--step_checkpoint.every_n_train_steps", "1",
