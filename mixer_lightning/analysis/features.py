@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from mixer_lightning.config_files import load_configs
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import ConfigError, find_config_error, require
 
 
 def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):
@@ -40,8 +40,8 @@ def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | N
     try:
         return parser.instantiate_classes(parser.parse_object({"data": data})).data
     except Exception as error:
-        cause = _config_error(error)
-        if cause is not None:
+        cause = find_config_error(error)
+        if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError("data", _first_problem(str(error)), "check the data: section of the config") from None
 
@@ -55,16 +55,6 @@ def _first_problem(message: str) -> str:
         if line.startswith("data.") or "is not accepted" in line:
             return line
     return lines[0] if lines else "cannot build the data module"
-
-
-def _config_error(error: BaseException | None) -> ConfigError | None:
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, ConfigError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
 
 
 def check_fits_data(module, datamodule, field: str) -> None:

@@ -26,9 +26,10 @@ from torchmetrics.classification import MulticlassAccuracy
 from mixer_lightning.data.sampling import rng_states, set_rng_states
 from mixer_lightning.errors import ConfigError, TrainingError, field_prefix, require
 from mixer_lightning.models import get_entry
-from mixer_lightning.models.convert import build_initialised, implied_arguments, read_weights
 from mixer_lightning.optim import WarmupDecayLR, param_groups
-from mixer_lightning.tasks.loading import family_module
+from mixer_lightning.tasks.initialise import build_initialised, implied_arguments
+from mixer_lightning.tasks.loading import check_family
+from mixer_lightning.weights import read_weights
 
 
 def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollection:
@@ -103,23 +104,16 @@ class ClassifierModule(LightningModule):
         """The network of `family`: the registered `preset` (or the family's generic constructor) with
         the dataset's num_classes, image_size and in_chans and every architecture argument not None.
 
-        With ``init_from``, its weights come from that file (`mixer_lightning.models.convert`), and the
+        With ``init_from``, its weights come from that file (`mixer_lightning.weights`), and the
         architecture arguments left None (preset included) take the values the file implies (a
         checkpoint's hyper-parameters of the same module class; ``act: gelu_tanh`` for a JAX file),
         recorded in ``hparams``. With ``upscale`` K, the network is built at image_size / K, loaded and
         upscaled (`mixer_lightning.models.upscale.upscale_tokens`)."""
         with field_prefix("model"):
             weights = read_weights(self.init_from, "init_from") if self.init_from else None
-            if weights is not None and weights.class_path:
-                family_module(weights.class_path, "init_from", repr(self.init_from))  # looked up, never imported
-                saved = weights.class_path.rsplit(".", 1)[-1]
-                require(
-                    saved == type(self).__name__,
-                    "init_from",
-                    f"{self.init_from!r} holds a {saved}, but this model is a {type(self).__name__}",
-                    f"start from a checkpoint of this family, or set model.class_path to {weights.class_path}",
-                )
             if weights is not None:
+                fix = f"start from a checkpoint of this family, or set model.class_path to {weights.class_path}"
+                check_family(weights.class_path, self, "init_from", repr(self.init_from), fix)
                 given = {"preset": preset, "upscale": self.upscale, **architecture}
                 implied = implied_arguments(weights, type(self).__name__, given)
                 if implied:
