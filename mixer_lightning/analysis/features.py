@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
 from mixer_lightning.config_files import load_configs
 from mixer_lightning.errors import ConfigError, find_config_error, require
+from mixer_lightning.models.protocols import MixingNetwork, SkipInputs
 
 
 def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):
@@ -69,11 +68,12 @@ def check_fits_data(module, datamodule, field: str) -> None:
         )
 
 
-def skip_input_names(net: nn.Module) -> list[str]:
-    """Names of the features `forward_skip_inputs` returns: ``{block}.token`` / ``{block}.channel``
-    (the input of each mixing layer of a Mixer) or ``{block}`` (the input of each SW-MLP block)."""
-    if hasattr(net, "mixing_layers"):
+def skip_input_names(net: SkipInputs) -> list[str]:
+    """Names of the features `forward_skip_inputs` returns (`SkipInputs`): ``{block}.token`` /
+    ``{block}.channel`` (the input of each mixing layer of a Mixer, `MixingNetwork`) or ``{block}``
+    (the input of each block of another network, e.g. the SW-MLP); none for a network without them."""
+    if isinstance(net, MixingNetwork):
         return [f"{i // 2 + 1}.{layer.axis}" for i, layer in enumerate(net.mixing_layers())]
-    if hasattr(net, "forward_skip_inputs") and hasattr(net, "blocks"):
+    if isinstance(net, SkipInputs) and hasattr(net, "blocks"):
         return [str(i + 1) for i in range(len(net.blocks))]
     return []
