@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from einops import rearrange
 from PIL import Image, ImageOps
 from timm.data import auto_augment as timm_auto_augment
 from timm.data import create_transform
@@ -280,9 +281,8 @@ class InputPermutation:
             patch_order = torch.randperm(grid * grid, generator=generator)
             pixel_order = torch.randperm(patch_size * patch_size, generator=generator)
             # Flat pixel index of (patch k, pixel q within it), in raster order of patches and pixels.
-            rows = torch.arange(image_size).view(grid, patch_size, 1, 1)
-            cols = torch.arange(image_size).view(1, 1, grid, patch_size)
-            by_patch = (rows * image_size + cols).permute(0, 2, 1, 3).reshape(grid * grid, patch_size * patch_size)
+            by_patch = rearrange(torch.arange(image_size * image_size), "(gh ph gw pw) -> (gh gw) (ph pw)",
+                                 gh=grid, ph=patch_size, gw=grid)  # fmt: skip
             # Output patch k, pixel q comes from input patch patch_order[k], pixel pixel_order[q].
             source = by_patch[patch_order][:, pixel_order]
             index = torch.empty(image_size * image_size, dtype=torch.long)

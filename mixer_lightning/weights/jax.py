@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from einops import rearrange
 
 from mixer_lightning.errors import require
 from mixer_lightning.models.mlp_mixer import MLPMixer
@@ -29,10 +30,10 @@ def to_jax_npz(model: MLPMixer, path: str | Path) -> dict[str, np.ndarray]:
     state = model.state_dict()
     regions = model.stem.regions
     if regions > 1:
-        # order[j] = raster index of the j-th region-ordered token; W1' = W1[:, order⁻¹], W2' = W2[order⁻¹].
-        grid = torch.arange(model.stem.num_patches).view(model.stem.grid, model.stem.grid)
-        g = model.stem.grid // regions
-        order = grid.view(regions, g, regions, g).permute(0, 2, 1, 3).reshape(-1)
+        # order[j] = raster index of the j-th region-ordered token (`PatchEmbed`'s order); W1' = W1[:, order⁻¹],
+        # W2' = W2[order⁻¹].
+        raster = rearrange(torch.arange(model.stem.num_patches), "(row col) -> row col", row=model.stem.grid)
+        order = rearrange(raster, "(kh h) (kw w) -> (kh kw h w)", kh=regions, kw=regions)
         inverse = torch.argsort(order)
         for i in range(len(model.blocks)):
             prefix = f"blocks.{i}.token_mixing.mlp."

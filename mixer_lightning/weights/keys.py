@@ -18,6 +18,7 @@ import re
 
 import numpy as np
 import torch
+from einops import rearrange
 
 from mixer_lightning.errors import ConfigError, require
 
@@ -115,11 +116,11 @@ def jax_to_torch(key: str, array: np.ndarray, field: str = "weights", source: st
     if key == "stem/kernel":
         shape = tuple(tensor.shape)
         require(tensor.ndim == 4, field, about(source, f"{key} must be a 4-D HWIO kernel, got shape {shape}"))
-        return tensor.permute(3, 2, 0, 1).contiguous()
+        return rearrange(tensor, "h w i o -> o i h w").contiguous()
     if key.endswith("/kernel"):
         shape = tuple(tensor.shape)
         require(tensor.ndim == 2, field, about(source, f"{key} must be a 2-D (in, out) kernel, got shape {shape}"))
-        return tensor.t().contiguous()
+        return rearrange(tensor, "i o -> o i").contiguous()
     return tensor
 
 
@@ -127,9 +128,9 @@ def torch_to_jax(key: str, tensor: torch.Tensor) -> np.ndarray:
     """Inverse of `jax_to_torch` (``key`` is this project's name)."""
     tensor = tensor.detach().cpu()
     if key == "stem.proj.weight":
-        tensor = tensor.permute(2, 3, 1, 0)
+        tensor = rearrange(tensor, "o i h w -> h w i o")
     elif key.endswith(".weight") and tensor.ndim == 2:
-        tensor = tensor.t()
+        tensor = rearrange(tensor, "o i -> i o")
     return np.ascontiguousarray(tensor.numpy())
 
 
