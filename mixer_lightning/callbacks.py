@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import csv
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,34 +13,129 @@ from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from mixer_lightning.atomic import atomic_write
+from mixer_lightning.loggers import run_directory
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Writes what ``mixer predict`` computes (class probabilities, N × num_classes, in dataset
-    order) to ``output`` (default ``<run dir>/predictions.pt``), one file per process under DDP.
+    """Writes what ``mixer predict`` computes, one file per process under DDP, atomically
+    (`mixer_lightning.atomic`):
+
+    - image files (``data.predict_root``): a CSV, one row per file in the order read, with the `topk`
+      classes: ``file, class_1, name_1, prob_1, ..., class_k, name_k, prob_k`` (as timm's
+      ``inference.py --topk``); default ``<run dir>/predictions.csv``;
+    - the test split: the class probabilities (N × num_classes, dataset order) in a torch file; default
+      ``<run dir>/predictions.pt``.
 
     An existing ``output`` is replaced only with ``overwrite: true`` (checked before predicting); the
-    file is written atomically (`mixer_lightning.atomic`)."""
+    default name takes the next free number (``predictions1.csv``, ...) rather than replace one."""
 
-    def __init__(self, output: str | None = None, overwrite: bool = False):
+    def __init__(self, output: str | None = None, overwrite: bool = False, topk: int = 5):
         super().__init__(write_interval="epoch")
+        if topk < 1:
+            from mixer_lightning.errors import ConfigError
+
+            raise ConfigError("prediction_writer.topk", f"must be >= 1, got {topk}", "give e.g. 5")
         self.output = output
         self.overwrite = overwrite
+        self.topk = topk
+        self.resolved: Path | None = None
+
+    @staticmethod
+    def default_name(files: bool) -> str:
+        return "predictions.csv" if files else "predictions.pt"
+
+    def target(self, log_dir: str | None, files: bool) -> Path:
+        """Where the predictions go: ``output``, else the first free ``predictions[N].csv|pt`` of `log_dir`."""
+        if self.output:
+            return Path(self.output)
+        name = Path(self.default_name(files))
+        folder = Path(log_dir or ".")
+        path, number = folder / name, 1
+        while path.exists():
+            path, number = folder / f"{name.stem}{number}{name.suffix}", number + 1
+        return path
 
     def write_on_epoch_end(
         self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any], batch_indices: Sequence[Any]
     ) -> None:
         if predictions and isinstance(predictions[0], list):  # several dataloaders: keep the first
             predictions = predictions[0]
+            batch_indices = batch_indices[0] if batch_indices else batch_indices
         if not predictions:
             return
         probabilities = torch.cat([p.cpu() for p in predictions])
-        path = Path(self.output or os.path.join(trainer.log_dir or ".", "predictions.pt"))
+        datamodule = trainer.datamodule
+        files = getattr(datamodule, "predict_set", None) if getattr(datamodule, "predict_root", None) else None
+        path = self.resolved or self.target(run_directory(trainer), files is not None)
         if trainer.world_size > 1:
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
-        with atomic_write(path, "wb", field="prediction_writer.output") as f:
-            torch.save({"probabilities": probabilities}, f)
-        rank_zero_info(f"Predictions ({tuple(probabilities.shape)}) written to {path}")
+        if files is None:
+            with atomic_write(path, "wb", field="prediction_writer.output") as f:
+                torch.save({"probabilities": probabilities}, f)
+            rank_zero_info(f"Predictions ({tuple(probabilities.shape)}) written to {path}")
+            return
+        indices = _flat_indices(batch_indices)
+        if len(indices) != len(probabilities):  # not tracked: the loader's order
+            indices = list(range(len(probabilities)))
+        self._write_csv(path, files, probabilities, indices, self._class_names(datamodule, probabilities.shape[1]))
+        rank_zero_info(f"Predictions of {len(indices)} images (top {min(self.topk, probabilities.shape[1])}) "
+                       f"written to {path}")  # fmt: skip
+
+    @staticmethod
+    def _class_names(datamodule: Any, num_classes: int) -> list[str]:
+        from mixer_lightning.data.predict import class_names
+
+        try:
+            names = class_names(datamodule)
+        except (AttributeError, TypeError, ValueError):
+            names = []
+        return names if len(names) == num_classes else [str(i) for i in range(num_classes)]
+
+    def _write_csv(self, path: Path, files: Any, probabilities: torch.Tensor, indices: list[int],
+                   names: list[str]) -> None:  # fmt: skip
+        k = min(self.topk, probabilities.shape[1])
+        top = probabilities.topk(k, dim=1)
+        header = ["file"] + [f"{what}_{rank}" for rank in range(1, k + 1) for what in ("class", "name", "prob")]
+        with atomic_write(path, "w", field="prediction_writer.output") as f:
+            writer = csv.writer(f, lineterminator="\n")
+            writer.writerow(header)
+            seen: set[int] = set()
+            for row, index in enumerate(indices):
+                if index in seen:  # a DistributedSampler pads the last batch with repeats
+                    continue
+                seen.add(index)
+                cells = [files.names[index]]
+                for value, cls in zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True):
+                    cells += [cls, names[cls], f"{value:.6f}"]
+                writer.writerow(cells)
+
+
+def _flat_indices(batch_indices: Any) -> list[int]:
+    """The dataset indices of the predictions, in order: Lightning gives them per dataloader, per batch."""
+    if isinstance(batch_indices, (list, tuple)):
+        return [i for item in batch_indices for i in _flat_indices(item)]
+    return [int(batch_indices)] if batch_indices is not None else []
+
+
+class DataFacts(Callback):
+    """Writes the facts of the data into every checkpoint, under ``data``: the classes and their names,
+    image size, channels, normalisation, evaluation crop and input permutation
+    (`mixer_lightning.data.predict.data_facts`), so that ``mixer predict --ckpt_path CKPT
+    --data.predict_root DIR`` needs neither a data config nor the training data. Plain values only
+    (read back with ``torch.load(weights_only=True)``)."""
+
+    def __init__(self) -> None:
+        self.facts: dict[str, Any] | None = None
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if stage == "fit" and self.facts is None:
+            from mixer_lightning.data.predict import data_facts
+
+            self.facts = data_facts(trainer.datamodule)
+
+    def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        if self.facts is not None:
+            checkpoint["data"] = dict(self.facts)
 
 
 class _WeightMonitor(Callback):

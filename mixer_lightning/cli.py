@@ -22,6 +22,60 @@ from mixer_lightning.commands import COMMANDS, run_command
 from mixer_lightning.errors import ConfigError, Stopped, translate_library_error
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+# ``mixer --help`` is written here, without importing Lightning (or torch): it starts at once.
+LIGHTNING_SUMMARIES = {
+    "fit": "train a model: mixer fit --config CONFIG.yaml (resume: --ckpt_path last)",
+    "validate": "evaluate a checkpoint on the validation split (val_metrics.json, in its run directory)",
+    "test": "evaluate a checkpoint on the test split: mixer test --ckpt_path RUN/checkpoints/best.ckpt",
+    "predict": "class probabilities of the test split, or top-k of image files (--data.predict_root DIR)",
+}
+HELP = """usage: mixer [-h] [--version] COMMAND ...
+
+mixer-lightning: MLP-Mixers and their wide, sparse relatives in PyTorch Lightning: the models, recipes
+and analyses of MLP-Mixer (Tolstikhin et al., NeurIPS 2021) and "Understanding MLP-Mixer as a Wide and
+Sparse MLP" (Hayase & Karakida, ICML 2024).
+
+training and evaluation (LightningCLI: YAML configs and dotted flags; mixer COMMAND --help):
+{lightning}
+
+project commands (mixer COMMAND --help):
+{project}
+
+options:
+  -h, --help  show this help and exit
+  --version   show the version of mixer-lightning and exit
+  --debug     show the traceback of an error (also MIXER_DEBUG=1)
+
+examples:
+  mixer fit --config configs/quickstart.yaml                  train (a run directory under runs/)
+  mixer fit --config configs/quickstart.yaml --ckpt_path last resume the latest run, exactly
+  mixer test --ckpt_path runs/quickstart/version_0/checkpoints/best.ckpt
+  mixer predict --ckpt_path runs/quickstart/version_0/checkpoints/best.ckpt --data.predict_root photos/
+  mixer models 'mixer_*'                                      presets with parameter counts
+
+manual: docs/usage.md
+"""
+
+
+def version() -> str:
+    """The installed version of mixer-lightning (the package's own when not installed)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("mixer-lightning")
+    except PackageNotFoundError:
+        from mixer_lightning import __version__
+
+        return __version__
+
+
+def help_text() -> str:
+    from mixer_lightning.commands import summary
+
+    width = max(len(name) for name in (*LIGHTNING_SUMMARIES, *COMMANDS))
+    lightning = "\n".join(f"  {name:<{width}}  {text}" for name, text in LIGHTNING_SUMMARIES.items())
+    return HELP.format(lightning=lightning, project=summary())
 
 
 def _unknown_command(argv: list[str]) -> ConfigError | None:
@@ -49,6 +103,12 @@ def main(args: list[str] | None = None) -> None:
         argv.remove("--debug")
         debug = True
     try:
+        if argv and argv[0] in ("-h", "--help"):
+            print(help_text(), end="")
+            return
+        if argv and argv[0] == "--version":
+            print(f"mixer-lightning {version()}")
+            return
         unknown = _unknown_command(argv)
         if unknown is not None:
             raise unknown

@@ -17,28 +17,37 @@ What a run may write, and when (see docs/reliability.md):
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import inspect
 import json
 import os
+import re
 import shutil
 import sys
+import warnings
+from argparse import ArgumentError
 from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from mixer_lightning.atomic import check_output_file, remove_orphans, write_text
-from mixer_lightning.callbacks import PredictionWriter
+from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.checkpointing import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, ResumeCheckpoint, check_checkpoint
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.config_files import load_configs
-from mixer_lightning.data import ImageDataModule
-from mixer_lightning.errors import ConfigError
+from mixer_lightning.console import RunHeader, progress_callback, quiet_libraries, relative
+from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
+from mixer_lightning.errors import ConfigError, translate_library_error
+from mixer_lightning.loggers import check_logger_available, run_directory
+from mixer_lightning.preprocessing import apply_defaults, data_defaults, hub_preprocessing
 from mixer_lightning.rundir import RunLock, create_next_version, find_last_run, holds_a_run
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import family_module, read_checkpoint
@@ -59,7 +68,14 @@ TRAINER_DEFAULTS = {
         "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
         "init_args": {"save_dir": "runs", "name": "mixer"},
     },
+    # The run header (`mixer_lightning.console.RunHeader`) says what runs and its parameter count;
+    # Lightning's table of every submodule (metrics included) is a flag away.
+    "enable_model_summary": False,
 }
+EVALUATIONS = ("validate", "test", "predict")
+RESULTS = {"validate": "val_metrics.json", "test": "test_metrics.json"}
+DESCRIPTION = ("mixer-lightning: MLP-Mixers and their wide, sparse relatives (Tolstikhin et al. 2021; Hayase & "
+               "Karakida 2024) in PyTorch Lightning")  # fmt: skip
 
 
 def _plain(value: Any) -> Any:
@@ -90,6 +106,168 @@ def _signature_defaults(cls: type) -> dict[str, Any]:
     return defaults
 
 
+def run_dir_of_checkpoint(path: Any) -> Path | None:
+    """The run directory a checkpoint lies in (``RUN/checkpoints/NAME.ckpt`` beside ``RUN/config.yaml``), or None."""
+    if not path or str(path) in (*SPECIAL_CKPT_PATHS, "last"):
+        return None
+    path = Path(path)
+    run = path.parent.parent
+    return run if path.parent.name == "checkpoints" and (run / "config.yaml").is_file() else None
+
+
+def _option_values(args: list[str]) -> dict[str, str]:
+    """``--name value`` and ``--name=value`` of `args`, the last one winning ('' for a bare flag)."""
+    values: dict[str, str] = {}
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg in ("-", "--"):
+            continue
+        if arg.startswith("--") and "=" in arg:
+            name, value = arg.split("=", 1)
+        else:
+            following = args[i + 1] if i + 1 < len(args) else ""
+            name, value = arg, following if not following.startswith("--") else ""
+        values[name] = value
+    return values
+
+
+def evaluation_arguments(args: list[str]) -> list[str]:
+    """The arguments of ``mixer validate|test|predict`` completed from the checkpoint they evaluate:
+
+    - without ``--config``, a ``--ckpt_path`` inside a run directory brings that run's ``config.yaml``
+      (checked like any config file given: `MixerCLI.parse_arguments`);
+    - ``predict`` of image files (``--data.predict_root``) without ``--config`` reads them with
+      `mixer_lightning.data.predict.PredictionData`, made of the facts the checkpoint carries (its
+      ``data`` entry): no data config, no training data needed;
+    - a checkpoint outside any run directory brings its model class (its hyper-parameters the rest,
+      as for any ``--ckpt_path``).
+    Other arguments are returned unchanged; the user's own flags come last, so they win."""
+    if not args or args[0] not in EVALUATIONS:
+        return args
+    options = _option_values(args[1:])
+    if any(name in options for name in ("--config", "-c", "-h", "--help")):
+        return args
+    ckpt = options.get("--ckpt_path")
+    if not ckpt or ckpt in (*SPECIAL_CKPT_PATHS, "last", "best"):
+        return args
+    run = run_dir_of_checkpoint(ckpt)
+    files = args[0] == "predict" and ("--data.predict_root" in options or "--data.init_args.predict_root" in options)
+    checkpoint = read_checkpoint(ckpt) if run is None or (files and "--data" not in options) else None
+    added: list[str] = ["--config", str(run / "config.yaml")] if run is not None else []
+    facts = checkpoint.get("data") if checkpoint is not None else None
+    if files and "--data" not in options and isinstance(facts, dict) and facts:
+        from mixer_lightning.data.predict import PredictionData
+
+        added += ["--data", "mixer_lightning.data.predict.PredictionData"]
+        for key, value in PredictionData.arguments_from(facts).items():
+            added += [f"--data.{key}", value if isinstance(value, str) else json.dumps(value)]
+    elif run is None and "--data" not in options:
+        why = "carries no data facts (a checkpoint from before they were written) and " if files else ""
+        raise ConfigError("config", f"none given, and {ckpt!r} {why}lies in no run directory (no config.yaml beside its "
+                          "checkpoints/ folder)", "give --config, e.g. the config it was trained with")  # fmt: skip
+    if run is None and "--model" not in options:
+        class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path") if checkpoint is not None else None
+        if not class_path:
+            raise ConfigError("config", f"none given, and {ckpt!r} names no model class", "give --config or --model")
+        added += ["--model", str(class_path)]
+    return [args[0], *added, *args[1:]]
+
+
+def _init_parameters(cls: type) -> list[str]:
+    """The keyword arguments of `cls` (its ``__init__`` and, through ``**kwargs``, its bases')."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        try:
+            parameters = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            continue
+        names += [p.name for p in parameters if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if not any(p.kind == p.VAR_KEYWORD for p in parameters):
+            break
+    return list(dict.fromkeys(names))
+
+
+def _closest(word: str, candidates: list[str]) -> str | None:
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+def _option_keys(parser: Any) -> list[str]:
+    """The dotted keys a (sub)command parser accepts as flags (``trainer.max_epochs``, ``data``, ...)."""
+    keys = []
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and not option.endswith((".help", "--help")):
+                keys.append(option[2:])
+    return keys
+
+
+def suggest_argument(error: BaseException, parser: Any, command: str | None) -> ConfigError | None:
+    """jsonargparse's error for an unknown flag or config key as one line with a did-you-mean
+    (``model.chanels`` → ``channels``, ``trainer.max_epoch`` → ``max_epochs``), or None to let
+    `mixer_lightning.errors.translate_library_error` say it."""
+    message = str(error)
+    help_ = f"see `mixer {command} --help`" if command else "see `mixer --help`"
+    option = re.search(r"Option '([^']+)' is not accepted", message)
+    if option is not None:  # a class (the model, the optimiser, a callback) has no such argument
+        before = message[: option.start()]
+        after = message[option.end():]
+        got = re.search(r"class_path='([\w.]+)'", after)
+        given = re.findall(r"Problem with given class_path '([\w.]+)'", before)
+        class_path = got.group(1) if got else given[-1] if given else None
+        keys = re.findall(r'Parser key "([^"]+)"', before)
+        field = ".".join(keys)
+        if got:  # a callable/class argument inside the class of the first key (model.optimizer)
+            field += ".init_args"
+        field = f"{field}.{option.group(1)}" if field else option.group(1)
+        cls = None
+        if class_path:
+            module, _, name = class_path.rpartition(".")
+            try:
+                cls = getattr(importlib.import_module(module), name)  # already imported by jsonargparse
+            except (ImportError, AttributeError):
+                cls = None
+        problem = f"{class_path.rsplit('.', 1)[-1] if class_path else 'the class'} has no option {option.group(1)!r}"
+        close = _closest(option.group(1), _init_parameters(cls)) if cls is not None else None
+        fix = f"did you mean {close!r}? {help_}" if close else help_
+        return ConfigError(field, problem, fix)
+    required = re.search(r"the following arguments are required: (.*)", message)
+    if required and command and {f"{command}.model", f"{command}.data"} & {a.strip() for a in required.group(1).split(",")}:
+        fix = ("give --config CONFIG.yaml, e.g. configs/quickstart.yaml" if command == "fit" else
+               "give --ckpt_path RUN/checkpoints/best.ckpt (the run's config.yaml comes with it) or --config")  # fmt: skip
+        return ConfigError("config", "none given (the model and the data are set by a config)", fix)
+    translated = translate_library_error(error, command)
+    if not isinstance(translated, ConfigError) or "no such option" not in translated.problem:
+        return None
+    key = translated.field.lstrip("-")
+    known = _option_keys(parser)
+    close = _closest(key, known)
+    if close is None and "." in key:  # a mistyped group: dataa.batch_size -> data.batch_size
+        head, _, rest = key.partition(".")
+        group = _closest(head, sorted({k.split(".", 1)[0] for k in known}))
+        close = f"{group}.{rest}" if group else None
+    if close is None or close == key:
+        return None
+    return ConfigError(key, translated.problem, f"did you mean {close!r}? {help_}")
+
+
+def _explicit_data_arguments(config_files: list[str], args: list[str]) -> set[str]:
+    """The data module's arguments that the config files (``data.init_args``) or the flags
+    (``--data.X``, ``--data.init_args.X``) set."""
+    explicit: set[str] = set()
+    for name in config_files:
+        data = (load_configs([name], "config") or {}).get("data")
+        if isinstance(data, dict):
+            explicit |= {k for k in (data.get("init_args") or {})} | {k for k in data if k not in ("class_path", "init_args")}
+    for arg in args:
+        found = re.match(r"--data\.(?:init_args\.)?(\w+)", arg)
+        if found:
+            explicit.add(found.group(1))
+    return explicit
+
+
 class SaveConfig(SaveConfigCallback):
     """Lightning's SaveConfigCallback, writing through the atomic writer; the file name is chosen by
     `MixerCLI._claim_run_dir` so that it never replaces another run's (or invocation's) config."""
@@ -97,7 +275,7 @@ class SaveConfig(SaveConfigCallback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
             return
-        log_dir = trainer.log_dir  # a broadcast under DDP: every process must ask
+        log_dir = run_directory(trainer)  # a broadcast under DDP: every process must ask
         if trainer.is_global_zero and log_dir:
             path = Path(log_dir) / self.config_filename
             if path.exists() and not self.overwrite:
@@ -116,6 +294,11 @@ class MixerCLI(LightningCLI):
     _created_run_dir: Path | None = None
     _lock: RunLock | None = None
     _created_root: Path | None = None
+    # validate/test/predict of a checkpoint inside a run directory: the results go there (no new run).
+    _evaluated_run: Path | None = None
+    # The data arguments the user's config files and flags set (the others may take pretrained defaults).
+    _explicit_data: set[str] = set()
+    _header: RunHeader | None = None
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # Best checkpoint (by val/acc1) under <run dir>/checkpoints/. last.ckpt is step_checkpoint's.
@@ -142,6 +325,11 @@ class MixerCLI(LightningCLI):
         )
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
+        # Progress: Lightning's bar in a terminal, a plain line every N steps in a log (`mixer_lightning.console`).
+        parser.add_argument("--progress.mode", type=Literal["auto", "bar", "lines"], default="auto",
+                            help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe")
+        parser.add_argument("--progress.every_n_steps", type=int, default=50,
+                            help="lines mode: a line every N optimiser steps (and one per validation)")  # fmt: skip
         for name in LINKED_FROM_DATA:
             parser.link_arguments(
                 "data", f"model.init_args.{name}", compute_fn=attrgetter(name), apply_on="instantiate"
@@ -154,11 +342,29 @@ class MixerCLI(LightningCLI):
         before jsonargparse reads it: readable UTF-8 YAML mapping, class paths in trusted packages
         (`mixer_lightning.trust`), since jsonargparse imports them."""
         given = sys.argv[1:] if args is None else args  # `run` puts the arguments in sys.argv
+        if isinstance(given, (list, tuple)):
+            completed = evaluation_arguments(list(given))
+            if args is None:  # where Lightning's DDP launcher finds them for the other processes
+                sys.argv[1:] = completed
+            else:
+                args = completed
+            given = completed
+        files = []
         for value in given if isinstance(given, (list, tuple)) else []:
             name = str(value).split("=", 1)[-1]
             if name.endswith((".yaml", ".yml", ".json")) and Path(name).is_file():
                 check_class_paths(load_configs([name], "config"), "config", repr(name))
-        super().parse_arguments(parser, args)
+                files.append(name)
+        self._explicit_data = _explicit_data_arguments(files, list(given) if isinstance(given, (list, tuple)) else [])
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as error:
+            command = given[0] if given and given[0] in SUBCOMMANDS else None
+            subparser = parser._subcommands_action._name_parser_map.get(command) if command else parser
+            suggestion = suggest_argument(error, subparser or parser, command)
+            if suggestion is None:
+                raise
+            raise suggestion from error
 
     def _set_seed(self) -> None:
         try:
@@ -192,7 +398,25 @@ class MixerCLI(LightningCLI):
             checkpoint = read_checkpoint(path)
             if subcommand == "fit":
                 self._check_resumed_model(config, checkpoint, path)
+        kept = self._arguments_not_in_checkpoints(config)
         super()._parse_ckpt_path()
+        if kept:  # Lightning re-parses the model from the checkpoint's hyper-parameters, which leave these out
+            init_args = self.config[subcommand].model.init_args
+            for name, value in kept.items():
+                init_args[name] = value
+
+    @staticmethod
+    def _arguments_not_in_checkpoints(config) -> dict:
+        """The model's optimiser and schedule as the config gives them. The checkpoint's hyper-parameters
+        leave them out (`ClassifierModule` ignores them), and jsonargparse resets a nested class from a
+        config file to its default when Lightning re-parses the model from those hyper-parameters: a
+        resumed SGD run would otherwise be rebuilt with AdamW and fail to load its optimiser state."""
+        if config is None or not config.get("ckpt_path") or config.get("model") is None:
+            return {}
+        init_args = config.model.get("init_args")
+        if init_args is None:
+            return {}
+        return {name: init_args[name] for name in ("optimizer", "lr_scheduler") if name in init_args}
 
     def _check_resumed_model(self, config, checkpoint: dict, path: str) -> None:
         """A run resumed from `checkpoint` trains the checkpoint's model: a model argument given with
@@ -267,6 +491,68 @@ class MixerCLI(LightningCLI):
         checkpoint = config.get("checkpoint")
         if checkpoint is not None and checkpoint.get("save_last"):
             checkpoint.save_last = False  # last.ckpt is step_checkpoint's (resumable moments only)
+        check_logger_available(trainer.get("logger"))
+        if not config.get("ckpt_path"):  # a checkpoint's run recorded the preprocessing it used
+            self._pretrained_data_defaults(config)
+        if self.subcommand in EVALUATIONS:
+            run = run_dir_of_checkpoint(config.get("ckpt_path"))
+            # Evaluation restores the weights only: Lightning's note that the checkpoint's callbacks (of the
+            # training) are absent is about resuming training, which this is not.
+            warnings.filterwarnings("ignore", message=r".*when using `ckpt_path`, callbacks used to create")
+            if run is not None:
+                # The results go into the checkpoint's run directory (test_metrics.json, predictions.csv,
+                # config.<command>N.yaml), not into a new version_N: the logger is not needed for them.
+                self._evaluated_run = run
+                trainer.logger = False
+                trainer.default_root_dir = str(run)
+
+    def _pretrained_data_defaults(self, config) -> None:
+        """``model.init_from`` names hub weights: their preprocessing (timm's ``pretrained_cfg``: mean, std,
+        interpolation, crop_pct) becomes the data's defaults where the config does not set them; a config
+        that sets one differently keeps it, with one warning line (`mixer_lightning.preprocessing`)."""
+        model, data = config.get("model"), config.get("data")
+        init_from = (model.get("init_args") or {}).get("init_from") if model is not None else None
+        data_args = data.get("init_args") if data is not None else None
+        if not init_from or data_args is None:
+            return
+        defaults = {k: v for k, v in data_defaults(hub_preprocessing(str(init_from))).items() if k in data_args}
+        applied, warning = apply_defaults(data_args, defaults, self._explicit_data, str(init_from))
+        if not _first_process():
+            return
+        if applied:
+            shown = ", ".join(f"{k}={list(v) if isinstance(v, (list, tuple)) else v}" for k, v in applied.items())
+            print(f"data   {shown} (the preprocessing of {init_from})", flush=True)
+        if warning:
+            print(f"mixer: warning: {warning}", file=sys.stderr, flush=True)
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Any:
+        """Lightning's, with the project's console (`mixer_lightning.console`: the run header, plain-text
+        progress in logs), the data facts written into checkpoints (fit), and no checkpoint callbacks
+        when nothing is trained (validate/test/predict: they would only restore and warn about their
+        state, "dirpath has changed")."""
+        command = self.subcommand
+        settings = self.config_init[command] if command else self.config_init
+        if command in EVALUATIONS:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+            given = config.get("callbacks")
+            given = given if isinstance(given, list) else [] if given is None else [given]
+            config["callbacks"] = [c for c in given if not isinstance(c, ModelCheckpoint)]
+            config["enable_checkpointing"] = False
+        else:
+            callbacks = [*callbacks, DataFacts()]
+        ckpt = settings.get("ckpt_path")
+        self._header = RunHeader(command or "", ckpt_path=ckpt if ckpt and ckpt not in SPECIAL_CKPT_PATHS else None,
+                                 results=RESULTS.get(command or ""))  # fmt: skip
+        callbacks.append(self._header)
+        progress = settings.get("progress") or {}
+        if config.get("enable_progress_bar", True) is not False:
+            line = progress_callback(progress.get("mode") or "auto", progress.get("every_n_steps") or 50)
+            from lightning.pytorch.callbacks.progress import ProgressBar
+
+            mine = [c for c in (config.get("callbacks") or []) if isinstance(c, ProgressBar)]
+            if line is not None and not mine:
+                callbacks.append(line)
+        return super()._instantiate_trainer(config, callbacks)
 
     def instantiate_trainer(self, **kwargs):
         try:
@@ -336,6 +622,11 @@ class MixerCLI(LightningCLI):
         """The run directory this command writes: created now if new (the next free version_N, atomic),
         resumed if pinned; locked for fit (one writer per run); its config file name never replaces
         another's (config.yaml, config.resume<N>.yaml, config.<command><N>.yaml)."""
+        if self._evaluated_run is not None:
+            self._run_dir = self._evaluated_run
+            if _first_process() and not self.trainer.fast_dev_run:
+                self._name_config(self._evaluated_run, existing=True)
+            return
         if not _first_process() or not self.trainer.loggers or self.trainer.fast_dev_run:
             return
         logger = self.trainer.loggers[0]
@@ -360,6 +651,16 @@ class MixerCLI(LightningCLI):
             self._lock = RunLock(run_dir).acquire()
             for folder in (run_dir, run_dir / "checkpoints"):
                 remove_orphans(folder)
+        self._name_config(run_dir, existing)
+        if self.subcommand == "fit" and self.config[self.subcommand].get("ckpt_path") and existing:
+            print(f"Resuming {run_dir} from {self.config[self.subcommand].ckpt_path}")
+            # The checkpoints folder holds this run's own checkpoints: Lightning's "exists and is not
+            # empty" is about another run's, which a resume is not.
+            warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
+
+    def _name_config(self, run_dir: Path, existing: bool) -> None:
+        """The name of the config this command saves in `run_dir`: config.yaml for a new run, else
+        config.resume<N>.yaml (fit) or config.<command><N>.yaml, never replacing one."""
         stem = "resume" if self.subcommand == "fit" else self.subcommand
         name = "config.yaml"
         if existing:
@@ -370,8 +671,6 @@ class MixerCLI(LightningCLI):
         for callback in self.trainer.callbacks:
             if isinstance(callback, SaveConfigCallback):
                 callback.config_filename = name
-        if self.subcommand == "fit" and self.config[self.subcommand].get("ckpt_path") and existing:
-            print(f"Resuming {run_dir} from {self.config[self.subcommand].ckpt_path}")
 
     def _check_prediction_output(self) -> None:
         for callback in self.trainer.callbacks:
@@ -396,12 +695,22 @@ class MixerCLI(LightningCLI):
         self._check_ckpt_path()
         self._check_prediction_output()
         self._claim_run_dir()
+        files = getattr(self.datamodule, "predict_root", None) is not None
+        for callback in self.trainer.callbacks:
+            if isinstance(callback, PredictionWriter) and _first_process() and not self.trainer.fast_dev_run:
+                folder = self._run_dir or Path(self.trainer.default_root_dir)
+                callback.resolved = callback.target(str(folder), files)
+                if self._header is not None:
+                    self._header.results = f"predictions: {callback.resolved.name}"
 
-    def _write_json(self, name: str, content: dict) -> None:
-        """Write `content` to ``<run dir>/<name>`` (what `mixer sweep report` and scripts read), atomically."""
-        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process must ask, not only rank 0
+    def _write_json(self, name: str, content: dict, announce: str | None = None) -> None:
+        """Write `content` to ``<run dir>/<name>`` (what `mixer sweep report` and scripts read), atomically;
+        with `announce`, say where (``Test metrics: runs/x/version_0/test_metrics.json``)."""
+        log_dir = run_directory(self.trainer)  # a broadcast under DDP: every process must ask, not only rank 0
         if self.trainer.is_global_zero and not self.trainer.fast_dev_run and log_dir:
             write_text(Path(log_dir) / name, json.dumps(content, indent=2) + "\n", field=name)
+            if announce:
+                print(f"{announce}: {relative(Path(log_dir) / name)}", flush=True)
 
     def _stage_metrics(self, stage: str) -> dict[str, float]:
         return {k: float(v) for k, v in self.trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
@@ -410,7 +719,7 @@ class MixerCLI(LightningCLI):
         checkpoint = self.trainer.checkpoint_callback
         summary: dict = {"epochs": self.trainer.current_epoch, "steps": self.trainer.global_step}
         summary.update(self._stage_metrics("val"))
-        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process must ask, not only rank 0
+        log_dir = run_directory(self.trainer)  # a broadcast under DDP: every process must ask, not only rank 0
         if checkpoint is not None and checkpoint.best_model_path:
             summary.update(best_checkpoint=checkpoint.best_model_path, monitor=checkpoint.monitor)
             summary["best_score"] = float(checkpoint.best_model_score)
@@ -422,10 +731,10 @@ class MixerCLI(LightningCLI):
         self._write_json("fit_summary.json", summary)
 
     def after_validate(self) -> None:
-        self._write_json("val_metrics.json", self._stage_metrics("val"))
+        self._write_json("val_metrics.json", self._stage_metrics("val"), "Validation metrics")
 
     def after_test(self) -> None:
-        self._write_json("test_metrics.json", self._stage_metrics("test"))
+        self._write_json("test_metrics.json", self._stage_metrics("test"), "Test metrics")
 
 
 def _epilog() -> str:
@@ -438,21 +747,25 @@ def run(argv: list[str]) -> None:
     # to start the other processes (`[python, sys.argv[0], *sys.argv[1:]]`): they must be there.
     saved_argv, sys.argv = sys.argv, [sys.argv[0], *argv]
     try:
-        MixerCLI(
-            ClassifierModule,
-            ImageDataModule,
-            subclass_mode_model=True,
-            subclass_mode_data=True,
-            auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
-            save_config_callback=SaveConfig,
-            trainer_defaults=TRAINER_DEFAULTS,
-            seed_everything_default=0,
-            parser_kwargs={
-                "epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter, "exit_on_error": False,
-                # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
-                # not printed after the whole usage text.
-                **{name: {"exit_on_error": False} for name in SUBCOMMANDS},
-            },  # fmt: skip
-        )
+        with warnings.catch_warnings():  # the warning filters a run adds (quiet_libraries, ...) end with it
+            quiet_libraries()
+            MixerCLI(
+                ClassifierModule,
+                LightningDataModule,  # ImageDataModule, or PredictionData (image files, facts from a checkpoint)
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
+                save_config_callback=SaveConfig,
+                trainer_defaults=TRAINER_DEFAULTS,
+                seed_everything_default=0,
+                parser_kwargs={
+                    "description": DESCRIPTION, "epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter,
+                    "exit_on_error": False, "allow_abbrev": False,
+                    # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
+                    # not printed after the whole usage text; no abbreviations (--trainer.max_epoch is a
+                    # mistake, said so with a did-you-mean, not silently --trainer.max_epochs).
+                    **{name: {"exit_on_error": False, "allow_abbrev": False} for name in SUBCOMMANDS},
+                },  # fmt: skip
+            )
     finally:
         sys.argv = saved_argv

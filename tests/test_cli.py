@@ -120,11 +120,14 @@ def test_debug_flag_shows_the_traceback() -> None:
 
 
 def test_help_lists_lightning_and_project_commands(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        main(["--help"])
+    main(["--help"])
     out = capsys.readouterr().out
-    for command in ("fit", "validate", "test", "predict", "models"):
-        assert command in out
+    assert out.startswith("usage: mixer") and "mixer-lightning: MLP-Mixers" in out
+    assert "Lightning Trainer command line tool" not in out
+    for command in ("fit", "validate", "test", "predict", "models", "convert", "sweep", "export"):
+        assert f"\n  {command} " in out, command
+    main(["--version"])
+    assert capsys.readouterr().out.strip().startswith("mixer-lightning 0.")
 
 
 def test_project_command_dispatch(capsys: pytest.CaptureFixture[str]) -> None:

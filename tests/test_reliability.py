@@ -209,7 +209,7 @@ def test_a_checkpoint_brings_its_own_architecture_to_test(capsys: pytest.Capture
     score = read_json(run / "fit_summary.json")["val/acc1"]
     main(["validate", "--config", TINY, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
           "--trainer.limit_val_batches", "1.0"])  # fmt: skip
-    assert read_json(run_dirs("digits_mixer")[-1] / "val_metrics.json")["val/acc1"] == score
+    assert read_json(run / "val_metrics.json")["val/acc1"] == score  # written beside the checkpoint (issue 16)
 
 
 def test_checkpoint_writes_are_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -238,6 +238,22 @@ def test_step_checkpoints_and_resume_last_through_the_cli(capsys: pytest.Capture
     assert f"Resuming {run}" in capsys.readouterr().out
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 8
     assert (run / "config.yaml").is_file() and (run / "config.resume1.yaml").is_file()
+
+
+def test_resume_keeps_the_optimiser_and_schedule_of_the_config_file() -> None:
+    """A run whose optimiser comes from a config file (every paper config) resumes with that optimiser:
+    Lightning re-parses the model from the checkpoint's hyper-parameters, which leave the optimiser out,
+    and jsonargparse then reset it to AdamW, so SGD's momentum state failed to load (KeyError 'step')."""
+    sgd = str(TEST_CONFIGS / "sgd_cosine.yaml")
+    main(["fit", "--config", TINY, "--config", sgd, "--trainer.max_epochs", "1"])
+    (run,) = run_dirs("digits_mixer")
+    main(["fit", "--config", TINY, "--config", sgd, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
+    resumed = yaml.safe_load((run / "config.resume1.yaml").read_text())["model"]["init_args"]
+    assert resumed["optimizer"]["class_path"] == "torch.optim.SGD"
+    assert resumed["optimizer"]["init_args"]["momentum"] == 0.9 and resumed["optimizer"]["init_args"]["nesterov"]
+    assert resumed["lr_scheduler"]["init_args"]["warmup_epochs"] == 1
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert state["global_step"] == 8 and "momentum_buffer" in state["optimizer_states"][0]["state"][0]
 
 
 def test_divergence_stops_with_one_line_and_keeps_the_good_checkpoint(capsys: pytest.CaptureFixture) -> None:
@@ -381,7 +397,7 @@ CATALOGUE = [
     ("malformed config", ["fit", "--config", "{malformed}"], 2,
      "config: '{malformed}' is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
     ("unknown key in a config", ["fit", "--config", TINY, "--config", "{unknown_key}"], 2,
-     "trainer.max_epoch: no such option of `mixer fit`; see `mixer fit --help`"),
+     "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'? see `mixer fit --help`"),
     ("a value of the wrong type", ["fit", "--config", TINY, "--trainer.max_epochs", "abc"], 2,
      "trainer.max_epochs: expected int or null, got 'abc'; see `mixer fit --help`"),
     ("a misspelt model option", ["fit", "--config", TINY, "--model.chanels", "3"], 2,

@@ -3,14 +3,23 @@
 Examples:
     mixer models                 every family and preset
     mixer models 'mixer_*' --json
+
+The table is a function of the package's model code alone: it is computed once (every model built on
+the meta device) and kept in ``$MIXER_CACHE_DIR`` (default ``~/.cache/mixer_lightning``) under a
+fingerprint of that code, so later calls answer without importing torch.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+from fnmatch import fnmatch
+from pathlib import Path
 
-import torch
 from jsonargparse import ArgumentParser, Namespace
+
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -20,6 +29,8 @@ def add_arguments(parser: ArgumentParser) -> None:
 
 def describe(name: str) -> dict:
     """Name, family, source and parameter counts of a registered model at its default size."""
+    import torch
+
     from mixer_lightning.models import get_entry, num_params
 
     entry = get_entry(name)
@@ -34,10 +45,44 @@ def describe(name: str) -> dict:
     }
 
 
-def run(args: Namespace) -> None:
+def fingerprint() -> str:
+    """A hash of the code the table depends on: the model package and the width arithmetic."""
+    digest = hashlib.sha256()
+    for path in sorted([*(PACKAGE / "models").glob("*.py"), PACKAGE / "width.py"]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cache_file() -> Path:
+    root = os.environ.get("MIXER_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mixer_lightning"
+    )
+    return Path(root) / f"models-{fingerprint()}.json"
+
+
+def all_rows() -> list[dict]:
+    """Every registered model's row (`describe`), from the cache when it holds this code's table."""
+    path = cache_file()
+    try:
+        rows = json.loads(path.read_text())
+        if isinstance(rows, list) and all(isinstance(row, dict) and "name" in row for row in rows):
+            return rows
+    except (OSError, ValueError):
+        pass
     from mixer_lightning.models import list_models
 
-    rows = [describe(name) for name in list_models(args.pattern)]
+    rows = [describe(name) for name in list_models("*")]
+    try:
+        from mixer_lightning.atomic import write_text
+
+        write_text(path, json.dumps(rows), field="cache")
+    except Exception:  # a read-only home: the table is computed each time, that is all
+        pass
+    return rows
+
+
+def run(args: Namespace) -> None:
+    rows = [row for row in all_rows() if fnmatch(row["name"], args.pattern)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return

@@ -204,6 +204,8 @@ class ImageDataModule(LightningDataModule):
             so a changed dataset is decoded again.
         tensor_limit_gb: the most GiB of decoded images the tensor path holds (``auto`` chooses ``pil``
             above it).
+        predict_root: ``mixer predict`` reads these image files (a folder, at any depth, or a list of
+            files) instead of the test split (`mixer_lightning.data.predict`).
     """
 
     def __init__(
@@ -248,6 +250,7 @@ class ImageDataModule(LightningDataModule):
         pipeline: Pipeline = "auto",
         cache_dir: str | None = None,
         tensor_limit_gb: float = 4.0,
+        predict_root: str | list[str] | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -335,6 +338,7 @@ class ImageDataModule(LightningDataModule):
         # The path the data took ("tensor" or "pil"), known once setup() has seen the images.
         self.pipeline: str | None = None if self.plans is not None else "pil"
         self._decoded: dict[tuple[str, str], DecodedSplit] = {}
+        self.predict_root = predict_root
 
     # Facts linked into the model by the CLI (known without reading the data).
     @property
@@ -504,7 +508,7 @@ class ImageDataModule(LightningDataModule):
                 self.pipeline = "pil"
                 self.train_set = TransformedDataset(train, self.transform(train=True), train_idx)
                 self.val_set = TransformedDataset(val_base, self.transform(train=False), val_idx)
-        if stage in (None, "test", "predict") and self.test_set is None:
+        if (stage in (None, "test") or stage == "predict" and self.predict_root is None) and self.test_set is None:
             test = self.source.load("test")
             decoded = self._decoded_sets([("test", test, "test", None, False)]) if self.plans is not None else None
             if decoded is not None:
@@ -556,6 +560,10 @@ class ImageDataModule(LightningDataModule):
         return self._loader(self.test_set, train=False)
 
     def predict_dataloader(self) -> DataLoader:
+        if self.predict_root is not None:  # image files, not the test split
+            from mixer_lightning.data.predict import files_loader
+
+            return files_loader(self, self.predict_root)
         return self._loader(self.test_set, train=False)
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:

@@ -1,0 +1,92 @@
+"""The preprocessing that pretrained weights were trained with, as the data's defaults.
+
+Weights named on a hub (``model.init_from: timm:mixer_b16_224.goog_in21k_ft_in1k`` or
+``hf-hub:ORG/REPO``) come with timm's ``pretrained_cfg``: Google's Mixer weights expect inputs
+normalised with mean = std = 0.5, bicubic resizing and a 0.875 centre crop, not ImageNet's statistics.
+`data_defaults` turns it into the data module's arguments (``mean``, ``std``, ``interpolation``,
+``eval_crop_pct``), which the ``mixer`` command applies where the config does not set them; a config
+that sets one differently keeps its value, with one warning line naming both (`apply_defaults`).
+
+The ``pretrained_cfg`` is read without the weights (timm's registry for ``timm:`` names; the repo's
+``config.json`` from the hub cache for ``hf-hub:``), the same one `mixer_lightning.models.convert.
+read_hub_weights` records as ``WeightsFile.preprocessing``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+HUB_PREFIXES = ("timm:", "hf-hub:")
+# timm's pretrained_cfg key -> the data module's argument.
+DATA_ARGUMENTS = {"mean": "mean", "std": "std", "interpolation": "interpolation", "crop_pct": "eval_crop_pct"}
+
+
+def hub_preprocessing(name: str) -> dict[str, Any]:
+    """timm's ``pretrained_cfg`` preprocessing (mean, std, crop_pct, interpolation, input_size) of the
+    hub weights `name`; empty for a file, or when the hub's config cannot be read (the model then
+    says why in one line when it reads the weights)."""
+    if not isinstance(name, str) or not name.startswith(HUB_PREFIXES):
+        return {}
+    try:
+        if name.startswith("timm:"):
+            from timm.models import get_pretrained_cfg
+
+            cfg: Any = get_pretrained_cfg(name.removeprefix("timm:"), allow_unregistered=False)
+        else:
+            from timm.models._hub import load_model_config_from_hf
+
+            cfg = load_model_config_from_hf(name.removeprefix("hf-hub:"))[0]
+    except Exception:  # an unknown name, no network and no cache: the weights' reader says so
+        return {}
+    get = cfg.get if isinstance(cfg, dict) else lambda key: getattr(cfg, key, None)
+    keys = ("mean", "std", "crop_pct", "interpolation", "input_size")
+    return {key: list(get(key)) if isinstance(get(key), tuple) else get(key) for key in keys if get(key) is not None}
+
+
+def data_defaults(preprocessing: dict[str, Any]) -> dict[str, Any]:
+    """The data module's arguments that `preprocessing` implies."""
+    defaults = {}
+    for key, argument in DATA_ARGUMENTS.items():
+        value = preprocessing.get(key)
+        if value is None:
+            continue
+        if key in ("mean", "std"):
+            value = [float(v) for v in value]
+        elif key == "crop_pct":
+            value = float(value)
+        defaults[argument] = value
+    return defaults
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(float(a) - float(b)) <= 1e-6 * max(1.0, abs(float(b)))
+    return a == b
+
+
+def apply_defaults(init_args: Any, defaults: dict[str, Any], explicit: set[str], source: str) -> tuple[dict, str | None]:
+    """Set each of `defaults` in the data module's `init_args` (a namespace or dict) unless the config
+    sets it (`explicit`). Returns what was set and, if the config contradicts any, one warning line
+    naming both values."""
+    applied, conflicts = {}, []
+    for key, value in defaults.items():
+        current = init_args.get(key) if hasattr(init_args, "get") else getattr(init_args, key, None)
+        if key in explicit and current is not None:
+            if not _same(current, value):
+                conflicts.append(f"data.{key} {_show(current)} (config) vs {_show(value)} ({source})")
+            continue
+        init_args[key] = tuple(value) if isinstance(value, list) else value
+        applied[key] = value
+    warning = None
+    if conflicts:
+        warning = (f"the config's preprocessing differs from that of the pretrained weights: {'; '.join(conflicts)}; "
+                   "the config's is used")  # fmt: skip
+    return applied, warning
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in value) + "]"
+    return f"{value:g}" if isinstance(value, float) else str(value)
