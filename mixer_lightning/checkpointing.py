@@ -26,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 
 from mixer_lightning.atomic import atomic_write, remove_orphans
 from mixer_lightning.errors import ConfigError, Stopped
-from mixer_lightning.tasks.loading import describe_mismatch, read_checkpoint
+from mixer_lightning.tasks.loading import check_family, describe_mismatch, read_checkpoint
 
 # Lightning's special values of ckpt_path, resolved by Lightning itself.
 SPECIAL_CKPT_PATHS = ("best", "hpc", "registry")
@@ -320,14 +320,8 @@ class ResumeCheckpoint(ModelCheckpoint):
 def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
     """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model`."""
     checkpoint = read_checkpoint(path, field)
-    hparams = checkpoint.get("hyper_parameters") or {}
-    saved_class = str(hparams.get("_class_path", "")).rsplit(".", 1)[-1]
-    if saved_class and saved_class != type(model).__name__:
-        raise ConfigError(
-            field,
-            f"{path!r} holds a {saved_class}, but the config builds a {type(model).__name__}",
-            "use the run's own config.yaml (or set model.class_path to match)",
-        )
+    check_family((checkpoint.get("hyper_parameters") or {}).get("_class_path"), model, field, repr(path),
+                 "use the run's own config.yaml (or set model.class_path to match)")  # fmt: skip
     state = checkpoint["state_dict"]
     own = model.state_dict()
     head = [k for k in own if k.startswith("net.head.")]

@@ -8,7 +8,7 @@ normalised with mean = std = 0.5, bicubic resizing and a 0.875 centre crop, not 
 that sets one differently keeps its value, with one warning line naming both (`apply_defaults`).
 
 The ``pretrained_cfg`` is read without the weights (timm's registry for ``timm:`` names; the repo's
-``config.json`` from the hub cache for ``hf-hub:``), the same one `mixer_lightning.models.convert.
+``config.json`` from the hub cache for ``hf-hub:``), the same one `mixer_lightning.weights.timm.
 read_hub_weights` records as ``WeightsFile.preprocessing``.
 """
 

@@ -74,16 +74,19 @@ def check_class_paths(obj: Any, field: str, source: str) -> None:
 
 
 def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
-    """``torch.load(path, weights_only=True)`` on the CPU; any failure is one `ConfigError` on `field`:
-    a file that needs pickled code is refused for safety (whatever torch's message), a damaged or
-    foreign file is named as such, with `fix`."""
+    """``torch.load(path, weights_only=True)`` on the CPU, the one reader of every checkpoint and
+    weights file; any failure is one `ConfigError` on `field`: a file that needs pickled code is
+    refused for safety (whatever torch's message), a damaged or foreign file is named as such, with
+    `fix`. A checkpoint's ``hyper_parameters`` must be a mapping naming only trusted classes
+    (`check_class_paths`); which LightningModule it names (``_class_path``) is the caller's to look up
+    (`mixer_lightning.tasks.loading.check_family`)."""
     import torch
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(field, f"no such file {str(path)!r}", fix)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         # The file names a class or function to import ("Unsupported global: GLOBAL argparse.Namespace";
         # torch 2.14 says "unsupported GLOBAL posix.system whose module posix is blocked" for os.system):
@@ -107,6 +110,12 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
         else:
             message = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
         raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({message})", fix) from None
+    hparams = loaded.get("hyper_parameters") if isinstance(loaded, dict) else None
+    if hparams is not None:
+        if not isinstance(hparams, dict):
+            raise ConfigError(field, f"{str(path)!r} has malformed hyper_parameters ({type(hparams).__name__})", fix)
+        check_class_paths(hparams, field, repr(str(path)))
+    return loaded
 
 
 def _looks_like_torch(path: Path) -> bool:

@@ -1,4 +1,4 @@
-"""Weights from timm and from the official JAX layout (`mixer_lightning.models.convert`)."""
+"""Weights from timm and from the official JAX layout (`mixer_lightning.weights`)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,9 @@ from timm.models.mlp_mixer import Affine, MlpMixer, ResBlock, SpatialGatingBlock
 
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models import MLPMixer, create_model
-from mixer_lightning.models.convert import (
-    from_timm,
-    infer_architecture,
-    jax_key,
-    load_weights,
-    read_weights,
-    to_jax_npz,
-)
 from mixer_lightning.models.upscale import tile_images, upscale_tokens
+from mixer_lightning.weights import from_timm, infer_architecture, load_weights, read_weights, to_jax_npz
+from mixer_lightning.weights.keys import from_jax_key, from_timm_key, jax_key, timm_key
 
 TIMM_MIXERS = ["mixer_b16_224", "mixer_b32_224", "mixer_l16_224", "mixer_l32_224", "mixer_s16_224", "mixer_s32_224"]
 # One per size class (S, B, L) in the fast suite; the heavier /16 ones of B and L are slow on 2 cores.
@@ -328,7 +322,6 @@ def test_new_head_when_the_number_of_classes_differs() -> None:
 def test_key_names_in_both_directions() -> None:
     assert jax_key("blocks.3.channel_mixing.norm.weight") == "MixerBlock_3/LayerNorm_1/scale"
     assert jax_key("blocks.0.token_mixing.mlp.fc2.weight") == "MixerBlock_0/token_mixing/Dense_1/kernel"
-    from mixer_lightning.models.convert import from_jax_key, from_timm_key, timm_key
 
     for key in jax_mixer().state_dict():
         assert from_jax_key(jax_key(key)) == key

@@ -227,7 +227,7 @@ def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatc
     from fakedata import write_hf
     from test_pretrained_hub import place_in_cache
 
-    from mixer_lightning.models.convert import read_weights
+    from mixer_lightning.weights import read_weights
     from mixer_lightning.preprocessing import hub_preprocessing
 
     cache = tmp_path / "hub_cache"

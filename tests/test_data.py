@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError
 
-SHARED_CIFAR10 = Path("/work/shared/data/cifar10")
+# Real CIFAR-10 in the Hugging Face layout: under $MIXER_DATA_ROOT, else <checkout>/../shared/data.
+DATA_ROOT = Path(os.environ.get("MIXER_DATA_ROOT") or Path(__file__).resolve().parents[1].parent / "shared" / "data")
+SHARED_CIFAR10 = DATA_ROOT / "cifar10"
 
 
 def test_digits_splits_are_fixed_disjoint_and_complete() -> None:
@@ -235,7 +238,7 @@ def test_bad_transform_arguments_name_their_field() -> None:
 def test_hf_cifar10_through_the_command_line(tmp_path: Path) -> None:
     """``--data.dataset hf --data.root <the real CIFAR-10 in the hub's layout>``, one batch each way."""
     if not SHARED_CIFAR10.is_dir():
-        pytest.skip(f"no {SHARED_CIFAR10}")
+        pytest.skip(f"no real CIFAR-10 under {SHARED_CIFAR10} (set MIXER_DATA_ROOT)")
     main([
         "fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--data.dataset", "hf",
         "--data.root", str(SHARED_CIFAR10), "--data.num_workers", "0", "--data.auto_augment", "original",

@@ -19,6 +19,7 @@ from torchvision.transforms import functional as TF
 from conftest import CONFIGS
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.data.transforms import (
+    Augmentation,
     InputPermutation,
     ToNormalizedTensor,
     _augment_ops,
@@ -65,11 +66,8 @@ def test_timm_posterize_at_zero_bits_is_the_trap_we_fix() -> None:
 
 
 def policy_transform(policy: str, channels: int):
-    return train_transform(
-        32, 32, crop="random_crop", crop_padding=4, crop_scale=(0.08, 1.0), hflip=0.5, auto_augment=policy,
-        color_jitter=0.0, interpolation="bilinear", mean=(0.5,) * channels, std=(0.25,) * channels,
-        random_erasing=0.25, random_erasing_mode="pixel", random_erasing_count=1,
-    )  # fmt: skip
+    augmentation = Augmentation(crop="random_crop", auto_augment=policy, random_erasing=0.25)
+    return train_transform(32, 32, augmentation, mean=(0.5,) * channels, std=(0.25,) * channels)
 
 
 @pytest.mark.parametrize("policy", sorted(config_policies() | PAPER_POLICIES))
@@ -132,18 +130,16 @@ def test_evaluation_crops_of_the_mixer_supplementary() -> None:
 
 
 def test_training_crops() -> None:
-    common = dict(
-        crop_padding=4, crop_scale=(0.08, 1.0), hflip=0.5, auto_augment=None, color_jitter=0.0,
-        interpolation="bicubic", mean=(0.5,) * 3, std=(0.5,) * 3, random_erasing=0.0, random_erasing_mode="pixel",
-        random_erasing_count=1,
-    )  # fmt: skip
+    normalisation = dict(mean=(0.5,) * 3, std=(0.5,) * 3)
     stl = images(1, size=96)[0]
     for crop in ("random_crop", "random_resized_crop", "resize"):
-        assert train_transform(32, 96, crop=crop, **common)(stl).shape == (3, 32, 32)
+        augmentation = Augmentation(crop=crop, interpolation="bicubic")
+        assert train_transform(32, 96, augmentation, **normalisation)(stl).shape == (3, 32, 32)
     # random_crop at the native size is pad-4 + crop: the image shifted by at most 4 pixels.
     image = images(1)[0]
     torch.manual_seed(0)
-    x = train_transform(32, 32, crop="random_crop", **{**common, "hflip": 0.0})(image)
+    no_flip = Augmentation(crop="random_crop", hflip=0.0, interpolation="bicubic")
+    x = train_transform(32, 32, no_flip, **normalisation)(image)
     reference = TF.normalize(TF.to_tensor(image), (0.5,) * 3, (0.5,) * 3)
     padded = torch.nn.functional.pad(reference, (4, 4, 4, 4), value=-1.0)  # zero pixels, normalised
     assert any(torch.allclose(x, padded[:, i : i + 32, j : j + 32], atol=1e-5) for i in range(9) for j in range(9))

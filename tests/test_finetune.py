@@ -17,8 +17,8 @@ from conftest import CONFIGS, TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.models import MLPMixer
-from mixer_lightning.models.convert import to_jax_npz
 from mixer_lightning.models.upscale import upscale_tokens
+from mixer_lightning.weights import to_jax_npz
 
 DIGITS = str(TEST_CONFIGS / "digits_mixer.yaml")
 FINETUNE = str(TEST_CONFIGS / "finetune_digits.yaml")

@@ -127,3 +127,32 @@ def test_hayase_presets_use_the_papers_norm_eps_and_init_tolstikhins_keep_flax()
     assert {m.eps for m in b16.modules() if isinstance(m, nn.LayerNorm)} == {1e-6}
     for name in ("mixer_s32", "mixer_s16", "mixer_b32", "mixer_b16", "mixer_l32", "mixer_l16", "mixer_h14"):
         assert "norm_eps" not in get_entry(name).defaults and "init" not in get_entry(name).defaults
+
+
+@pytest.mark.parametrize(
+    "family, offers",
+    [
+        ("mlp_mixer", {"Classifier", "SkipInputs", "MixingNetwork"}),
+        ("s_mixer", {"Classifier", "SkipInputs", "MixingNetwork"}),
+        ("sw_mlp", {"Classifier", "SkipInputs", "SparseNetwork"}),
+        ("kron_mlp", {"Classifier", "StructuredNetwork"}),
+        ("monarch_mlp", {"Classifier", "StructuredNetwork"}),
+    ],
+)
+def test_every_family_offers_what_its_analyses_read(family: str, offers: set[str]) -> None:
+    """The protocols of `mixer_lightning.models.protocols`, and the analysis that reads each, work on
+    every family that offers them (and only those)."""
+    from mixer_lightning.analysis.features import skip_input_names
+    from mixer_lightning.analysis.spectrum import weight_layers
+    from mixer_lightning.models import protocols
+
+    sizes = {"kron_mlp": {}, "monarch_mlp": {}}.get(family, {"patch_size": 2, "channels": 8})
+    net = create_model(family, num_classes=3, image_size=8, in_chans=1, **sizes)
+    names = ("Classifier", "SkipInputs", "MixingNetwork", "SparseNetwork", "StructuredNetwork")
+    assert {name for name in names if isinstance(net, getattr(protocols, name))} == offers
+    x = torch.randn(2, 1, 8, 8)
+    assert net.forward_head(net.forward_features(x)).shape == (2, 3)
+    if "SkipInputs" in offers:
+        assert len(skip_input_names(net)) == len(net.forward_skip_inputs(x)) > 0
+    layers = weight_layers(net)  # the spectra's layers: one per FC layer of the effective wide MLP
+    assert layers and all(0 < density <= 1 for _, _, density in layers)

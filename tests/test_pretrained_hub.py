@@ -13,8 +13,8 @@ import yaml
 from fakedata import write_hf
 
 from mixer_lightning.cli import main
-from mixer_lightning.models.convert import read_weights
 from mixer_lightning.tasks.loading import load_classifier
+from mixer_lightning.weights import read_weights
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

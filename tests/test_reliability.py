@@ -681,8 +681,8 @@ def test_convert_overwrite_on_a_full_disk_keeps_the_old_file(
 ) -> None:
     import errno
 
-    from mixer_lightning.models.convert import to_jax_npz
     from mixer_lightning.models.mlp_mixer import MLPMixer
+    from mixer_lightning.weights import to_jax_npz
 
     to_jax_npz(MLPMixer(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, gamma=2, num_blocks=1),
                "digits.npz")  # fmt: skip

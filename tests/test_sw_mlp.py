@@ -325,8 +325,23 @@ def test_fit_then_test_restores_the_masks_whatever_the_seed() -> None:
 
 
 def test_dense_impl_and_spectral_init_through_the_cli() -> None:
+    """``impl: dense`` stores W and the mask M densely (`MaskedLinear`), ``init: spectral`` draws the
+    weights on the mask A ~ N(0, 1/m) (Sec. 4.3; M's ones are 1/√p), where the default masked form
+    draws W ~ N(0, 1/(pm)): a standard deviation 1/√p ≈ 3.2 times larger at p = 0.1."""
     main(["fit", "--config", TINY, "--model.init_args.impl", "dense", "--model.init_args.init", "spectral",
-          "--trainer.fast_dev_run", "true"])  # fmt: skip
+          "--trainer.max_steps", "1"])  # fmt: skip
+    (run,) = run_dirs("sw_mlp_digits")
+    state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    m = 128  # S0 = 16 patches of C = 8 channels
+    for layer in ("net.blocks.0.fc1", "net.blocks.0.fc2", "net.blocks.1.fc1", "net.blocks.1.fc2"):
+        assert f"{layer}.values" not in state and f"{layer}.col" not in state  # not the sparse storage
+        weight, mask = state[f"{layer}.weight"], state[f"{layer}.mask"]
+        shape = (2 * m, m) if layer.endswith("fc1") else (m, 2 * m)  # γ = 2
+        assert mask.dtype == torch.bool and weight.shape == mask.shape == shape
+        assert 0.08 < mask.float().mean().item() < 0.12  # density p = 0.1
+        assert torch.count_nonzero(weight[~mask]) == 0  # W stays zero off the mask
+        # One AdamW step at lr 0.003 moves each weight by ≈ 0.003: the spread is the initial one.
+        assert weight[mask].std().item() == pytest.approx(1 / math.sqrt(m), rel=0.1)
 
 
 def test_bad_sizes_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:

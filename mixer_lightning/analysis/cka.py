@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import torch
 from lightning.pytorch import LightningModule
-from torch import nn
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchmetrics import Metric
+
+from mixer_lightning.models.protocols import SkipInputs
 
 
 def gram_linear(features: torch.Tensor) -> torch.Tensor:
@@ -142,7 +143,7 @@ class CKAEvaluation(LightningModule):
     entry of the matrix is logged as ``cka/{i}/{j}`` (what ``trainer.test`` returns, also from
     spawned processes); ``cka/examples`` and ``cka/batches`` count what was seen on all processes."""
 
-    def __init__(self, net_a: nn.Module, net_b: nn.Module, layers_a: int, layers_b: int, dataset: Dataset,
+    def __init__(self, net_a: SkipInputs, net_b: SkipInputs, layers_a: int, layers_b: int, dataset: Dataset,
                  batch_size: int, num_batches: int | None = None, seed: int = 0, num_workers: int = 0):  # fmt: skip
         super().__init__()
         self.net_a, self.net_b = net_a, net_b

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from einops import rearrange
 from torch import nn
 
 from mixer_lightning.models.layers import FcBlock, MlpBlock
@@ -30,12 +31,12 @@ from mixer_lightning.models.pk import MixingLayer, PKMixer
 
 def vec(x: torch.Tensor) -> torch.Tensor:
     """Column-major vectorisation of the last two axes: (…, S, C) -> (…, S·C), vec(X)[c·S + s] = X[s, c]."""
-    return x.transpose(-1, -2).reshape(*x.shape[:-2], -1)
+    return rearrange(x, "... s c -> ... (c s)")
 
 
 def unvec(v: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """Inverse of `vec`: (…, rows·cols) -> (…, rows, cols)."""
-    return v.reshape(*v.shape[:-1], cols, rows).transpose(-1, -2)
+    return rearrange(v, "... (c s) -> ... s c", s=rows, c=cols)
 
 
 def commutation_matrix(rows: int, cols: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch import nn
-
 from mixer_lightning.config_files import load_configs
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import ConfigError, find_config_error, require
+from mixer_lightning.models.protocols import MixingNetwork, SkipInputs
 
 
 def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):
@@ -40,8 +39,8 @@ def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | N
     try:
         return parser.instantiate_classes(parser.parse_object({"data": data})).data
     except Exception as error:
-        cause = _config_error(error)
-        if cause is not None:
+        cause = find_config_error(error)
+        if isinstance(cause, ConfigError):
             raise cause from None
         raise ConfigError("data", _first_problem(str(error)), "check the data: section of the config") from None
 
@@ -57,16 +56,6 @@ def _first_problem(message: str) -> str:
     return lines[0] if lines else "cannot build the data module"
 
 
-def _config_error(error: BaseException | None) -> ConfigError | None:
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, ConfigError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None
-
-
 def check_fits_data(module, datamodule, field: str) -> None:
     """A `ConfigError` unless the checkpoint's network takes the data module's images."""
     for name in ("image_size", "in_chans"):
@@ -79,11 +68,12 @@ def check_fits_data(module, datamodule, field: str) -> None:
         )
 
 
-def skip_input_names(net: nn.Module) -> list[str]:
-    """Names of the features `forward_skip_inputs` returns: ``{block}.token`` / ``{block}.channel``
-    (the input of each mixing layer of a Mixer) or ``{block}`` (the input of each SW-MLP block)."""
-    if hasattr(net, "mixing_layers"):
+def skip_input_names(net: SkipInputs) -> list[str]:
+    """Names of the features `forward_skip_inputs` returns (`SkipInputs`): ``{block}.token`` /
+    ``{block}.channel`` (the input of each mixing layer of a Mixer, `MixingNetwork`) or ``{block}``
+    (the input of each block of another network, e.g. the SW-MLP); none for a network without them."""
+    if isinstance(net, MixingNetwork):
         return [f"{i // 2 + 1}.{layer.axis}" for i, layer in enumerate(net.mixing_layers())]
-    if hasattr(net, "forward_skip_inputs") and hasattr(net, "blocks"):
+    if isinstance(net, SkipInputs) and hasattr(net, "blocks"):
         return [str(i + 1) for i in range(len(net.blocks))]
     return []

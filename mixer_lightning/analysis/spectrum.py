@@ -33,6 +33,7 @@ from torch import nn
 from mixer_lightning.errors import require
 from mixer_lightning.models.layers import FcBlock, MlpBlock
 from mixer_lightning.models.pk import MixingLayer
+from mixer_lightning.models.protocols import MixingNetwork, SparseNetwork, StructuredNetwork
 from mixer_lightning.models.shallow import KronLinear
 from mixer_lightning.models.sparse import MaskedLinear, SparseLinear
 
@@ -139,23 +140,24 @@ EXACT_MAX_ENTRIES = 2**22  # above this, σ_max by power iteration (e.g. the SW-
 def weight_layers(model: nn.Module) -> list[tuple[str, nn.Module, float]]:
     """(name, layer, density) for every FC layer of the effective wide MLP of `model`, input to output.
 
-    - a Mixer (`mixing_layers()`): ``block{i}.{token|channel}.{fc|fc1|fc2}``, the `nn.Linear` holding W;
+    - a Mixer (`MixingNetwork`): ``block{i}.{token|channel}.{fc|fc1|fc2}``, the `nn.Linear` holding W;
       density = the non-zero ratio of I ⊗ W in the m-wide effective weight, 1/n1 (Sec. 3.1, eq. 14);
-    - an SW-MLP (`sparse_layers()`): ``block{i}.{fc|fc1|fc2}``, the static sparse layer; density p;
-    - a shallow structured MLP (`structured_layers()`): ``b{i}``, density = non-zeros / entries of
+    - an SW-MLP (`SparseNetwork`): ``block{i}.{fc|fc1|fc2}``, the static sparse layer; density p;
+    - a shallow structured MLP (`StructuredNetwork`): ``b{i}``, density = non-zeros / entries of
       the effective weight.
+    (`mixer_lightning.models.protocols`; none for another network.)
     """
     layers: list[tuple[str, nn.Module, float]] = []
-    if hasattr(model, "mixing_layers"):
+    if isinstance(model, MixingNetwork):
         for i, layer in enumerate(model.mixing_layers()):
             for name, fc in mixing_weights(layer):
                 layers.append((f"block{i // 2 + 1}.{layer.axis}.{name}", fc, 1.0 / mixing_blocks(layer)))
-    elif hasattr(model, "blocks") and hasattr(model, "sparse_layers"):
+    elif isinstance(model, SparseNetwork):
         for i, block in enumerate(model.blocks):
             names = ["fc"] if len(block.sparse_layers()) == 1 else ["fc1", "fc2"]
             for name, fc in zip(names, block.sparse_layers(), strict=True):
                 layers.append((f"block{i + 1}.{name}", fc, fc.connections / (fc.out_features * fc.in_features)))
-    elif hasattr(model, "structured_layers"):
+    elif isinstance(model, StructuredNetwork):
         for i, layer in enumerate(model.structured_layers()):
             weight = layer.effective_weight()
             layers.append((f"b{i + 1}", layer, float(torch.count_nonzero(weight)) / weight.numel()))

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mixer_lightning.errors import ConfigError
+from mixer_lightning.models.protocols import MixingNetwork
 
 
 def token_positions(stem: nn.Module) -> torch.Tensor:
@@ -92,7 +93,7 @@ def spatial_token_blocks(net: nn.Module, blocks: list[int] | None = None) -> tup
     token t at patch t), unless the first block's SkipLayer mixed the tokens (S0 → S, App. A.2.4). A
     randomly permuted (RP) layer reads permuted entries of the S·C features: no grid at all.
     """
-    if not hasattr(net, "mixing_layers"):
+    if not isinstance(net, MixingNetwork):
         return [], [f"a {type(net).__name__} has no token-mixing layers"]
     token_layers = [layer for layer in net.mixing_layers() if layer.axis == "token"]
     wanted = blocks or list(range(1, min(3, len(token_layers)) + 1))  # Mixer Figure 5: the first three

@@ -7,14 +7,15 @@ and through the PIL path, against the model's own training step, side by side in
 `throughput`: data-loading throughput, `ImageDataModule` against a plain ``datasets.with_transform``
 pipeline (RandAugment: the PIL path).
 
-Both read the same Hugging Face dataset (default: CIFAR-10 in ``/work/shared/data/cifar10`` layout)
+Both read the same Hugging Face dataset (default: CIFAR-10 in the hub's parquet layout under
+`data_root`: ``$MIXER_DATA_ROOT/cifar10``, else ``<checkout>/../shared/data/cifar10``)
 with the same timm augmentation (RandAugment ``rand-m9-mstd0.5`` + random erasing 0.25 after timm's
 random-resized crop and flip, normalised tensors out), through DataLoaders with the same batch size,
 workers and persistent workers. Chunks of `images` images are drawn from each loader in turn
 (interleaved repetitions, medians; `mixer_lightning.benchmarks.timing.compare`). With workers, each
 loader prefetches ``2 × workers`` batches while the other is measured, equally for both.
 
-    python -m mixer_lightning.benchmarks.data --root /work/shared/data/cifar10 [--json]
+    python -m mixer_lightning.benchmarks.data [--root PATH/TO/cifar10] [--json]
 """
 
 from __future__ import annotations
@@ -95,13 +96,17 @@ def _chunks(loader: DataLoader, batches: int) -> Callable[[], None]:
 
 
 def throughput(
-    root: str = "/work/shared/data/cifar10",
+    root: str | None = None,
     workers: tuple[int, ...] = (0, 2),
     images: int = 4096,
     batch_size: int = 256,
     repeats: int = 5,
 ) -> dict[str, Any]:
-    """Images per second of the baseline and of ours for each worker count, and ours / baseline."""
+    """Images per second of the baseline and of ours for each worker count, and ours / baseline
+    (``root``: a Hugging Face image dataset; default ``<data_root()>/cifar10``)."""
+    root = str(root or data_root() / "cifar10")
+    require(Path(root).is_dir(), "root", f"no dataset at {root}",
+            "give --root PATH/TO/cifar10 (the Hugging Face parquet layout) or set MIXER_DATA_ROOT")  # fmt: skip
     batches = max(1, images // batch_size)
     results: dict[str, Any] = {
         "root": root, "policy": POLICY, "random_erasing": ERASING, "batch_size": batch_size,
@@ -124,7 +129,7 @@ def throughput(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="/work/shared/data/cifar10")
+    parser.add_argument("--root", default=None, help="default: $MIXER_DATA_ROOT/cifar10, else <checkout>/../shared/data/cifar10")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--images", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=256)

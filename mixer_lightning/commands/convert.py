@@ -53,8 +53,8 @@ def convert(
     it, and the `WeightsFile` read."""
     from mixer_lightning.errors import ConfigError, require
     from mixer_lightning.models import get_entry
-    from mixer_lightning.models.convert import infer_architecture, load_weights, read_weights
     from mixer_lightning.models.mlp_mixer import MLPMixer
+    from mixer_lightning.weights import infer_architecture, load_weights, read_weights
 
     weights = read_weights(source, field="--from")
     try:
@@ -130,7 +130,7 @@ def run(args: Namespace) -> None:
     from mixer_lightning.atomic import atomic_write, check_output_file
     from mixer_lightning.errors import ConfigError, require
     from mixer_lightning.models import num_params
-    from mixer_lightning.models.convert import FORMAT_NAMES, to_jax_npz
+    from mixer_lightning.weights import FORMAT_NAMES, to_jax_npz
 
     out = Path(args.out)
     require(out.suffix in (".ckpt", ".npz"), "--out", f"unknown output type {out.suffix!r}", "end it in .ckpt or .npz")

@@ -44,14 +44,13 @@ from mixer_lightning.data.in_memory import (
     load_or_decode,
 )
 from mixer_lightning.data.mixup import MixupMode, build_mixup
-from mixer_lightning.data.sampling import EpochRandomSampler, KeyedBatchSampler, mix, seeded
+from mixer_lightning.data.sampling import EpochRandomSampler, KeyedBatchSampler, mix, resume_point, seeded
 from mixer_lightning.data.transforms import (
-    INTERPOLATIONS,
+    Augmentation,
     EvalCrop,
     InputPermutation,
     PermutationMode,
     TrainCrop,
-    check_policy,
     eval_transform,
     train_transform,
 )
@@ -309,52 +308,16 @@ class ImageDataModule(LightningDataModule):
                 f"give {info.in_chans}",
             )
         require(all(s > 0 for s in self.std), "data.std", f"must be positive, got {self.std}")
-        self.train_crop = train_crop or (
-            ("random_crop" if info.natural else "resize") if info.small else "random_resized_crop"
-        )
-        self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
-        self.hflip = (0.5 if info.natural else 0.0) if hflip is None else hflip
-        require(0 <= self.hflip <= 1, "data.hflip", f"must be a probability in [0, 1], got {hflip}")
-        require(crop_padding >= 0, "data.crop_padding", f"must be >= 0, got {crop_padding}")
-        require(
-            0 < crop_scale[0] <= crop_scale[1] <= 1,
-            "data.crop_scale",
-            f"must be an area range 0 < lo <= hi <= 1, got {crop_scale}",
-        )
-        require(0 < eval_crop_pct <= 1, "data.eval_crop_pct", f"must be in (0, 1], got {eval_crop_pct}")
-        require(0 <= random_erasing <= 1, "data.random_erasing", f"must be a probability, got {random_erasing}")
-        require(
-            random_erasing_mode in ("const", "rand", "pixel"),
-            "data.random_erasing_mode",
-            f"unknown mode {random_erasing_mode!r}",
-            "choose const, rand or pixel",
-        )
-        require(random_erasing_count >= 1, "data.random_erasing_count", f"must be >= 1, got {random_erasing_count}")
-        require(color_jitter >= 0, "data.color_jitter", f"must be >= 0, got {color_jitter}")
-        require(
-            interpolation in INTERPOLATIONS,
-            "data.interpolation",
-            f"unknown interpolation {interpolation!r}",
-            f"choose one of {', '.join(INTERPOLATIONS)}",
-        )
-        check_policy(auto_augment)
-        if self.source.in_memory:
-            for field, value, off in (
-                ("auto_augment", auto_augment, None), ("random_erasing", random_erasing, 0.0),
-                ("color_jitter", color_jitter, 0.0), ("hflip", self.hflip, 0.0),
-            ):  # fmt: skip
-                require(
-                    value == off,
-                    f"data.{field}",
-                    f"{dataset} is an in-memory tensor dataset without image augmentation",
-                    f"remove data.{field}, or train on mnist",
-                )
-        self.augmentation = dict(
-            crop=self.train_crop, crop_padding=crop_padding, crop_scale=tuple(crop_scale), hflip=self.hflip,
+        self.augmentation = Augmentation.for_dataset(
+            info.natural, info.small, train_crop, hflip, crop_padding=crop_padding, crop_scale=crop_scale,
             auto_augment=auto_augment, color_jitter=color_jitter, interpolation=interpolation,
             random_erasing=random_erasing, random_erasing_mode=random_erasing_mode,
             random_erasing_count=random_erasing_count,
         )  # fmt: skip
+        if self.source.in_memory:
+            self.augmentation.refuse_image_augmentation(dataset)
+        self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
+        require(0 < eval_crop_pct <= 1, "data.eval_crop_pct", f"must be in (0, 1], got {eval_crop_pct}")
         self.eval_crop_pct = eval_crop_pct
         self.interpolation = interpolation
         self.mixup_fn = build_mixup(
@@ -398,7 +361,7 @@ class ImageDataModule(LightningDataModule):
         """The PIL → normalised tensor transform of training or evaluation images (no permutation)."""
         native = self.info.image_size
         if train:
-            return train_transform(self.image_size, native, mean=self.mean, std=self.std, **self.augmentation)
+            return train_transform(self.image_size, native, self.augmentation, self.mean, self.std)
         return eval_transform(
             self.image_size, native, self.eval_crop, self.eval_crop_pct, self.interpolation, self.mean, self.std
         )
@@ -578,15 +541,10 @@ class ImageDataModule(LightningDataModule):
         seed = training_seed()
         resume = None
         trainer = self.trainer
-        if trainer is not None and trainer.fit_loop.restarting:
-            # Resuming: start in the epoch the checkpoint was written in, after the batches it had
-            # trained on (as the uninterrupted run would go on), unless that epoch was complete.
+        if trainer is not None and trainer.fit_loop.restarting:  # resuming: go on where the checkpoint was taken
             done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-            full = length // self.batch_size if drop_last else -(-length // self.batch_size)
-            limit = trainer.limit_train_batches  # as Lightning counts an epoch's batches
-            per_epoch = full if limit is None else min(full, limit) if isinstance(limit, int) else int(full * limit)
-            if 0 < done < per_epoch:
-                resume = (trainer.current_epoch, done)
+            resume = resume_point(trainer.current_epoch, done, length, self.batch_size, drop_last,
+                                  trainer.limit_train_batches)  # fmt: skip
         batches = KeyedBatchSampler(EpochRandomSampler(dataset, seed), self.batch_size, drop_last, seed, resume)
         # Its own generator: the workers' base seed never draws from (so never shifts) the global RNG.
         generator = torch.Generator().manual_seed(seed)

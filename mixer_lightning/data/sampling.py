@@ -6,6 +6,7 @@ bit-identical, whatever the number of workers, and a run killed mid-epoch resume
 - `KeyedBatchSampler`: batches of ``(sample_seed, index)`` keys, sample_seed = f(seed, epoch, index);
   it can skip the first batches of an epoch (resuming mid-epoch, without reading their images).
   Under DDP Lightning rebuilds it around its DistributedSampler (it keeps the BatchSampler signature).
+- `resume_point`: where in its epoch a resumed run's first pass starts.
 - `seeded`: the dataset applies an image's augmentation inside it, with Python's, NumPy's and
   torch's RNGs seeded by the sample seed and restored afterwards, so each augmented image is a
   function of (seed, epoch, index) and the caller's RNG streams are left as they were.
@@ -88,6 +89,18 @@ class KeyedBatchSampler(BatchSampler):
         for position, batch in enumerate(super().__iter__()):
             if position >= skip:
                 yield [(mix(self.seed, epoch, index), index) for index in batch]
+
+
+def resume_point(
+    epoch: int, done: int, length: int, batch_size: int, drop_last: bool, limit: int | float | None
+) -> tuple[int, int] | None:
+    """The ``resume`` of `KeyedBatchSampler` for a run resumed in `epoch` after `done` batches: that
+    epoch, less the batches it had trained on (as the uninterrupted run goes on), or None when the
+    epoch had not begun or was complete. An epoch has ``length`` images in batches of `batch_size`,
+    cut to ``limit`` batches (Lightning's ``limit_train_batches``: a count, a fraction or None)."""
+    full = length // batch_size if drop_last else -(-length // batch_size)
+    per_epoch = full if limit is None else min(full, limit) if isinstance(limit, int) else int(full * limit)
+    return (epoch, done) if 0 < done < per_epoch else None
 
 
 @contextmanager

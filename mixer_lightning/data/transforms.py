@@ -3,7 +3,8 @@
 Training (`train_transform`): a crop (CIFAR-style pad-and-crop, or timm's Inception random-resized
 crop) and flip, then timm's AutoAugment / RandAugment / AugMix policy or colour jitter, then
 ToTensor, Normalize and timm's RandomErasing. Built by `timm.data.create_transform` (its three
-stages, ``separate=True``), with our pad-crop stage swapped in for small images.
+stages, ``separate=True``), with our pad-crop stage swapped in for small images. Its settings travel
+together as one checked `Augmentation`.
 
 Evaluation (`eval_transform`): Mixer supplementary C, "resize-crop" (resize to 256×256, centre crop
 224) or "resmall-crop" (shorter side to 256, centre crop 224), or a plain resize for small images.
@@ -14,10 +15,12 @@ Evaluation (`eval_transform`): Mixer supplementary C, "resize-crop" (resize to 2
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 import torch
+from einops import rearrange
 from PIL import Image, ImageOps
 from timm.data import auto_augment as timm_auto_augment
 from timm.data import create_transform
@@ -124,37 +127,99 @@ def build_policy(policy: str, image_size: int, mean: Sequence[float], interpolat
     return fix_posterize(secondary)
 
 
+@dataclass(frozen=True)
+class Augmentation:
+    """The training augmentation (`train_transform`): the data module's ten arguments that travel
+    together, checked once; a bad value is a `ConfigError` naming its ``data.`` field.
+
+    Attributes:
+        crop: ``train_crop``: ``random_crop`` (resize, pad by ``crop_padding``, random crop: CIFAR
+            style), ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``.
+        crop_padding: padding of ``random_crop``.
+        crop_scale: range of the crop's area fraction in ``random_resized_crop``.
+        hflip: probability of a horizontal flip.
+        auto_augment: timm AutoAugment / RandAugment / AugMix policy string, or None.
+        color_jitter: colour-jitter strength (timm skips it when ``auto_augment`` is set).
+        interpolation: one of `INTERPOLATIONS` (``random``: training only).
+        random_erasing: probability of timm's random erasing.
+        random_erasing_mode: fill of the erased box: ``const``, ``rand`` or ``pixel``.
+        random_erasing_count: most boxes erased per image.
+    """
+
+    crop: TrainCrop = "random_crop"
+    crop_padding: int = 4
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    hflip: float = 0.5
+    auto_augment: str | None = None
+    color_jitter: float = 0.0
+    interpolation: str = "bilinear"
+    random_erasing: float = 0.0
+    random_erasing_mode: str = "pixel"
+    random_erasing_count: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "crop_scale", tuple(self.crop_scale))
+        checks = [
+            ("hflip", 0 <= self.hflip <= 1, f"must be a probability in [0, 1], got {self.hflip}", None),
+            ("crop_padding", self.crop_padding >= 0, f"must be >= 0, got {self.crop_padding}", None),
+            ("crop_scale", 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1,
+             f"must be an area range 0 < lo <= hi <= 1, got {self.crop_scale}", None),
+            ("random_erasing", 0 <= self.random_erasing <= 1, f"must be a probability, got {self.random_erasing}",
+             None),
+            ("random_erasing_mode", self.random_erasing_mode in ("const", "rand", "pixel"),
+             f"unknown mode {self.random_erasing_mode!r}", "choose const, rand or pixel"),
+            ("random_erasing_count", self.random_erasing_count >= 1, f"must be >= 1, got {self.random_erasing_count}",
+             None),
+            ("color_jitter", self.color_jitter >= 0, f"must be >= 0, got {self.color_jitter}", None),
+            ("interpolation", self.interpolation in INTERPOLATIONS, f"unknown interpolation {self.interpolation!r}",
+             f"choose one of {', '.join(INTERPOLATIONS)}"),
+        ]  # fmt: skip
+        for name, holds, problem, fix in checks:
+            require(holds, f"data.{name}", problem, fix)
+        check_policy(self.auto_augment)
+
+    @classmethod
+    def for_dataset(cls, natural: bool, small: bool, crop: TrainCrop | None = None, hflip: float | None = None,
+                    **settings: Any) -> Augmentation:  # fmt: skip
+        """The dataset's default crop (pad-and-crop for small natural images, a resize for small
+        others such as digits, the random-resized crop above 96 px) and flip (0.5 for natural images,
+        none for digits), unless given; the other settings as given."""
+        if crop is None:
+            crop = ("random_crop" if natural else "resize") if small else "random_resized_crop"
+        return cls(crop=crop, hflip=(0.5 if natural else 0.0) if hflip is None else hflip, **settings)
+
+    def refuse_image_augmentation(self, dataset: str) -> None:
+        """A `ConfigError` naming the first image augmentation set, for a dataset of decoded tensors
+        (no PIL images to augment)."""
+        for name, off in (("auto_augment", None), ("random_erasing", 0.0), ("color_jitter", 0.0), ("hflip", 0.0)):
+            require(getattr(self, name) == off, f"data.{name}",
+                    f"{dataset} is an in-memory tensor dataset without image augmentation",
+                    f"remove data.{name}, or train on mnist")  # fmt: skip
+
+
 def train_transform(
     image_size: int,
     native_size: int,
-    crop: TrainCrop,
-    crop_padding: int,
-    crop_scale: tuple[float, float],
-    hflip: float,
-    auto_augment: str | None,
-    color_jitter: float,
-    interpolation: str,
+    augmentation: Augmentation,
     mean: Sequence[float],
     std: Sequence[float],
-    random_erasing: float,
-    random_erasing_mode: str,
-    random_erasing_count: int,
 ) -> Callable:
-    """PIL image → normalised (C, image_size, image_size) tensor, augmented as configured."""
+    """PIL image → normalised (C, image_size, image_size) tensor, augmented as `augmentation` says."""
+    a = augmentation
     primary, secondary, final = create_transform(
-        image_size, is_training=True, train_crop_mode="rrc", scale=tuple(crop_scale), hflip=hflip,
-        color_jitter=color_jitter or None, auto_augment=auto_augment, interpolation=interpolation,
-        mean=tuple(mean), std=tuple(std), re_prob=random_erasing, re_mode=random_erasing_mode,
-        re_count=random_erasing_count, separate=True,
+        image_size, is_training=True, train_crop_mode="rrc", scale=a.crop_scale, hflip=a.hflip,
+        color_jitter=a.color_jitter or None, auto_augment=a.auto_augment, interpolation=a.interpolation,
+        mean=tuple(mean), std=tuple(std), re_prob=a.random_erasing, re_mode=a.random_erasing_mode,
+        re_count=a.random_erasing_count, separate=True,
     )  # fmt: skip
-    if crop != "random_resized_crop":
+    if a.crop != "random_resized_crop":
         steps: list[Callable] = []
         if native_size != image_size:
-            steps.append(T.Resize((image_size, image_size), interpolation=_interpolation(interpolation)))
-        if crop == "random_crop":
-            steps.append(T.RandomCrop(image_size, padding=crop_padding))
-        if hflip > 0:
-            steps.append(T.RandomHorizontalFlip(hflip))
+            steps.append(T.Resize((image_size, image_size), interpolation=_interpolation(a.interpolation)))
+        if a.crop == "random_crop":
+            steps.append(T.RandomCrop(image_size, padding=a.crop_padding))
+        if a.hflip > 0:
+            steps.append(T.RandomHorizontalFlip(a.hflip))
         primary = T.Compose(steps)
     steps = [*primary.transforms, *fix_posterize(secondary).transforms, *final.transforms]
     return T.Compose(_fuse_normalization(steps, mean, std))
@@ -216,9 +281,8 @@ class InputPermutation:
             patch_order = torch.randperm(grid * grid, generator=generator)
             pixel_order = torch.randperm(patch_size * patch_size, generator=generator)
             # Flat pixel index of (patch k, pixel q within it), in raster order of patches and pixels.
-            rows = torch.arange(image_size).view(grid, patch_size, 1, 1)
-            cols = torch.arange(image_size).view(1, 1, grid, patch_size)
-            by_patch = (rows * image_size + cols).permute(0, 2, 1, 3).reshape(grid * grid, patch_size * patch_size)
+            by_patch = rearrange(torch.arange(image_size * image_size), "(gh ph gw pw) -> (gh gw) (ph pw)",
+                                 gh=grid, ph=patch_size, gw=grid)  # fmt: skip
             # Output patch k, pixel q comes from input patch patch_order[k], pixel pixel_order[q].
             source = by_patch[patch_order][:, pixel_order]
             index = torch.empty(image_size * image_size, dtype=torch.long)

@@ -1,10 +1,10 @@
 """Networks as plain PyTorch modules, usable without Lightning.
 
-Every family and preset is built by name with `create_model` (``mixer models`` lists them).
+Every family and preset is built by name with `create_model` (``mixer models`` lists them). Weights
+files (timm, the official JAX checkpoints) are read and written by `mixer_lightning.weights`.
 """
 
 from mixer_lightning.models import mlp_mixer, s_mixer, shallow, sw_mlp  # noqa: F401  (register the families and presets)
-from mixer_lightning.models.convert import from_timm, load_weights, read_weights, to_jax_npz
 from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.models.pk import MixingLayer, Permutation, PKMixer
 from mixer_lightning.models.registry import create_model, get_entry, list_models
@@ -27,13 +27,9 @@ __all__ = [
     "Permutation",
     "SMixer",
     "create_model",
-    "from_timm",
     "get_entry",
     "list_models",
-    "load_weights",
     "num_params",
-    "read_weights",
-    "to_jax_npz",
     "upscale_tokens",
 ]
 

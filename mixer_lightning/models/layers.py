@@ -12,6 +12,7 @@ import math
 from typing import Literal
 
 import torch
+from einops import rearrange
 from timm.layers import lecun_normal_
 from torch import nn
 
@@ -91,12 +92,9 @@ class PatchEmbed(nn.Module):
         # a CPU, benchmarks/RESULTS.md). The same values up to rounding (the same sums, in another order).
         x = self.proj(x.contiguous(memory_format=torch.channels_last))  # (B, C, G, G)
         if self.regions == 1:
-            return x.flatten(2).transpose(1, 2)  # (B, S0, C), raster order
-        batch, channels, k = x.shape[0], x.shape[1], self.regions
-        g = self.grid // k  # patches per region side
-        # (B, C, K·g, K·g) -> (B, K_row, K_col, g_row, g_col, C): region-major, raster inside a region.
-        x = x.view(batch, channels, k, g, k, g).permute(0, 2, 4, 3, 5, 1)
-        return x.reshape(batch, self.num_patches, channels)
+            return rearrange(x, "b c h w -> b (h w) c")  # (B, S0, C), raster order
+        # Region-major (K rows × K columns of regions), raster order of the patches inside a region.
+        return rearrange(x, "b c (kh h) (kw w) -> b (kh kw h w) c", kh=self.regions, kw=self.regions)
 
     def extra_repr(self) -> str:
         return f"image_size={self.image_size}, patch_size={self.patch_size}, regions={self.regions}"

@@ -100,21 +100,18 @@ def mlp_mixer(**kwargs) -> MLPMixer:
 
 
 # Tolstikhin et al. Table 1 (224 px): D_S and D_C are fixed, not γ·S / γ·C.
-_TOLSTIKHIN = {
-    "s": dict(channels=512, token_hidden=256, channel_hidden=2048, num_blocks=8),
-    "b": dict(channels=768, token_hidden=384, channel_hidden=3072, num_blocks=12),
-    "l": dict(channels=1024, token_hidden=512, channel_hidden=4096, num_blocks=24),
-    "h": dict(channels=1280, token_hidden=640, channel_hidden=5120, num_blocks=32),
-}
-for _size, _patch in [("s", 32), ("s", 16), ("b", 32), ("b", 16), ("l", 32), ("l", 16), ("h", 14)]:
-    register_preset(
-        f"mixer_{_size}{_patch}",
-        "mlp_mixer",
-        f"Tolstikhin et al. 2021, Table 1 (Mixer-{_size.upper()}/{_patch})",
-        image_size=224,
-        patch_size=_patch,
-        **_TOLSTIKHIN[_size],
-    )
+_TABLE1 = "Tolstikhin et al. 2021, Table 1"
+_S = dict(channels=512, token_hidden=256, channel_hidden=2048, num_blocks=8)
+_B = dict(channels=768, token_hidden=384, channel_hidden=3072, num_blocks=12)
+_L = dict(channels=1024, token_hidden=512, channel_hidden=4096, num_blocks=24)
+_H = dict(channels=1280, token_hidden=640, channel_hidden=5120, num_blocks=32)
+register_preset("mixer_s32", "mlp_mixer", f"{_TABLE1} (Mixer-S/32)", image_size=224, patch_size=32, **_S)
+register_preset("mixer_s16", "mlp_mixer", f"{_TABLE1} (Mixer-S/16)", image_size=224, patch_size=16, **_S)
+register_preset("mixer_b32", "mlp_mixer", f"{_TABLE1} (Mixer-B/32)", image_size=224, patch_size=32, **_B)
+register_preset("mixer_b16", "mlp_mixer", f"{_TABLE1} (Mixer-B/16)", image_size=224, patch_size=16, **_B)
+register_preset("mixer_l32", "mlp_mixer", f"{_TABLE1} (Mixer-L/32)", image_size=224, patch_size=32, **_L)
+register_preset("mixer_l16", "mlp_mixer", f"{_TABLE1} (Mixer-L/16)", image_size=224, patch_size=16, **_L)
+register_preset("mixer_h14", "mlp_mixer", f"{_TABLE1} (Mixer-H/14)", image_size=224, patch_size=14, **_H)
 
 # Hayase & Karakida Table 1: wider (larger S) Mixers at the same connection count Ω. The paper's
 # settings for all its experiments: LayerNorm ε = 1e-5 (App. A.2.1, eq. S.4) and weights N(0, 1/n)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from einops import rearrange
 from timm.layers import DropPath
 from torch import nn
 
@@ -151,14 +152,13 @@ class MixingLayer(nn.Module):
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch: Mat ∘ J2 ∘ (I ⊗ f) ∘ J1 ∘ vec, on an already normalised (B, S_in, C) input."""
-        batch = x.shape[0]
         if self.permute_in is not None:
-            # Blocks of n2 consecutive permuted entries: S_in per block for token mixing (C blocks),
-            # C per block for channel mixing (S blocks).
+            # I_{n1} ⊗ f on J1 vec(X): n1 blocks of n2 consecutive permuted entries, S_in per block for
+            # token mixing (n1 = C blocks), C per block for channel mixing (n1 = S blocks).
             n2 = self.tokens_in if self.axis == "token" else self.channels
-            y = self.permute_in(x.reshape(batch, -1)).view(batch, -1, n2)
-            y = self.mlp(y)
-            return self.permute_out(y.reshape(batch, -1)).view(batch, self.tokens, self.channels)
+            y = rearrange(self.permute_in(rearrange(x, "b s c -> b (s c)")), "b (n1 n2) -> b n1 n2", n2=n2)
+            y = rearrange(self.mlp(y), "b n1 n2 -> b (n1 n2)")
+            return rearrange(self.permute_out(y), "b (s c) -> b s c", c=self.channels)  # Mat ∘ J2
         if self.axis == "token":
             return self.mlp.forward_columns(x)  # W·LN(X) from the left: no transposes (layers.linear_columns)
         return self.mlp(x)

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
+from einops import rearrange
 from timm.layers import lecun_normal_
 from torch import nn
 
@@ -232,7 +233,7 @@ class SWMLP(nn.Module):
     def vectorise(self, x: torch.Tensor) -> torch.Tensor:
         """Image → per-patch FC → vec, column-major as the paper's vec (entry (j−1)·S0 + i is X[i, j]),
         its first m entries (all of them when S0 divides m)."""
-        x = self.stem(x).transpose(1, 2).flatten(1)  # (B, S0, C) -> (B, C·S0)
+        x = rearrange(self.stem(x), "b s c -> b (c s)")  # vec(X): the columns of X one after another
         return x if x.shape[1] == self.width else x[:, : self.width]
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 
 import torch
+from einops import rearrange
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
@@ -131,11 +132,10 @@ def upscale_tokens(model: PKMixer, factor: int) -> PKMixer:
 def region_tokens(tokens: torch.Tensor, factor: int) -> list[torch.Tensor]:
     """Split a region-ordered (B, K²·S, C) token sequence into the K² per-region (B, S, C) sequences,
     regions in raster order (top-left, top-right, ..., bottom-right)."""
-    return list(tokens.chunk(factor * factor, dim=1))
+    return list(rearrange(tokens, "b (regions s) c -> regions b s c", regions=factor * factor))
 
 
 def tile_images(images: list[torch.Tensor], factor: int) -> torch.Tensor:
     """The (B, C, K·H, K·W) image whose K×K regions are ``images`` (K² tensors (B, C, H, W), in raster order)."""
     require(len(images) == factor * factor, "images", f"need {factor * factor} tiles, got {len(images)}")
-    rows = [torch.cat(images[r * factor : (r + 1) * factor], dim=-1) for r in range(factor)]
-    return torch.cat(rows, dim=-2)
+    return rearrange(images, "(kh kw) b c h w -> b c (kh h) (kw w)", kh=factor)

@@ -26,9 +26,10 @@ from torchmetrics.classification import MulticlassAccuracy
 from mixer_lightning.data.sampling import rng_states, set_rng_states
 from mixer_lightning.errors import ConfigError, TrainingError, field_prefix, require
 from mixer_lightning.models import get_entry
-from mixer_lightning.models.convert import build_initialised, implied_arguments, read_weights
 from mixer_lightning.optim import WarmupDecayLR, param_groups
-from mixer_lightning.tasks.loading import family_module
+from mixer_lightning.tasks.initialise import build_initialised, implied_arguments
+from mixer_lightning.tasks.loading import check_family
+from mixer_lightning.weights import read_weights
 
 
 def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollection:
@@ -96,6 +97,8 @@ class ClassifierModule(LightningModule):
         self.val_metrics = accuracy_metrics(num_classes, "val", top5=True)
         self.test_metrics = accuracy_metrics(num_classes, "test", top5=True)
         self._rng_states_to_restore: dict | None = None
+        self._pending_losses: list[tuple[torch.Tensor, int, int]] = []  # (loss, step, epoch) not yet checked
+        self._last_loss: tuple[torch.Tensor, int] | None = None  # (loss, batch size) of the step running
 
     net: nn.Module  # set by the family module, with `build_network`
 
@@ -103,23 +106,16 @@ class ClassifierModule(LightningModule):
         """The network of `family`: the registered `preset` (or the family's generic constructor) with
         the dataset's num_classes, image_size and in_chans and every architecture argument not None.
 
-        With ``init_from``, its weights come from that file (`mixer_lightning.models.convert`), and the
+        With ``init_from``, its weights come from that file (`mixer_lightning.weights`), and the
         architecture arguments left None (preset included) take the values the file implies (a
         checkpoint's hyper-parameters of the same module class; ``act: gelu_tanh`` for a JAX file),
         recorded in ``hparams``. With ``upscale`` K, the network is built at image_size / K, loaded and
         upscaled (`mixer_lightning.models.upscale.upscale_tokens`)."""
         with field_prefix("model"):
             weights = read_weights(self.init_from, "init_from") if self.init_from else None
-            if weights is not None and weights.class_path:
-                family_module(weights.class_path, "init_from", repr(self.init_from))  # looked up, never imported
-                saved = weights.class_path.rsplit(".", 1)[-1]
-                require(
-                    saved == type(self).__name__,
-                    "init_from",
-                    f"{self.init_from!r} holds a {saved}, but this model is a {type(self).__name__}",
-                    f"start from a checkpoint of this family, or set model.class_path to {weights.class_path}",
-                )
             if weights is not None:
+                fix = f"start from a checkpoint of this family, or set model.class_path to {weights.class_path}"
+                check_family(weights.class_path, self, "init_from", repr(self.init_from), fix)
                 given = {"preset": preset, "upscale": self.upscale, **architecture}
                 implied = implied_arguments(weights, type(self).__name__, given)
                 if implied:
@@ -166,26 +162,72 @@ class ClassifierModule(LightningModule):
         # y is class indices (B,), or soft targets (B, K) from mixup/cutmix: cross_entropy takes both and
         # smooths either (= timm's Mixup(label_smoothing) + SoftTargetCrossEntropy, tests/test_data_mixup.py).
         loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
-        self.check_finite(loss)
-        self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=len(x))
-        self.train_loss(loss.detach(), weight=len(x))
-        self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
+        self._pending_losses.append((loss.detach(), self.global_step, self.current_epoch))  # see `check_finite`
+        self._last_loss = (loss.detach(), len(x))  # logged in `on_train_batch_end`
+        # The epoch figures' accumulators; logged once, at the epoch's end (`on_train_epoch_end`). `update`,
+        # not the metrics' forward, which also computes a per-batch value nobody reads.
+        self.train_loss.update(loss.detach(), weight=len(x))
         # Train accuracy against the dominant class of a mixed target.
-        self.train_metrics(logits, y.argmax(dim=1) if y.ndim == 2 else y)
-        self.log_dict(self.train_metrics, on_step=False, on_epoch=True, batch_size=len(x))
+        self.train_metrics.update(logits, y.argmax(dim=1) if y.ndim == 2 else y)
         return loss
 
-    def check_finite(self, loss: torch.Tensor) -> None:
-        """Stop a diverged run before its NaN/Inf loss reaches the weights (and so any checkpoint).
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """``train/loss`` is logged where the loggers write it (every ``trainer.log_every_n_steps``
+        steps, the last one, every step of fast_dev_run; decided after the callbacks' hooks, as the
+        loggers decide) and at an epoch's last batch (for the progress bar and
+        ``trainer.callback_metrics``): the loggers receive the same values at the same steps as when
+        it is logged every step, and the other steps pay neither `self.log` (≈ 1 ms of Python on a
+        CPU) nor the progress bar's read of the loss (a host sync on a GPU). A loss is checked
+        (`check_finite`) before it is logged."""
+        trainer = self.trainer
+        logs = bool(trainer.fast_dev_run) or batch_idx + 1 >= trainer.num_training_batches or (
+            trainer._logger_connector.should_update_logs
+        )  # fmt: skip
+        if logs or len(self._pending_losses) >= (trainer.log_every_n_steps or 50):
+            self.check_finite()
+        if logs and self._last_loss is not None:
+            loss, batch_size = self._last_loss
+            self.log("train/loss", loss, on_step=True, on_epoch=False, prog_bar=True, batch_size=batch_size)
+        self._last_loss = None
 
-        Raised before the backward pass, so the weights, the optimiser and the checkpoints on disk are
-        the last good ones. Under DDP every process learns that one diverged (else the others would
-        wait for it forever)."""
-        diverged = not bool(torch.isfinite(loss.detach()))
-        if self._trainer is not None and self.trainer.world_size > 1:
+    def on_train_epoch_end(self) -> None:
+        self.check_finite()  # no figure of a diverged epoch is logged
+        if self.train_loss.update_called:  # (a resumed epoch goes on from the accumulators' saved states)
+            # Logged as metric objects: Lightning computes them (synced across processes) and resets them.
+            self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
+            self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
+
+    def on_validation_start(self) -> None:
+        self.check_finite()  # inside fit: never validate (and keep as best.ckpt) diverged weights
+
+    def on_train_end(self) -> None:
+        self.check_finite()
+
+    def check_finite(self) -> None:
+        """Stop a diverged run, in one line, before a checkpoint or a figure of it is written.
+
+        The losses of the steps since the last check are checked on the host together (one host sync),
+        every ``trainer.log_every_n_steps`` steps, before every checkpoint is saved (`on_save_checkpoint`),
+        before validation, at the end of every epoch and of training, not every step (a GPU would wait
+        for each step to finish). A diverged step's update may reach the weights in memory before the
+        check, but no checkpoint is written from them: the checkpoints on disk are the last good ones.
+        Under DDP every process learns that one diverged (else the others would wait for it forever)."""
+        pending, self._pending_losses = self._pending_losses, []
+        if not pending or self._trainer is None:
+            return
+        losses = torch.stack([loss.float() for loss, _, _ in pending])
+        bad = ~torch.isfinite(losses)
+        diverged = bool(bad.any())
+        if self.trainer.world_size > 1:
             diverged = self.trainer.strategy.reduce_boolean_decision(diverged, all=False)
         if not diverged:
             return
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0])
+            _, step, epoch = pending[first]
+            what = f"the loss is {losses[first].item()} at step {step} (epoch {epoch})"
+        else:
+            what = f"the loss is not finite on another process, by step {self.global_step} (epoch {self.current_epoch})"
         saved = sorted(
             {
                 path
@@ -196,8 +238,7 @@ class ClassifierModule(LightningModule):
         )
         where = f"the last good checkpoints: {', '.join(saved)}" if saved else "no checkpoint was saved yet"
         raise TrainingError(
-            f"training diverged: the loss is {loss.item()} at step {self.global_step} (epoch {self.current_epoch}); "
-            f"{where}; lower the learning rate, add warm-up or set trainer.gradient_clip_val"
+            f"training diverged: {what}; {where}; lower the learning rate, add warm-up or set trainer.gradient_clip_val"
         )
 
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
@@ -251,11 +292,14 @@ class ClassifierModule(LightningModule):
                     state.setdefault(key, value)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["rng_states"] = rng_states()
-        """Checkpoints rebuild their network without the ``init_from`` file: they hold the trained
+        """A diverged run's weights never reach a checkpoint (`check_finite`).
+
+        Checkpoints rebuild their network without the ``init_from`` file: they hold the trained
         weights, so their hyper-parameters drop ``init_from`` (the run's config.yaml keeps it) and keep
         ``upscale`` and the architecture arguments the file implied. ``mixer test --ckpt_path``,
         resuming and ``load_from_checkpoint`` then work after the original weights file is gone."""
+        self.check_finite()
+        checkpoint["rng_states"] = rng_states()
         hparams = checkpoint.get("hyper_parameters")
         if isinstance(hparams, dict) and hparams.get("init_from"):
             hparams["init_from"] = None

@@ -3,7 +3,8 @@
 Every checkpoint is read with ``torch.load(weights_only=True)``: tensors and plain containers only,
 never pickled code. A `mixer fit` (or `mixer convert`) checkpoint names its LightningModule class in
 its hyper-parameters (``_class_path``), so any family is rebuilt without a config; that name is looked
-up among the registered families (`family_module`), never imported (`mixer_lightning.trust`).
+up among the registered families (`family_module`), never imported (`mixer_lightning.trust`), and a
+checkpoint of one family never initialises another (`check_family`).
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ from typing import Any
 import torch
 
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.trust import check_class_paths, load_torch_file
+from mixer_lightning.trust import load_torch_file
 
 
 def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any]:
     """The checkpoint dict at `path`, or a `ConfigError` saying what is wrong with the file.
 
-    The names it carries are checked before anything could import them (`mixer_lightning.trust`): its
-    module class must be a registered family (`family_module`), any other class path trusted."""
+    The names it carries are checked before anything could import them: any class path must be
+    trusted (`mixer_lightning.trust.load_torch_file`), its module class a registered family
+    (`family_module`)."""
     fix = "give the path of a checkpoint written by `mixer fit` or `mixer convert`"
     checkpoint = load_torch_file(path, field, fix)
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
@@ -31,13 +33,9 @@ def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any
             f"{str(path)!r} is a bare weights file, not a mixer checkpoint",
             "turn it into one with `mixer convert --from FILE --model NAME --out model.ckpt`",
         )
-    hparams = checkpoint.get("hyper_parameters")
-    if hparams is not None:
-        if not isinstance(hparams, dict):
-            raise ConfigError(field, f"{str(path)!r} has malformed hyper_parameters ({type(hparams).__name__})", fix)
-        if "_class_path" in hparams:
-            family_module(hparams["_class_path"], field, repr(str(path)))
-        check_class_paths(hparams, field, repr(str(path)))
+    hparams = checkpoint.get("hyper_parameters") or {}
+    if "_class_path" in hparams:
+        family_module(hparams["_class_path"], field, repr(str(path)))
     return checkpoint
 
 
@@ -68,6 +66,17 @@ def module_class(checkpoint: dict[str, Any], path: str | Path, field: str = "ckp
     if not class_path:
         raise ConfigError(field, f"{str(path)!r} does not say which model it holds (no _class_path)", "pass --config")
     return family_module(class_path, field, repr(str(path)))
+
+
+def check_family(class_path: str | None, module: Any, field: str, source: str, fix: str) -> None:
+    """A `ConfigError` on `field` unless the module class a checkpoint names (`class_path`, None for
+    files that name none) is a registered family (`family_module`) and `module`'s own class: weights
+    are only comparable within a family."""
+    if not class_path:
+        return
+    saved = family_module(class_path, field, source).__name__
+    if saved != type(module).__name__:
+        raise ConfigError(field, f"{source} holds a {saved}, but this model is a {type(module).__name__}", fix)
 
 
 def describe_mismatch(

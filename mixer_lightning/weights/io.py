@@ -1,0 +1,184 @@
+"""Reading weights files into this project's key layout, whatever wrote them (`read_weights`).
+
+- a Lightning checkpoint of this project (``mixer fit`` or ``mixer convert``);
+- timm weights (``.pth``/``.safetensors``, a plain state dict);
+- an official JAX checkpoint (``.npz``, github.com/google-research/vision_transformer);
+- a name on a hub (``timm:...``, ``hf-hub:...``; `mixer_lightning.weights.timm.read_hub_weights`).
+
+Everything is read without executing code: ``torch.load(weights_only=True)`` through
+`mixer_lightning.trust.load_torch_file` (which also checks the class names a checkpoint carries),
+safetensors, or ``numpy.load(allow_pickle=False)``.
+
+Activation. flax's ``nn.gelu`` is the tanh approximation of GELU (``approximate=True`` by default),
+and the official models were trained with it, so weights read from a JAX file imply
+``act="gelu_tanh"`` (`WeightsFile.architecture`); timm's Mixer uses the exact erf GELU.
+"""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.trust import load_torch_file
+from mixer_lightning.weights.keys import (
+    TIMM_NAMES,
+    about,
+    from_jax_key,
+    from_timm_key,
+    jax_key,
+    jax_shape,
+    jax_to_torch,
+    timm_key,
+)
+
+Format = Literal["lightning", "timm", "jax", "mixer"]
+
+FORMAT_NAMES = {
+    "lightning": "a mixer-lightning checkpoint",
+    "mixer": "a mixer-lightning state dict",
+    "timm": "timm MlpMixer weights",
+    "jax": "an official JAX (flax) checkpoint",
+}
+HUB_PREFIXES = ("timm:", "hf-hub:")
+
+
+@dataclass
+class WeightsFile:
+    """Weights read from a file, in this project's key layout.
+
+    Attributes:
+        path: the file.
+        format: what wrote it (see `FORMAT_NAMES`).
+        state_dict: parameter name → tensor, this project's names and PyTorch layouts.
+        architecture: architecture arguments the file implies (a mixer-lightning checkpoint's saved
+            hyper-parameters; ``act="gelu_tanh"`` for a JAX file), to use where the user gives none.
+        class_path: the LightningModule class of a mixer-lightning checkpoint.
+        preprocessing: what the weights were trained on, from timm's ``pretrained_cfg`` (``mean``,
+            ``std``, ``crop_pct``, ``interpolation``, ``input_size``), for weights named on a hub.
+    """
+
+    path: str
+    format: Format
+    state_dict: dict[str, torch.Tensor]
+    architecture: dict[str, Any] = field(default_factory=dict)
+    class_path: str | None = None
+    preprocessing: dict[str, Any] = field(default_factory=dict)
+
+    def file_key(self, key: str) -> str:
+        """This project's parameter name as the file spells it."""
+        return {"timm": timm_key, "jax": jax_key}.get(self.format, lambda k: k)(key)
+
+    def file_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return jax_shape(key, tuple(shape)) if self.format == "jax" else tuple(shape)
+
+    def num_blocks(self) -> int:
+        blocks = {int(m.group(1)) for k in self.state_dict if (m := re.match(r"blocks\.(\d+)\.", k))}
+        return max(blocks) + 1 if blocks else 0
+
+
+def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
+    """Read a weights file into this project's key layout (see the module docstring for the formats).
+
+    ``field`` names the setting the path came from, in errors (``model.init_from``, ``--from``).
+    A file that needs pickled objects is refused with the fix.
+    """
+    if str(path).startswith(HUB_PREFIXES):
+        from mixer_lightning.weights.timm import read_hub_weights  # imports timm: only for hub names
+
+        return read_hub_weights(str(path), field)
+    path = Path(path)
+    require(
+        path.is_file(),
+        field,
+        f"no such file: {path}",
+        "give a checkpoint (.ckpt), timm weights (.pth/.safetensors) or an official JAX .npz",
+    )
+    if path.suffix == ".npz":
+        return _read_jax(path, field)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        try:
+            raw: Any = load_file(str(path))
+        except Exception as error:  # safetensors raises its own SafetensorError
+            raise ConfigError(field, f"{path} is not a safetensors file ({error})") from None
+    else:
+        raw = load_torch_file(path, field, "give a .pth/.ckpt file")  # class names checked there
+    require(isinstance(raw, Mapping), field, f"{path} holds a {type(raw).__name__}, not a state dict")
+    hparams, class_path, fmt = {}, None, "mixer"
+    if "state_dict" in raw and isinstance(raw["state_dict"], Mapping):
+        if "pytorch-lightning_version" in raw:
+            fmt = "lightning"
+            hparams = dict(raw.get("hyper_parameters") or {})
+            class_path = hparams.pop("_class_path", None)
+        raw = raw["state_dict"]
+    elif "model" in raw and isinstance(raw["model"], Mapping):  # {"model": state_dict}, as DeiT/ResMLP files
+        raw = raw["model"]
+    state_dict = _strip_prefix({k: v for k, v in raw.items() if isinstance(v, torch.Tensor)})
+    require(bool(state_dict), field, f"{path} contains no tensors")
+    if fmt != "lightning" and any(TIMM_NAMES.search(k) for k in state_dict):
+        fmt = "timm"
+        state_dict = {from_timm_key(k, field, str(path)): v for k, v in state_dict.items()}
+        _refuse_glu(state_dict, timm_key, field, str(path))
+    architecture = {k: v for k, v in hparams.items() if not k.startswith("_")}
+    return WeightsFile(str(path), fmt, state_dict, architecture, class_path)
+
+
+def _strip_prefix(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop a wrapper prefix every key shares: ``net.`` (our LightningModule), ``module.`` (DDP),
+    ``model.``; a Lightning checkpoint's other entries (metrics) are not weights."""
+    for prefix in ("net.", "module.", "model."):
+        if state_dict and all(k.startswith(prefix) for k in state_dict):
+            return {k[len(prefix) :]: v for k, v in state_dict.items()}
+    if any(k.startswith("net.") for k in state_dict):  # a LightningModule with other stateful children
+        return {k[4:]: v for k, v in state_dict.items() if k.startswith("net.")}
+    return state_dict
+
+
+def _read_jax(path: Path, field: str) -> WeightsFile:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except ValueError as error:
+        raise ConfigError(field, f"{path} needs pickled Python objects ({error})", "save plain arrays") from None
+    except (OSError, EOFError, zipfile.BadZipFile) as error:
+        raise ConfigError(field, f"{path} is not an .npz archive ({error})") from None
+    # Checkpoints saved by the training code nest the parameters under a common prefix.
+    for prefix in ("opt/target/", "params/", "target/"):
+        if arrays and all(k.startswith(prefix) for k in arrays):
+            arrays = {k[len(prefix) :]: v for k, v in arrays.items()}
+    state_dict = {}
+    for key, array in arrays.items():
+        ours = from_jax_key(key)
+        if ours is None:
+            raise ConfigError(
+                field, about(str(path), f"{key!r} is not a parameter of the official MLP-Mixer"),
+                "give a Mixer checkpoint (keys stem/kernel, MixerBlock_0/..., pre_head_layer_norm/..., head/...)",
+            )  # fmt: skip
+        state_dict[ours] = jax_to_torch(key, array, field, str(path))
+    # flax nn.gelu defaults to the tanh approximation: the official models compute that function.
+    return WeightsFile(str(path), "jax", state_dict, {"act": "gelu_tanh"})
+
+
+def _refuse_glu(
+    state_dict: Mapping[str, torch.Tensor], spell: Callable[[str], str], field: str = "weights", source: str = ""
+) -> None:
+    """A gated (GLU) MLP's fc1 is twice as wide as its fc2's input (timm ``gmixer_*``): refuse it."""
+    for key, weight in state_dict.items():
+        if key.endswith("mlp.fc1.weight"):
+            fc2 = state_dict.get(key.replace("fc1", "fc2"))
+            if fc2 is not None and weight.ndim == 2 and fc2.ndim == 2 and weight.shape[0] == 2 * fc2.shape[1]:
+                raise ConfigError(
+                    field,
+                    about(source, f"{spell(key)} is twice as wide as {spell(key.replace('fc1', 'fc2'))}'s input: a "
+                                  "gated (GLU, gmixer) MLP, which an MLP-Mixer does not have"),
+                    "convert a plain MLP-Mixer",
+                )  # fmt: skip
