@@ -1,17 +1,14 @@
-"""Shared test helpers. Tests drive the real `mixer` entry point (`mixer_lightning.cli.main`)."""
+"""Fixtures shared by every test file; plain helpers are the package `helpers`. Tests drive the real
+`mixer` entry point (`mixer_lightning.cli.main`)."""
 
 from __future__ import annotations
 
-import json
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import lightning.pytorch  # noqa: F401  (first import here: its log handlers bind to pytest's session stream,
 import pytest  #             not to the stream of the first test that imports it, closed after that test)
-
-ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
-TEST_CONFIGS = Path(__file__).resolve().parent / "configs"
 
 warnings.filterwarnings("ignore", ".*does not have many workers.*")
 warnings.filterwarnings("ignore", ".*isinstance\\(treespec, LeafSpec\\).*")
@@ -24,10 +21,10 @@ def _in_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def run_dirs(name: str) -> list[Path]:
-    """Run directories runs/<name>/version_* in the current directory, oldest first."""
-    return sorted(Path("runs", name).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
+    """``trained(kind)``: the last.ckpt of a short `mixer fit` of the tiny config `kind` (``mixer``,
+    ``sw_mlp``, ``rp_s_mixer``, ``kron``), trained once per test session on first use."""
+    from helpers.trained import checkpoint
 
-
-def read_json(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    return lambda kind: checkpoint(kind, tmp_path_factory)

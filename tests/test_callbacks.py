@@ -10,7 +10,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from conftest import TEST_CONFIGS, run_dirs
+from helpers import TEST_CONFIGS, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
 

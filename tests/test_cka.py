@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from trained import DATA_CONFIG, checkpoint
 
+from helpers.trained import DATA_CONFIG
 from mixer_lightning.analysis.cka import MinibatchCKA, MinibatchSampler, gram_linear, hsic_unbiased
 from mixer_lightning.cli import main
 
@@ -21,8 +21,8 @@ def cka(capsys: pytest.CaptureFixture, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_a_network_against_itself_has_ones_on_the_diagonal(tmp_path_factory, capsys) -> None:
-    mixer = checkpoint("mixer", tmp_path_factory)
+def test_a_network_against_itself_has_ones_on_the_diagonal(trained, capsys) -> None:
+    mixer = trained("mixer")
     result = cka(capsys, "--ckpt", mixer, "--ckpt", mixer)
     matrix = torch.tensor(result["cka"], dtype=torch.float64)
     assert result["layers_a"] == result["layers_b"] == ["1.token", "1.channel"]
@@ -33,8 +33,8 @@ def test_a_network_against_itself_has_ones_on_the_diagonal(tmp_path_factory, cap
     assert (result["batches"], result["examples"], result["batch_size"]) == (11, 352, 32)
 
 
-def test_a_mixer_against_an_sw_mlp_with_a_heat_map(tmp_path_factory, capsys) -> None:
-    mixer, sw_mlp = checkpoint("mixer", tmp_path_factory), checkpoint("sw_mlp", tmp_path_factory)
+def test_a_mixer_against_an_sw_mlp_with_a_heat_map(trained, capsys) -> None:
+    mixer, sw_mlp = trained("mixer"), trained("sw_mlp")
     result = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--batches", "4", "--batch_size", "40",
                  "--plot", "cka.png")  # fmt: skip
     assert (result["model_a"], result["model_b"]) == ("MLPMixer", "SWMLP")
@@ -49,18 +49,18 @@ def test_a_mixer_against_an_sw_mlp_with_a_heat_map(tmp_path_factory, capsys) -> 
 
 
 @pytest.mark.slow
-def test_two_processes_give_the_one_process_matrix(tmp_path_factory, capsys) -> None:
+def test_two_processes_give_the_one_process_matrix(trained, capsys) -> None:
     """DDP (2 CPU processes, gloo, ddp_spawn): each takes whole minibatches (11 = 6 + 5), the HSIC sums
     are torchmetrics states summed across processes, so the matrix is the one-process matrix."""
-    mixer, sw_mlp = checkpoint("mixer", tmp_path_factory), checkpoint("sw_mlp", tmp_path_factory)
+    mixer, sw_mlp = trained("mixer"), trained("sw_mlp")
     one = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp)
     two = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--devices", "2", "--strategy", "ddp_spawn")
     assert (two["batches"], two["examples"]) == (one["batches"], one["examples"]) == (11, 352)
     torch.testing.assert_close(torch.tensor(two["cka"]), torch.tensor(one["cka"]), rtol=1e-9, atol=1e-12)
 
 
-def test_bad_cka_inputs(tmp_path_factory, capsys) -> None:
-    mixer, kron = checkpoint("mixer", tmp_path_factory), checkpoint("kron", tmp_path_factory)
+def test_bad_cka_inputs(trained, capsys) -> None:
+    mixer, kron = trained("mixer"), trained("kron")
     cases = [
         (["--ckpt", mixer], "ckpt: needs exactly two checkpoints, got 1"),
         (["--ckpt", mixer, "--ckpt", kron], "ckpt: "),

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import CONFIGS, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")

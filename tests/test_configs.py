@@ -2,7 +2,7 @@
 
 Each experiment config runs as written (its model, recipe, augmentation, mixup, callbacks), composed
 with the ``configs/trainer/cpu.yaml`` overlay, on a tiny dataset in the real on-disk format of the
-config's own dataset (tests/fakedata.py), with a batch of 2 and no workers.
+config's own dataset (tests/helpers/fakedata.py), with a batch of 2 and no workers.
 
 One CLI call costs ~1 s of argument parsing, so the fast suite checks a representative config of
 each dataset and recipe (`FAST`); the slow suite (``pytest -m slow tests/test_configs.py``, ~15 min on
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from fakedata import WRITERS, patch_torchvision_checks
 
-from conftest import CONFIGS
+from helpers import CONFIGS
+from helpers.fakedata import WRITERS, patch_torchvision_checks
 from mixer_lightning.cli import main
 
 EXPERIMENTS = sorted(p for p in CONFIGS.glob("*.yaml"))

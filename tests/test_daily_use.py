@@ -21,7 +21,7 @@ import torch
 import yaml
 from PIL import Image
 
-from conftest import CONFIGS, ROOT, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, ROOT, TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
@@ -171,8 +171,7 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
 
 def test_checkpoints_carry_the_class_names_of_every_kind_of_dataset(tmp_path, monkeypatch) -> None:
     """Folder names, a Hugging Face ClassLabel's names, torchvision's classes (what `DataFacts` writes)."""
-    from fakedata import patch_torchvision_checks, write_cifar10, write_hf, write_image_folder
-
+    from helpers.fakedata import patch_torchvision_checks, write_cifar10, write_hf, write_image_folder
     from mixer_lightning.data import ImageDataModule
     from mixer_lightning.data.predict import data_facts
 
@@ -224,11 +223,11 @@ def tiny_hub_repo(tmp_path: Path) -> Path:
 
 def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatch, capsys) -> None:
     import huggingface_hub.constants as hub
-    from fakedata import write_hf
     from test_pretrained_hub import place_in_cache
 
-    from mixer_lightning.weights import read_weights
+    from helpers.fakedata import write_hf
     from mixer_lightning.preprocessing import hub_preprocessing
+    from mixer_lightning.weights import read_weights
 
     cache = tmp_path / "hub_cache"
     cache.mkdir()

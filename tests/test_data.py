@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from fakedata import WRITERS, patch_torchvision_checks, write_cifar10, write_hf, write_image_folder, write_stl10
 from PIL import Image
 
-from conftest import TEST_CONFIGS
+from helpers import TEST_CONFIGS
+from helpers.fakedata import WRITERS, patch_torchvision_checks, write_cifar10, write_hf, write_image_folder, write_stl10
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError
@@ -93,7 +93,7 @@ def test_missing_cifar10_without_download_says_how_to_get_it(tmp_path: Path) -> 
 
 # --- every on-disk format, the facts known at construction, subsets and splits -----------------------
 
-FORMATS = {  # dataset: (num_classes, image_size, in_chans, train, val, test) of the tests/fakedata.py fakes
+FORMATS = {  # dataset: (num_classes, image_size, in_chans, train, val, test) of the tests/helpers/fakedata.py fakes
     "cifar100": (100, 32, 3, 90, 10, 20),
     "stl10": (10, 96, 3, 27, 3, 20),
     "mnist": (10, 28, 1, 54, 6, 20),

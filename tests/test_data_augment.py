@@ -11,12 +11,12 @@ import PIL
 import pytest
 import torch
 import yaml
-from fakedata import write_hf
 from PIL import Image, ImageOps
 from timm.data import auto_augment as timm_auto_augment
 from torchvision.transforms import functional as TF
 
-from conftest import CONFIGS
+from helpers import CONFIGS
+from helpers.fakedata import write_hf
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.data.transforms import (
     Augmentation,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from fakedata import patch_torchvision_checks, write_cifar10, write_hf
 from timm.data import Mixup
 from timm.loss import SoftTargetCrossEntropy
 
-from conftest import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers.fakedata import patch_torchvision_checks, write_cifar10, write_hf
 from mixer_lightning.benchmarks.data import throughput
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule

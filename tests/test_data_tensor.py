@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from fakedata import WRITERS, patch_torchvision_checks, write_hf
 from PIL import Image
 from test_reliability import MIXER, RP_MIXER, assert_same, augmented_hf_config, epoch_scalars, final_state
 
-from conftest import CONFIGS, read_json
+from helpers import CONFIGS, read_json
+from helpers.fakedata import WRITERS, patch_torchvision_checks, write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.data.datamodule import TransformedDataset
@@ -272,12 +272,12 @@ def test_a_killed_run_on_the_tensor_path_resumes_bit_for_bit(tmp_path: Path) -> 
     """tests/test_reliability.py's kill-and-resume test on the tensor path (crop, flip, mixup/cutmix,
     dropout, stochastic depth, RP): SIGKILL at step 7, resume from the step-6 checkpoint mid-epoch."""
     config = augmented_hf_config(tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, pipeline="tensor")
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "killer"}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
     run = ["--config", str(config)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
     killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [
-        {"class_path": "killer.KillAtStep", "init_args": {"step": 7}}]}}))  # fmt: skip
+        {"class_path": "helpers.killer.KillAtStep", "init_args": {"step": 7}}]}}))  # fmt: skip
     killed = subprocess.run([MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
                             env=env, capture_output=True, text=True)  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -298,9 +298,9 @@ def test_ddp_ranks_get_disjoint_shards_of_the_same_augmented_images(tmp_path: Pa
     the augmented images one process sees (augmentation keyed by (seed, epoch, index), not by rank)."""
     config = augmented_hf_config(tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, mixup=0.0, cutmix=0.0,
                                  val_split=0, pipeline="tensor")  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "recorder"}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
     common = [MIXER, "fit", "--config", str(config), "--trainer.max_epochs", "2", "--trainer.deterministic", "false",
-              "--trainer.callbacks+=recorder.ImageRecorder"]  # fmt: skip
+              "--trainer.callbacks+=helpers.recorder.ImageRecorder"]  # fmt: skip
     for name, devices in (("one", "1"), ("two", "2")):
         result = subprocess.run([*common, "--trainer.callbacks.folder", str(tmp_path / name), "--trainer.devices",
                                  devices, "--trainer.strategy", "ddp" if devices == "2" else "auto",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT
+from helpers import ROOT
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "configs" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from trained import checkpoint
 
 from mixer_lightning.cli import main
 
@@ -20,10 +19,10 @@ def export(capsys, *args: str) -> dict:
 
 @pytest.mark.parametrize("kind", ["mixer", "rp_s_mixer", "sw_mlp"])
 @pytest.mark.parametrize("fmt", ["onnx", "pt2", "torchscript"])
-def test_every_family_exports_and_matches_eager(kind, fmt, tmp_path_factory, capsys) -> None:
+def test_every_family_exports_and_matches_eager(kind, fmt, trained, capsys) -> None:
     from mixer_lightning.tasks.loading import load_classifier
 
-    ckpt = checkpoint(kind, tmp_path_factory)
+    ckpt = trained(kind)
     capsys.readouterr()  # (the first use trains the checkpoint, printing its run)
     out = Path(f"model.{fmt}")
     report = export(capsys, "--ckpt_path", ckpt, "--format", fmt, "--out", str(out))
@@ -45,8 +44,8 @@ def test_every_family_exports_and_matches_eager(kind, fmt, tmp_path_factory, cap
     assert got.shape == expected.shape and torch.allclose(got, expected, atol=1e-4)
 
 
-def test_export_refuses_to_replace_a_file_without_overwrite(tmp_path_factory, capsys) -> None:
-    ckpt = checkpoint("mixer", tmp_path_factory)
+def test_export_refuses_to_replace_a_file_without_overwrite(trained, capsys) -> None:
+    ckpt = trained("mixer")
     capsys.readouterr()
     Path("notes.pt2").write_text("my notes")
     with pytest.raises(SystemExit) as exit_info:

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 from sklearn.linear_model import Ridge
-from trained import DATA_CONFIG, checkpoint
 
-from mixer_lightning.analysis.fewshot import L2_GRID, RidgeSolver, draw_shots, parse_l2
+from helpers.trained import DATA_CONFIG
+from mixer_lightning.analysis.fewshot import L2_GRID, RidgeSolver, draw_shots
 from mixer_lightning.cli import main
+from mixer_lightning.commands.fewshot import parse_l2
 
 
 def fewshot(capsys: pytest.CaptureFixture, *args: str) -> dict:
@@ -21,8 +22,8 @@ def fewshot(capsys: pytest.CaptureFixture, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_mixer_few_shot_accuracy_with_lambda_chosen_on_held_out_training_images(tmp_path_factory, capsys) -> None:
-    result = fewshot(capsys, "--ckpt", checkpoint("mixer", tmp_path_factory), "--shots", "1,5", "--seeds", "0,1,2")
+def test_mixer_few_shot_accuracy_with_lambda_chosen_on_held_out_training_images(trained, capsys) -> None:
+    result = fewshot(capsys, "--ckpt", trained("mixer"), "--shots", "1,5", "--seeds", "0,1,2")
     assert (result["model"], result["features"], result["classes"]) == ("MLPMixer", 16, 10)
     assert (result["train_images"], result["test_images"]) == (1438, 359)  # digits: 80/20 split
     one, five = result["results"]
@@ -34,8 +35,8 @@ def test_mixer_few_shot_accuracy_with_lambda_chosen_on_held_out_training_images(
     assert five["accuracy"] > one["accuracy"]
 
 
-def test_fixed_lambda_and_text_output(tmp_path_factory, capsys) -> None:
-    sw_mlp = checkpoint("sw_mlp", tmp_path_factory)
+def test_fixed_lambda_and_text_output(trained, capsys) -> None:
+    sw_mlp = trained("sw_mlp")
     result = fewshot(capsys, "--ckpt", sw_mlp, "--shots", "5", "--seeds", "0", "--l2", "2**10")
     (r,) = result["results"]
     assert result["features"] == 128 and r["l2"] == 1024.0 and r["runs"][0]["holdout_accuracy"] is None
@@ -48,15 +49,15 @@ def test_fixed_lambda_and_text_output(tmp_path_factory, capsys) -> None:
     "args, message",
     [
         (["--shots", "200"], "shots: class 0 has 150 training images, fewer than 200 shots"),
-        (["--shots", "0"], "shots: needs integers >= 1"),
-        (["--l2", "-1"], "l2: must be positive"),
+        (["--shots", "0"], "shots: needs positive integers"),
+        (["--l2", "-1"], "l2: needs positive numbers"),
         (["--l2", "lots"], "l2: cannot read 'lots'"),
         (["--holdout", "0"], "holdout: choosing λ needs held-out images"),
         (["--device", "cuda:7"], "device: "),
     ],
 )
-def test_bad_fewshot_arguments(args: list[str], message: str, tmp_path_factory, capsys) -> None:
-    mixer = checkpoint("mixer", tmp_path_factory)
+def test_bad_fewshot_arguments(args: list[str], message: str, trained, capsys) -> None:
+    mixer = trained("mixer")
     if args[0] == "--device" and torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     capsys.readouterr()

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from timm.models.mlp_mixer import MlpMixer
 
-from conftest import CONFIGS, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.models import MLPMixer

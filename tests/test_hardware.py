@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch import Callback
 
-from conftest import CONFIGS, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")

@@ -7,7 +7,7 @@ import re
 
 import tomllib
 
-from conftest import ROOT
+from helpers import ROOT
 
 
 def dockerfile_instructions() -> list[tuple[str, str]]:

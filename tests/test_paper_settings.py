@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
-from conftest import CONFIGS
+from helpers import CONFIGS
 from mixer_lightning.cli import main
 from mixer_lightning.models import SWMLP, MLPMixer, ShallowMLP, SMixer, get_entry
 from mixer_lightning.models.sw_mlp import resolve_width_density

@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from fakedata import write_hf
 
-from conftest import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.models import create_model
 from mixer_lightning.models.layers import PatchEmbed

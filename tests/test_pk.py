@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models import MLPMixer, Permutation, SMixer, create_model

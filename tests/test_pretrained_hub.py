@@ -10,8 +10,8 @@ import pytest
 import timm
 import torch
 import yaml
-from fakedata import write_hf
 
+from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
 from mixer_lightning.weights import read_weights

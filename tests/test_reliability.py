@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
 
-from conftest import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers.fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
 from mixer_lightning.checkpointing import AtomicCheckpointIO
 from mixer_lightning.cli import main
 
@@ -150,7 +150,7 @@ KILL_MOMENTS = {
 
 
 def killer_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "killer"}
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "helpers"}
 
 
 @pytest.mark.slow
@@ -171,7 +171,7 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path: Path, model: dict, moment: s
     run = ["--config", str(config), "--step_checkpoint.every_n_train_steps", str(every)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
-    killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "killer.KillAt", "init_args": kill}]}}))
+    killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAt", "init_args": kill}]}}))
     killed = subprocess.run([MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
                             env=env, capture_output=True, text=True)  # fmt: skip
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
@@ -499,7 +499,7 @@ QUICK = ["--config", TINY, "--trainer.max_epochs", "3", "--trainer.log_every_n_s
 
 def kill_config(tmp_path: Path, **kill) -> str:
     path = tmp_path / "kill.yaml"
-    path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "killer.KillAt", "init_args": kill}]}}))
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAt", "init_args": kill}]}}))
     return str(path)
 
 
@@ -524,9 +524,9 @@ def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
     """The epoch's validation is logged once, best.ckpt sees it, the training-metric accumulators start
     afresh each epoch: the resumed run's weights, optimiser, best checkpoint and figures are the
     uninterrupted run's. (SIGKILL in a subprocess, with every source of randomness: the slow test above.)"""
-    from killer import Crash
+    from helpers.killer import Crash
 
-    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "killer")
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "helpers")
     run = [*QUICK, "--step_checkpoint.every_n_train_steps", str(every), *extra]
     main(["fit", *run, "--trainer.logger.init_args.name", "straight"])
     with pytest.raises(Crash):
@@ -545,7 +545,7 @@ def test_sigterm_and_sigint_stop_with_a_resumable_checkpoint(
     """A signal (here sent by the run to itself, in this process) stops the run at the next step with a
     non-zero status and last.ckpt of that step; ``--ckpt_path last`` then continues exactly. (A real
     subprocess signalled from outside: test_a_signalled_subprocess_stops_and_resumes_exactly.)"""
-    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "killer")
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "helpers")
     run = [*QUICK, "--step_checkpoint.every_n_train_steps", "100"]
     main(["fit", *run, "--trainer.logger.init_args.name", "straight"])
     kill = kill_config(tmp_path, moment="train_batch_end", step=5, signal=signame)

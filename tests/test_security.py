@@ -15,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import TEST_CONFIGS
+from helpers import TEST_CONFIGS
 from mixer_lightning.cli import main
 
 PWNED = "pwned.txt"

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.analysis import singular_values
 from mixer_lightning.cli import main
 from mixer_lightning.errors import ConfigError

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from conftest import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.analysis import singular_values
 from mixer_lightning.benchmarks.sparse import sw_mlp_ratios, sw_mlp_wide
 from mixer_lightning.cli import main

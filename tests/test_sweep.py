@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import CONFIGS, TEST_CONFIGS
+from helpers import CONFIGS, TEST_CONFIGS
 from mixer_lightning.cli import main
 from mixer_lightning.sweeps import runs as sweep_runs
 from mixer_lightning.sweeps.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
@@ -483,7 +483,7 @@ def _killing_overlay(tmp: Path) -> str:
     is 4 steps: the kill comes before the epoch's end and its checkpoint)."""
     path = tmp / "kill_once.yaml"
     path.write_text(yaml.safe_dump({
-        "trainer": {"callbacks": [{"class_path": "sweep_killer.KillOnceAtStep",
+        "trainer": {"callbacks": [{"class_path": "helpers.sweep_killer.KillOnceAtStep",
                                    "init_args": {"step": 3, "marker": str(tmp / "killed-once")}}]},
         "step_checkpoint": {"every_n_train_steps": 2},
     }))  # fmt: skip
@@ -495,7 +495,7 @@ def _killing_overlay(tmp: Path) -> str:
 def test_a_killed_point_resumes_from_its_own_last_checkpoint(how: str, tmp_path: Path) -> None:
     """A sweep point SIGKILLed mid-fit (after the step-2 checkpoint): running the sweep again resumes it
     from its own last.ckpt and finishes it; a third time does nothing."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "sweep_killer",
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "helpers",
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
     sweep = [MIXER, "sweep", "--config", TINY_S_MIXER, "--config", _killing_overlay(tmp_path), "--omega", "1000",
              "--channels", "4", "--seeds", "0"]  # fmt: skip

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from trained import checkpoint
 
 from mixer_lightning.analysis.effective import effective_linears
 from mixer_lightning.analysis.visualize import (
@@ -31,8 +30,8 @@ def visualize(capsys: pytest.CaptureFixture, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_a_mixer_gets_all_three_pictures(tmp_path_factory, capsys) -> None:
-    result = visualize(capsys, "--ckpt", checkpoint("mixer", tmp_path_factory), "--out", "pictures")
+def test_a_mixer_gets_all_three_pictures(trained, capsys) -> None:
+    result = visualize(capsys, "--ckpt", trained("mixer"), "--out", "pictures")
     assert result == {
         "written": ["pictures/token_mixing_units.png", "pictures/stem_units.png", "pictures/sparsity_patterns.png"],
         "skipped": [],
@@ -40,8 +39,8 @@ def test_a_mixer_gets_all_three_pictures(tmp_path_factory, capsys) -> None:
     assert all(Path(p).stat().st_size > 10_000 for p in result["written"])
 
 
-def test_an_rp_mixer_has_no_spatial_token_units(tmp_path_factory, capsys) -> None:
-    rp = checkpoint("rp_s_mixer", tmp_path_factory)
+def test_an_rp_mixer_has_no_spatial_token_units(trained, capsys) -> None:
+    rp = trained("rp_s_mixer")
     result = visualize(capsys, "--ckpt", rp, "--out", "rp")
     assert result["written"] == ["rp/stem_units.png", "rp/sparsity_patterns.png"]
     assert "block 1: its token mixing is randomly permuted (RP)" in result["skipped"][0]
@@ -51,12 +50,12 @@ def test_an_rp_mixer_has_no_spatial_token_units(tmp_path_factory, capsys) -> Non
     assert "what: token_units do not apply: block 1: its token mixing is randomly permuted" in capsys.readouterr().err
 
 
-def test_an_sw_mlp_and_a_shallow_mlp(tmp_path_factory, capsys) -> None:
-    result = visualize(capsys, "--ckpt", checkpoint("sw_mlp", tmp_path_factory), "--out", "sw")
+def test_an_sw_mlp_and_a_shallow_mlp(trained, capsys) -> None:
+    result = visualize(capsys, "--ckpt", trained("sw_mlp"), "--out", "sw")
     assert result["written"] == ["sw/stem_units.png", "sw/sparsity_patterns.png"]
     assert result["skipped"] == ["token_units: a SWMLP has no token-mixing layers"]
     with pytest.raises(SystemExit):
-        main(["visualize", "--ckpt", checkpoint("kron", tmp_path_factory), "--out", "kron"])
+        main(["visualize", "--ckpt", trained("kron"), "--out", "kron"])
     assert "ckpt: no picture applies: token_units: a ShallowMLP has no token-mixing layers" in capsys.readouterr().err
 
 

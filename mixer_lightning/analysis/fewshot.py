@@ -21,7 +21,6 @@ class; ties go to the larger λ), and only then looks at the test split.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 
 L2_GRID = [2.0**i for i in range(-10, 20)]  # big_vision's l2_regs
 BIG_VISION_L2 = 2.0**10  # big_vision's fixed l2_reg
@@ -164,24 +163,3 @@ def evaluate(
         "accuracy": statistics.fmean(accuracies),
         "accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else 0.0,
     }
-
-
-def parse_l2(text: str) -> float | list[float] | str:
-    """``auto``, one λ, or a comma-separated list (selected on held-out training images)."""
-    if str(text).strip().lower() == "auto":
-        return "auto"
-    try:
-        values = [float(eval_power(v)) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError("l2", f"cannot read {text!r}", "give auto, a number (1024, 2**10) or a list") from None
-    require(bool(values) and all(v > 0 and math.isfinite(v) for v in values), "l2", f"must be positive, got {text!r}")
-    return values[0] if len(values) == 1 else values
-
-
-def eval_power(text: str) -> float:
-    """A number, or a power written 2**10 / 2^10 / 2**-4."""
-    text = text.strip().replace("^", "**")
-    if "**" in text:
-        base, exponent = text.split("**", 1)
-        return float(base) ** float(exponent)
-    return float(text)

@@ -27,6 +27,7 @@ import math
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
+from mixer_lightning.commands import lists
 from mixer_lightning.errors import ConfigError, require
 
 
@@ -45,13 +46,14 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def _ints(text: str, field: str, minimum: int) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(field, f"cannot read {text!r}", "give comma-separated integers, e.g. 1,5,10") from None
-    require(bool(values) and all(v >= minimum for v in values), field, f"needs integers >= {minimum}, got {text!r}")
-    return values
+def parse_l2(text: str) -> float | list[float] | str:
+    """``auto``, one λ, or a comma-separated list (selected on held-out training images); powers as the
+    paper writes them (``2**10``, ``2^10``)."""
+    if str(text).strip().lower() == "auto":
+        return "auto"
+    values = lists.reals(str(text).replace("^", "**"), "l2", lambda v: v > 0 and math.isfinite(v), "positive numbers",
+                         example="1024,2**10")  # fmt: skip
+    return values[0] if len(values) == 1 else values
 
 
 def _device(text: str) -> torch.device:
@@ -71,9 +73,9 @@ def compute(args: Namespace) -> dict:
     from mixer_lightning.data.datamodule import TransformedDataset
     from mixer_lightning.tasks.loading import load_classifier
 
-    shots_list = _ints(args.shots, "shots", 1)
-    seeds = _ints(args.seeds, "seeds", 0)
-    l2 = fewshot.parse_l2(args.l2)
+    shots_list = lists.integers(args.shots, "shots", 1, example="1,5,10")
+    seeds = lists.seeds(args.seeds)
+    l2 = parse_l2(args.l2)
     require(args.holdout >= 1 or not (l2 == "auto" or isinstance(l2, list)), "holdout",
             f"choosing λ needs held-out images, got --holdout {args.holdout}", "give --holdout >= 1 or one --l2")  # fmt: skip
     device = _device(args.device)

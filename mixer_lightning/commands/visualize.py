@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from jsonargparse import ArgumentParser, Namespace
 
+from mixer_lightning.commands import lists
 from mixer_lightning.errors import ConfigError, require
 
 PICTURES = ("token_units", "stem_units", "sparsity")
@@ -160,14 +161,7 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
 
 
 def _blocks(text: str | None) -> list[int] | None:
-    if text is None:
-        return None
-    try:
-        blocks = [int(b) for b in str(text).split(",") if b.strip()]
-    except ValueError:
-        raise ConfigError("blocks", f"cannot read {text!r}", "give comma-separated block numbers, e.g. 1,2,3") from None
-    require(bool(blocks), "blocks", "is empty", "give e.g. 1,2,3")
-    return blocks
+    return None if text is None else lists.integers(text, "blocks", 1, example="1,2,3")
 
 
 def network_patterns(net: torch.nn.Module, max_width: int) -> tuple[list[tuple[str, torch.Tensor]], list[str]]:

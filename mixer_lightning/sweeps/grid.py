@@ -39,7 +39,8 @@ from mixer_lightning.width import (
     solve_tokens,
 )
 
-# LightningModule class name -> (family, γ when the family fixes it)
+# LightningModule class name -> (family, γ when the family fixes it). A table read from the config's
+# class path, not attributes of the task classes: emitting a sweep never imports Lightning (0.3 s vs 8 s).
 FAMILIES = {"SMixerModule": ("s_mixer", 1.0), "MLPMixerModule": ("mlp_mixer", None), "SWMLPModule": ("sw_mlp", None)}
 # Fig. 5 (App. C.4): the SW-MLP at sparsity 1-p ∈ {0.1, 0.3, 0.5, 0.7, 0.9} at fixed Ω.
 PAPER_DENSITIES_AT_OMEGA = (0.9, 0.7, 0.5, 0.3, 0.1)

@@ -6,7 +6,7 @@ step, in the middle of an epoch's validation, or as an epoch starts. ``signal: C
 exception there instead, for in-process tests (the process goes on; the checkpoints on disk are
 what a SIGKILL would leave).
 
-Test configs name these classes; the tests trust the module (``MIXER_TRUSTED_MODULES=killer``).
+Test configs name these classes; the tests trust the package (``MIXER_TRUSTED_MODULES=helpers``).
 """
 
 from __future__ import annotations

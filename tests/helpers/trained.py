@@ -1,11 +1,12 @@
 """Tiny trained checkpoints for the analysis tests (`mixer cka`, `visualize`, `fewshot`), trained once
-per test session through the real `mixer fit` and shared by every test file that asks for them."""
+per test session through the real `mixer fit` and shared by every test file that asks for them
+(the ``trained`` fixture of conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from conftest import TEST_CONFIGS
+from helpers import TEST_CONFIGS
 
 CONFIGS = {
     "mixer": "digits_mixer.yaml",  # MLP-Mixer, 1 block, P = 2 (S0 = 16), C = 16, γ = 2
