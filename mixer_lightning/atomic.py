@@ -52,8 +52,11 @@ def write_error(target: Path, error: OSError, field: str) -> Exception:
     reason = error.strerror or type(error).__name__
     kept = f"{str(target)!r} is unchanged" if target.exists() else "nothing was written"
     if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return ResourceError(field, f"cannot write {str(target)!r}: no space left on the device; {kept}",
-                             "free some space and run the command again")  # fmt: skip
+        return ResourceError(
+            field,
+            f"cannot write {str(target)!r}: no space left on the device; {kept}",
+            "free some space and run the command again",
+        )
     if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         return ConfigError(field, f"cannot write {str(target)!r}: {reason.lower()}", "choose a path you can write to")
     return ResourceError(field, f"cannot write {str(target)!r}: {reason}; {kept}")
@@ -108,11 +111,17 @@ def _check_parent(path: Path, field: str) -> None:
     """`path`'s folder exists or can be made, and can be written in."""
     ancestor = _first_existing(path.absolute().parent)
     if not ancestor.is_dir():
-        raise ConfigError(field, f"cannot write {str(path)!r}: {str(ancestor)!r} is a file, not a folder",
-                          "choose a path inside a folder")  # fmt: skip
+        raise ConfigError(
+            field,
+            f"cannot write {str(path)!r}: {str(ancestor)!r} is a file, not a folder",
+            "choose a path inside a folder",
+        )
     if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise ConfigError(field, f"cannot write {str(path)!r}: no permission to write in {str(ancestor)!r}",
-                          "choose a path you can write to")  # fmt: skip
+        raise ConfigError(
+            field,
+            f"cannot write {str(path)!r}: no permission to write in {str(ancestor)!r}",
+            "choose a path you can write to",
+        )
 
 
 def check_output_file(path: str | Path, field: str, overwrite: bool = False, flag: str = "--overwrite") -> Path:
@@ -131,8 +140,28 @@ def check_output_file(path: str | Path, field: str, overwrite: bool = False, fla
 
 
 # Endings of files, not folders: `visualize --out pic.png` is a mistake, not a folder named pic.png.
-FILE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".svg", ".eps", ".gif", ".tif", ".tiff", ".bmp", ".webp",
-                 ".ckpt", ".pt", ".pth", ".npz", ".json", ".yaml", ".yml", ".csv", ".txt")  # fmt: skip
+FILE_SUFFIXES = (
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".pdf",
+    ".svg",
+    ".eps",
+    ".gif",
+    ".tif",
+    ".tiff",
+    ".bmp",
+    ".webp",
+    ".ckpt",
+    ".pt",
+    ".pth",
+    ".npz",
+    ".json",
+    ".yaml",
+    ".yml",
+    ".csv",
+    ".txt",
+)
 
 
 def check_output_dir(path: str | Path, field: str, what: str = "the output files") -> Path:
@@ -141,8 +170,11 @@ def check_output_dir(path: str | Path, field: str, what: str = "the output files
     if path.exists() and not path.is_dir():
         raise ConfigError(field, f"{str(path)!r} is a file, not a folder", f"give a folder for {what}")
     if not path.exists() and path.suffix.lower() in FILE_SUFFIXES:
-        raise ConfigError(field, f"{str(path)!r} names a file, but {field} is the folder {what} are written into",
-                          f"give a folder, e.g. {str(path.with_suffix(''))!r}")  # fmt: skip
+        raise ConfigError(
+            field,
+            f"{str(path)!r} names a file, but {field} is the folder {what} are written into",
+            f"give a folder, e.g. {str(path.with_suffix(''))!r}",
+        )
     if path.is_dir():
         if not os.access(path, os.W_OK | os.X_OK):
             raise ConfigError(field, f"cannot write in {str(path)!r}: permission denied", "choose another folder")

@@ -78,8 +78,9 @@ class PredictionWriter(BasePredictionWriter):
         if len(indices) != len(probabilities):  # not tracked: the loader's order
             indices = list(range(len(probabilities)))
         self._write_csv(path, files, probabilities, indices, self._class_names(datamodule, probabilities.shape[1]))
-        rank_zero_info(f"Predictions of {len(indices)} images (top {min(self.topk, probabilities.shape[1])}) "
-                       f"written to {path}")  # fmt: skip
+        rank_zero_info(
+            f"Predictions of {len(indices)} images (top {min(self.topk, probabilities.shape[1])}) written to {path}"
+        )
 
     @staticmethod
     def _class_names(datamodule: Any, num_classes: int) -> list[str]:
@@ -91,8 +92,9 @@ class PredictionWriter(BasePredictionWriter):
             names = []
         return names if len(names) == num_classes else [str(i) for i in range(num_classes)]
 
-    def _write_csv(self, path: Path, files: Any, probabilities: torch.Tensor, indices: list[int],
-                   names: list[str]) -> None:  # fmt: skip
+    def _write_csv(
+        self, path: Path, files: Any, probabilities: torch.Tensor, indices: list[int], names: list[str]
+    ) -> None:
         k = min(self.topk, probabilities.shape[1])
         top = probabilities.topk(k, dim=1)
         header = ["file"] + [f"{what}_{rank}" for rank in range(1, k + 1) for what in ("class", "name", "prob")]
@@ -173,8 +175,9 @@ class _WeightMonitor(Callback):
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._log(trainer, pl_module)  # the initial weights (step 0, or the step a run resumes at)
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:  # fmt: skip
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if trainer.global_step % self.every_n_steps == 0:
             self._log(trainer, pl_module)
 

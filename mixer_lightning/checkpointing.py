@@ -185,8 +185,10 @@ class ResumeCheckpoint(ModelCheckpoint):
                 state[key] = value.detach().clone()
         epoch = loops["fit_loop"]["epoch_progress"]["current"].get("processed", 0)
         skipped = "its validation and epoch figures are" if where == "before validation" else "its epoch figures are"
-        rank_zero_warn(f"ckpt_path: the checkpoint was written {where} of epoch {epoch}: {skipped} not redone; "
-                       "training goes on with the next epoch (last.ckpt of this version resumes exactly)")  # fmt: skip
+        rank_zero_warn(
+            f"ckpt_path: the checkpoint was written {where} of epoch {epoch}: {skipped} not redone; "
+            "training goes on with the next epoch (last.ckpt of this version resumes exactly)"
+        )
 
     def _skip(self, trainer: Trainer) -> bool:
         return bool(trainer.fast_dev_run) or trainer.sanity_checking or not self.save_last
@@ -205,8 +207,9 @@ class ResumeCheckpoint(ModelCheckpoint):
         fetcher = trainer.fit_loop._data_fetcher
         return fetcher is not None and bool(epoch_loop._should_check_val_fx(fetcher))
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:  # fmt: skip
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self._not_resumable_here(trainer):
             return  # the next resumable moment: a later batch, or the epoch boundary (a stop waits for it too)
         stop = self._stop_requested(trainer)
@@ -290,9 +293,12 @@ class ResumeCheckpoint(ModelCheckpoint):
         if self._stop_signal is not None and signum == signal.SIGINT:
             raise KeyboardInterrupt  # the second Ctrl+C: stop now, keep the last checkpoint written
         self._stop_signal = signum
-        print(f"mixer: {signal.Signals(signum).name} received: stopping at the next resumable point "
-              f"(saving last.ckpt){'; Ctrl+C again to stop at once' if signum == signal.SIGINT else ''}",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"mixer: {signal.Signals(signum).name} received: stopping at the next resumable point "
+            f"(saving last.ckpt){'; Ctrl+C again to stop at once' if signum == signal.SIGINT else ''}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def _stop_requested(self, trainer: Trainer) -> bool:
         stop = self._stop_signal is not None
@@ -320,8 +326,13 @@ class ResumeCheckpoint(ModelCheckpoint):
 def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
     """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model`."""
     checkpoint = read_checkpoint(path, field)
-    check_family((checkpoint.get("hyper_parameters") or {}).get("_class_path"), model, field, repr(path),
-                 "use the run's own config.yaml (or set model.class_path to match)")  # fmt: skip
+    check_family(
+        (checkpoint.get("hyper_parameters") or {}).get("_class_path"),
+        model,
+        field,
+        repr(path),
+        "use the run's own config.yaml (or set model.class_path to match)",
+    )
     state = checkpoint["state_dict"]
     own = model.state_dict()
     head = [k for k in own if k.startswith("net.head.")]

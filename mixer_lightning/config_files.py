@@ -34,8 +34,11 @@ def load_configs(paths: list[str] | str, field: str = "config") -> dict:
         try:
             text = Path(path).read_bytes().decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ConfigError(field, f"{path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
-                              f"{error.start})", "save it as UTF-8") from None  # fmt: skip
+            raise ConfigError(
+                field,
+                f"{path!r} is not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset {error.start})",
+                "save it as UTF-8",
+            ) from None
         except OSError as error:
             raise ConfigError(field, f"cannot read {path!r} ({error.strerror})") from None
         try:
@@ -45,9 +48,18 @@ def load_configs(paths: list[str] | str, field: str = "config") -> dict:
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
             problem = getattr(error, "problem", None) or str(error).splitlines()[0]
             raise ConfigError(field, f"{path!r} is not valid YAML ({problem}{where})", "fix the file") from None
-        require(loaded is not None, field, f"{path!r} is empty (no settings)", "give a YAML mapping, e.g. a run's config.yaml")
-        require(isinstance(loaded, dict), field, f"{path!r} is not a YAML mapping (it holds a {type(loaded).__name__})",
-                "give a mapping of keys such as trainer:, model:, data:")  # fmt: skip
+        require(
+            loaded is not None,
+            field,
+            f"{path!r} is empty (no settings)",
+            "give a YAML mapping, e.g. a run's config.yaml",
+        )
+        require(
+            isinstance(loaded, dict),
+            field,
+            f"{path!r} is not a YAML mapping (it holds a {type(loaded).__name__})",
+            "give a mapping of keys such as trainer:, model:, data:",
+        )
         check_class_paths(loaded, field, repr(str(path)))  # before anything imports the classes it names
         config = deep_merge(config, loaded)
     return config

@@ -50,8 +50,19 @@ _CHATTY_LOGGERS = (
 # Deprecation warnings raised inside libraries about their own use of another library.
 _LIBRARY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*LeafSpec.*is deprecated.*")
 # Hyper-parameters that are not the architecture (the header lists the architecture only).
-_NOT_ARCHITECTURE = {"num_classes", "image_size", "in_chans", "optimizer", "lr_scheduler", "init_from", "compile",
-                     "label_smoothing", "drop_rate", "drop_path", "scheduler_interval"}  # fmt: skip
+_NOT_ARCHITECTURE = {
+    "num_classes",
+    "image_size",
+    "in_chans",
+    "optimizer",
+    "lr_scheduler",
+    "init_from",
+    "compile",
+    "label_smoothing",
+    "drop_rate",
+    "drop_path",
+    "scheduler_interval",
+}
 
 
 class _DropChatter(logging.Filter):
@@ -112,9 +123,11 @@ def describe_model(module: LightningModule) -> str:
     shown = [
         f"{key}={value}"
         for key, value in hparams.items()
-        if not key.startswith("_") and key not in _NOT_ARCHITECTURE and value is not None
+        if not key.startswith("_")
+        and key not in _NOT_ARCHITECTURE
+        and value is not None
         and isinstance(value, (int, float, str, bool))
-    ]  # fmt: skip
+    ]
     count = sum(p.numel() for p in module.parameters())
     architecture = f" ({', '.join(shown)})" if shown else ""
     return f"{type(module).__name__}{architecture}, {count:,} parameters"
@@ -132,8 +145,12 @@ def describe_data(datamodule: Any, stage: str) -> str | None:
     if getattr(datamodule, "image_size", None):
         chans = getattr(datamodule, "in_chans", None)
         facts.append(f"{datamodule.image_size}×{datamodule.image_size}" + (f"×{chans}" if chans else ""))
-    roles = {"fit": ("train_set", "val_set"), "validate": ("val_set",), "test": ("test_set",),
-             "predict": ("predict_set", "test_set")}.get(stage, ())  # fmt: skip
+    roles = {
+        "fit": ("train_set", "val_set"),
+        "validate": ("val_set",),
+        "test": ("test_set",),
+        "predict": ("predict_set", "test_set"),
+    }.get(stage, ())
     sizes = []
     for role in roles:
         size = _size(getattr(datamodule, role, None)) if getattr(datamodule, role, None) is not None else None
@@ -248,8 +265,9 @@ class LineProgress(ProgressBar):
         resumed = f", resumed at step {trainer.global_step}" if trainer.global_step else ""
         self._print(f"train  {plan}{resumed}; a line every {self.every_n_steps} steps")
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:  # fmt: skip
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         inputs = batch[0] if isinstance(batch, (tuple, list)) else None
         if inputs is not None and hasattr(inputs, "shape"):
             self._images += int(inputs.shape[0])

@@ -151,15 +151,23 @@ def translate_library_error(error: BaseException, command: str | None = None) ->
         if name == "ArgumentError":
             return _argument_error(link, command)
         lowered = message.lower()
-        if name == "OutOfMemoryError" or isinstance(link, MemoryError) or (
-            isinstance(link, RuntimeError) and ("can't allocate memory" in lowered or "out of memory" in lowered)
+        if (
+            name == "OutOfMemoryError"
+            or isinstance(link, MemoryError)
+            or (isinstance(link, RuntimeError) and ("can't allocate memory" in lowered or "out of memory" in lowered))
         ):
             wanted = re.search(r"(?:tried to allocate|Tried to allocate) ([\d.]+ ?[KMGT]?i?B|\d+ bytes)", message)
             size = f" (it asked for {wanted.group(1)})" if wanted else ""
-            return ResourceError("memory", f"out of memory{size}",
-                                 "use a smaller model or data.batch_size, or a machine with more memory")  # fmt: skip
+            return ResourceError(
+                "memory",
+                f"out of memory{size}",
+                "use a smaller model or data.batch_size, or a machine with more memory",
+            )
         if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f" writing {link.filename!r}" if link.filename else ""
-            return ResourceError("disk", f"no space left on the device{where}",
-                                 "free some space; a stopped run goes on with --ckpt_path last")  # fmt: skip
+            return ResourceError(
+                "disk",
+                f"no space left on the device{where}",
+                "free some space; a stopped run goes on with --ckpt_path last",
+            )
     return None

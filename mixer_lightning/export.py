@@ -104,8 +104,9 @@ def _run_onnx(path: Path, x: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(session.run(None, {session.get_inputs()[0].name: x.numpy()})[0])
 
 
-def export_network(net: nn.Module, fmt: str, path: str | Path, image_size: int, in_chans: int, batch_size: int = 2,
-                   seed: int = 0) -> float:  # fmt: skip
+def export_network(
+    net: nn.Module, fmt: str, path: str | Path, image_size: int, in_chans: int, batch_size: int = 2, seed: int = 0
+) -> float:
     """Export `net` (any family) to `path` in `fmt`, written atomically, and return the largest
     absolute difference between the exported file's logits and the eager network's, on a batch of
     `batch_size` + 1 random images (one more than the traced batch: the batch dimension is dynamic)."""

@@ -60,8 +60,14 @@ LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")
 RESUME_MAY_DIFFER = (*LINKED_FROM_DATA, "init_from", "optimizer", "lr_scheduler")
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 # Words of torch.optim's ValueErrors -> the argument they are about.
-OPTIMIZER_WORDS = (("learning rate", "lr"), ("weight_decay", "weight_decay"), ("epsilon", "eps"), ("beta", "betas"),
-                   ("momentum", "momentum"), ("dampening", "dampening"))  # fmt: skip
+OPTIMIZER_WORDS = (
+    ("learning rate", "lr"),
+    ("weight_decay", "weight_decay"),
+    ("epsilon", "eps"),
+    ("beta", "betas"),
+    ("momentum", "momentum"),
+    ("dampening", "dampening"),
+)
 
 TRAINER_DEFAULTS = {
     "logger": {
@@ -74,8 +80,10 @@ TRAINER_DEFAULTS = {
 }
 EVALUATIONS = ("validate", "test", "predict")
 RESULTS = {"validate": "val_metrics.json", "test": "test_metrics.json"}
-DESCRIPTION = ("mixer-lightning: MLP-Mixers and their wide, sparse relatives (Tolstikhin et al. 2021; Hayase & "
-               "Karakida 2024) in PyTorch Lightning")  # fmt: skip
+DESCRIPTION = (
+    "mixer-lightning: MLP-Mixers and their wide, sparse relatives (Tolstikhin et al. 2021; Hayase & "
+    "Karakida 2024) in PyTorch Lightning"
+)
 
 
 def _plain(value: Any) -> Any:
@@ -162,8 +170,11 @@ def evaluation_arguments(args: list[str]) -> list[str]:
             added += [f"--data.{key}", value if isinstance(value, str) else json.dumps(value)]
     elif run is None and "--data" not in options:
         why = "carries no data facts (a checkpoint from before they were written) and " if files else ""
-        raise ConfigError("config", f"none given, and {ckpt!r} {why}lies in no run directory (no config.yaml beside its "
-                          "checkpoints/ folder)", "give --config, e.g. the config it was trained with")  # fmt: skip
+        raise ConfigError(
+            "config",
+            f"none given, and {ckpt!r} {why}lies in no run directory (no config.yaml beside its checkpoints/ folder)",
+            "give --config, e.g. the config it was trained with",
+        )
     if run is None and "--model" not in options:
         class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path") if checkpoint is not None else None
         if not class_path:
@@ -213,7 +224,7 @@ def suggest_argument(error: BaseException, parser: Any, command: str | None) -> 
     option = re.search(r"Option '([^']+)' is not accepted", message)
     if option is not None:  # a class (the model, the optimiser, a callback) has no such argument
         before = message[: option.start()]
-        after = message[option.end():]
+        after = message[option.end() :]
         got = re.search(r"class_path='([\w.]+)'", after)
         given = re.findall(r"Problem with given class_path '([\w.]+)'", before)
         class_path = got.group(1) if got else given[-1] if given else None
@@ -234,9 +245,16 @@ def suggest_argument(error: BaseException, parser: Any, command: str | None) -> 
         fix = f"did you mean {close!r}? {help_}" if close else help_
         return ConfigError(field, problem, fix)
     required = re.search(r"the following arguments are required: (.*)", message)
-    if required and command and {f"{command}.model", f"{command}.data"} & {a.strip() for a in required.group(1).split(",")}:
-        fix = ("give --config CONFIG.yaml, e.g. configs/quickstart.yaml" if command == "fit" else
-               "give --ckpt_path RUN/checkpoints/best.ckpt (the run's config.yaml comes with it) or --config")  # fmt: skip
+    if (
+        required
+        and command
+        and {f"{command}.model", f"{command}.data"} & {a.strip() for a in required.group(1).split(",")}
+    ):
+        fix = (
+            "give --config CONFIG.yaml, e.g. configs/quickstart.yaml"
+            if command == "fit"
+            else "give --ckpt_path RUN/checkpoints/best.ckpt (the run's config.yaml comes with it) or --config"
+        )
         return ConfigError("config", "none given (the model and the data are set by a config)", fix)
     translated = translate_library_error(error, command)
     if not isinstance(translated, ConfigError) or "no such option" not in translated.problem:
@@ -260,7 +278,9 @@ def _explicit_data_arguments(config_files: list[str], args: list[str]) -> set[st
     for name in config_files:
         data = (load_configs([name], "config") or {}).get("data")
         if isinstance(data, dict):
-            explicit |= {k for k in (data.get("init_args") or {})} | {k for k in data if k not in ("class_path", "init_args")}
+            explicit |= {k for k in (data.get("init_args") or {})} | {
+                k for k in data if k not in ("class_path", "init_args")
+            }
     for arg in args:
         found = re.match(r"--data\.(?:init_args\.)?(\w+)", arg)
         if found:
@@ -279,7 +299,9 @@ class SaveConfig(SaveConfigCallback):
         if trainer.is_global_zero and log_dir:
             path = Path(log_dir) / self.config_filename
             if path.exists() and not self.overwrite:
-                raise ConfigError("config", f"{str(path)!r} exists; it is not overwritten", "choose another run directory")
+                raise ConfigError(
+                    "config", f"{str(path)!r} exists; it is not overwritten", "choose another run directory"
+                )
             write_text(path, self.parser.dump(self.config, skip_none=False), field="config")
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
@@ -326,10 +348,18 @@ class MixerCLI(LightningCLI):
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # Progress: Lightning's bar in a terminal, a plain line every N steps in a log (`mixer_lightning.console`).
-        parser.add_argument("--progress.mode", type=Literal["auto", "bar", "lines"], default="auto",
-                            help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe")
-        parser.add_argument("--progress.every_n_steps", type=int, default=50,
-                            help="lines mode: a line every N optimiser steps (and one per validation)")  # fmt: skip
+        parser.add_argument(
+            "--progress.mode",
+            type=Literal["auto", "bar", "lines"],
+            default="auto",
+            help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe",
+        )
+        parser.add_argument(
+            "--progress.every_n_steps",
+            type=int,
+            default=50,
+            help="lines mode: a line every N optimiser steps (and one per validation)",
+        )
         for name in LINKED_FROM_DATA:
             parser.link_arguments(
                 "data", f"model.init_args.{name}", compute_fn=attrgetter(name), apply_on="instantiate"
@@ -390,8 +420,11 @@ class MixerCLI(LightningCLI):
             self._resume_last_run(config, resume=subcommand == "fit")
             path = config.ckpt_path
         if path == "best":  # Lightning's "best" is the best checkpoint of a fit in this same process
-            raise ConfigError("ckpt_path", "'best' names no file here (Lightning's 'best' is that of a fit in the same "
-                              "process)", "give the path, e.g. runs/NAME/version_N/checkpoints/best.ckpt")  # fmt: skip
+            raise ConfigError(
+                "ckpt_path",
+                "'best' names no file here (Lightning's 'best' is that of a fit in the same process)",
+                "give the path, e.g. runs/NAME/version_N/checkpoints/best.ckpt",
+            )
         if path and path not in SPECIAL_CKPT_PATHS and path != "last":
             # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
             # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
@@ -454,8 +487,11 @@ class MixerCLI(LightningCLI):
         (`mixer_lightning.rundir.find_last_run`); `resume` (fit) continues the run in its own directory."""
         init_args = self._logger_args(config)
         if init_args is None:
-            raise ConfigError("ckpt_path", "'last' needs a logger with a save_dir to find the run in",
-                              "give the path of the checkpoint instead")  # fmt: skip
+            raise ConfigError(
+                "ckpt_path",
+                "'last' needs a logger with a save_dir to find the run in",
+                "give the path of the checkpoint instead",
+            )
         experiment = Path(init_args.save_dir) / str(init_args.get("name") or "")
         version = init_args.get("version")
         version = None if version is None else version if isinstance(version, str) else f"version_{version}"
@@ -482,12 +518,16 @@ class MixerCLI(LightningCLI):
         trainer = config.get("trainer") or {}
         accumulate = trainer.get("accumulate_grad_batches")
         if accumulate is not None and accumulate < 1:  # Lightning divides by it
-            raise ConfigError("trainer.accumulate_grad_batches", f"must be >= 1, got {accumulate}",
-                              "give 1 (no accumulation) or more")  # fmt: skip
+            raise ConfigError(
+                "trainer.accumulate_grad_batches", f"must be >= 1, got {accumulate}", "give 1 (no accumulation) or more"
+            )
         every = trainer.get("check_val_every_n_epoch")
         if every is not None and every < 1:  # Lightning takes the epoch modulo it
-            raise ConfigError("trainer.check_val_every_n_epoch", f"must be >= 1 (or null), got {every}",
-                              "give 1 to validate every epoch")  # fmt: skip
+            raise ConfigError(
+                "trainer.check_val_every_n_epoch",
+                f"must be >= 1 (or null), got {every}",
+                "give 1 to validate every epoch",
+            )
         checkpoint = config.get("checkpoint")
         if checkpoint is not None and checkpoint.get("save_last"):
             checkpoint.save_last = False  # last.ckpt is step_checkpoint's (resumable moments only)
@@ -541,8 +581,11 @@ class MixerCLI(LightningCLI):
         else:
             callbacks = [*callbacks, DataFacts()]
         ckpt = settings.get("ckpt_path")
-        self._header = RunHeader(command or "", ckpt_path=ckpt if ckpt and ckpt not in SPECIAL_CKPT_PATHS else None,
-                                 results=RESULTS.get(command or ""))  # fmt: skip
+        self._header = RunHeader(
+            command or "",
+            ckpt_path=ckpt if ckpt and ckpt not in SPECIAL_CKPT_PATHS else None,
+            results=RESULTS.get(command or ""),
+        )
         callbacks.append(self._header)
         progress = settings.get("progress") or {}
         if config.get("enable_progress_bar", True) is not False:
@@ -612,11 +655,17 @@ class MixerCLI(LightningCLI):
             problem = str(error).splitlines()[0].rstrip(".")
             argument = next((name for words, name in OPTIMIZER_WORDS if words in problem.lower()), None)
             field = f"model.optimizer.init_args.{argument}" if argument else "model.optimizer"
-            raise ConfigError(field, problem[0].lower() + problem[1:], "give a value the optimiser accepts "
-                              "(learning rate and weight decay >= 0)") from None  # fmt: skip
+            raise ConfigError(
+                field,
+                problem[0].lower() + problem[1:],
+                "give a value the optimiser accepts (learning rate and weight decay >= 0)",
+            ) from None
         except TypeError as error:
-            raise ConfigError("model.optimizer", str(error).splitlines()[0],
-                              "check the arguments of model.optimizer and model.lr_scheduler") from None  # fmt: skip
+            raise ConfigError(
+                "model.optimizer",
+                str(error).splitlines()[0],
+                "check the arguments of model.optimizer and model.lr_scheduler",
+            ) from None
 
     def _claim_run_dir(self) -> None:
         """The run directory this command writes: created now if new (the next free version_N, atomic),
@@ -675,8 +724,12 @@ class MixerCLI(LightningCLI):
     def _check_prediction_output(self) -> None:
         for callback in self.trainer.callbacks:
             if isinstance(callback, PredictionWriter) and callback.output:
-                check_output_file(callback.output, "prediction_writer.output", callback.overwrite,
-                                  "--prediction_writer.overwrite true")  # fmt: skip
+                check_output_file(
+                    callback.output,
+                    "prediction_writer.output",
+                    callback.overwrite,
+                    "--prediction_writer.overwrite true",
+                )
 
     def before_fit(self) -> None:
         self._check_ckpt_path()
@@ -759,13 +812,17 @@ def run(argv: list[str]) -> None:
                 trainer_defaults=TRAINER_DEFAULTS,
                 seed_everything_default=0,
                 parser_kwargs={
-                    "description": DESCRIPTION, "epilog": _epilog(), "prog": "mixer", "formatter_class": HelpFormatter,
-                    "exit_on_error": False, "allow_abbrev": False,
+                    "description": DESCRIPTION,
+                    "epilog": _epilog(),
+                    "prog": "mixer",
+                    "formatter_class": HelpFormatter,
+                    "exit_on_error": False,
+                    "allow_abbrev": False,
                     # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
                     # not printed after the whole usage text; no abbreviations (--trainer.max_epoch is a
                     # mistake, said so with a did-you-mean, not silently --trainer.max_epochs).
                     **{name: {"exit_on_error": False, "allow_abbrev": False} for name in SUBCOMMANDS},
-                },  # fmt: skip
+                },
             )
     finally:
         sys.argv = saved_argv

@@ -78,8 +78,15 @@ class WandbLogger(LightningWandbLogger):
         kwargs: Lightning's `WandbLogger` arguments (``offline``, ``log_model``, ``entity``, ``tags``, ...).
     """
 
-    def __init__(self, save_dir: str = "runs", name: str = "mixer", version: int | str | None = None,
-                 project: str = "mixer-lightning", id: str | None = None, **kwargs: Any):  # fmt: skip
+    def __init__(
+        self,
+        save_dir: str = "runs",
+        name: str = "mixer",
+        version: int | str | None = None,
+        project: str = "mixer-lightning",
+        id: str | None = None,
+        **kwargs: Any,
+    ):
         from lightning.pytorch.loggers import wandb as lightning_wandb
 
         if not lightning_wandb._WANDB_AVAILABLE:
@@ -96,8 +103,11 @@ class WandbLogger(LightningWandbLogger):
     def version(self) -> int | str:
         if self._version is None:  # as TensorBoard: the next free version_N
             root = self.root_dir
-            taken = [int(m.group(1)) for d in (os.listdir(root) if os.path.isdir(root) else [])
-                     if (m := re.match(r"^version_(\d+)$", d))]  # fmt: skip
+            taken = [
+                int(m.group(1))
+                for d in (os.listdir(root) if os.path.isdir(root) else [])
+                if (m := re.match(r"^version_(\d+)$", d))
+            ]
             self._version = max(taken, default=-1) + 1
         return self._version
 
@@ -135,7 +145,9 @@ def check_logger_available(logger: Any) -> None:
     missing (W&B: ``wandb``), before anything is written."""
     loggers = logger if isinstance(logger, list) else [logger]
     for entry in loggers:
-        class_path = str(getattr(entry, "class_path", "") or (entry.get("class_path", "") if isinstance(entry, dict) else ""))
+        class_path = str(
+            getattr(entry, "class_path", "") or (entry.get("class_path", "") if isinstance(entry, dict) else "")
+        )
         if class_path.rsplit(".", 1)[-1] != "WandbLogger":
             continue
         from lightning.pytorch.loggers import wandb as lightning_wandb

@@ -66,7 +66,9 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
-def apply_defaults(init_args: Any, defaults: dict[str, Any], explicit: set[str], source: str) -> tuple[dict, str | None]:
+def apply_defaults(
+    init_args: Any, defaults: dict[str, Any], explicit: set[str], source: str
+) -> tuple[dict, str | None]:
     """Set each of `defaults` in the data module's `init_args` (a namespace or dict) unless the config
     sets it (`explicit`). Returns what was set and, if the config contradicts any, one warning line
     naming both values."""
@@ -81,8 +83,10 @@ def apply_defaults(init_args: Any, defaults: dict[str, Any], explicit: set[str],
         applied[key] = value
     warning = None
     if conflicts:
-        warning = (f"the config's preprocessing differs from that of the pretrained weights: {'; '.join(conflicts)}; "
-                   "the config's is used")  # fmt: skip
+        warning = (
+            f"the config's preprocessing differs from that of the pretrained weights: {'; '.join(conflicts)}; "
+            "the config's is used"
+        )
     return applied, warning
 
 

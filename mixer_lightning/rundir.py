@@ -90,7 +90,9 @@ def _holder(path: Path) -> str:
         pid, host, started = (path.read_text().split() + ["?", "?", "?"])[:3]
     except OSError:
         return "another process"
-    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(float(started))) if started.replace(".", "").isdigit() else "?"
+    when = (
+        time.strftime("%Y-%m-%d %H:%M", time.localtime(float(started))) if started.replace(".", "").isdigit() else "?"
+    )
     return f"process {pid} on {host}, since {when}"
 
 

@@ -57,8 +57,9 @@ def parse_int_expression(text: str | int, field: str = "omega") -> int:
         return evaluate(ast.parse(str(text).strip().replace("^", "**"), mode="eval").body)
     except ValueError as error:
         if str(error) in ("too large", "exponent out of range"):
-            raise ConfigError(field, f"{text!r} is too large (past 2**{MAX_EXPRESSION_BITS})",
-                              "write e.g. 262144 or 2**18") from None  # fmt: skip
+            raise ConfigError(
+                field, f"{text!r} is too large (past 2**{MAX_EXPRESSION_BITS})", "write e.g. 262144 or 2**18"
+            ) from None
         raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
     except (SyntaxError, KeyError, RecursionError, MemoryError):
         raise ConfigError(field, f"cannot read {text!r} as an integer", "write e.g. 262144 or 2**18") from None
@@ -70,8 +71,13 @@ def parse_real_expression(text: str | float, field: str) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = float(text)
     else:
+
         def evaluate(node: ast.AST) -> float:
-            if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, (int, float))
+                and not isinstance(node.value, bool)
+            ):
                 return float(node.value)
             if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
                 operand = evaluate(node.operand)
@@ -103,8 +109,12 @@ MAX_WIDTH = 2**40
 def check_omega(omega_: float, field: str = "omega") -> None:
     """Ω must be positive and below `MAX_OMEGA` (``2**100`` is a typo, not a model)."""
     require(omega_ > 0, field, f"must be positive, got {omega_}", "give e.g. 2**18")
-    require(omega_ <= MAX_OMEGA, field, f"{omega_:.4g} connections per layer is past any model (at most 2**62)",
-            "give e.g. 2**18 (Figure 5) or 290217984 (Mixer-B/16)")  # fmt: skip
+    require(
+        omega_ <= MAX_OMEGA,
+        field,
+        f"{omega_:.4g} connections per layer is past any model (at most 2**62)",
+        "give e.g. 2**18 (Figure 5) or 290217984 (Mixer-B/16)",
+    )
 
 
 def check_width(width: float, field: str = "width") -> None:
@@ -285,8 +295,11 @@ def gamma_points(omega_: float, width: int, channels: list[int] | None = None) -
     for c in channels:
         if c <= 0 or width % c:
             divisors = [d for d in range(1, width + 1) if width % d == 0][:12]
-            raise ConfigError("channels", f"{c} does not divide the width m = {width} (S = m/C must be an integer)",
-                              f"choose divisors of {width}, e.g. {','.join(map(str, divisors))}")  # fmt: skip
+            raise ConfigError(
+                "channels",
+                f"{c} does not divide the width m = {width} (S = m/C must be an integer)",
+                f"choose divisors of {width}, e.g. {','.join(map(str, divisors))}",
+            )
         s = width // c
         gamma = gamma_at_width(omega_, width, c)
         realised = (c * _hidden(gamma, s) * s + s * _hidden(gamma, c) * c) / 2

@@ -54,8 +54,19 @@ def test_mixer_spectrum_and_sparsity_reach_tensorboard() -> None:
 
 def test_sw_mlp_statistics_in_a_csv_log_with_power_iteration() -> None:
     Path("monitors.yaml").write_text(MONITORS % ", exact_max_entries: 0, power_iterations: 60")
-    main(["fit", "--config", str(TEST_CONFIGS / "sw_mlp_digits.yaml"), "--config", "monitors.yaml",
-          "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", "csv"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            str(TEST_CONFIGS / "sw_mlp_digits.yaml"),
+            "--config",
+            "monitors.yaml",
+            "--trainer.logger",
+            "lightning.pytorch.loggers.CSVLogger",
+            "--trainer.logger.save_dir",
+            "csv",
+        ]
+    )
     (metrics_file,) = Path("csv").glob("*/version_*/metrics.csv")
     with open(metrics_file) as f:
         rows = [row for row in csv.DictReader(f) if row.get("spectrum/sigma_max/block1.fc1")]

@@ -35,8 +35,7 @@ def test_a_network_against_itself_has_ones_on_the_diagonal(trained, capsys) -> N
 
 def test_a_mixer_against_an_sw_mlp_with_a_heat_map(trained, capsys) -> None:
     mixer, sw_mlp = trained("mixer"), trained("sw_mlp")
-    result = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--batches", "4", "--batch_size", "40",
-                 "--plot", "cka.png")  # fmt: skip
+    result = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--batches", "4", "--batch_size", "40", "--plot", "cka.png")
     assert (result["model_a"], result["model_b"]) == ("MLPMixer", "SWMLP")
     assert result["layers_b"] == ["1", "2"] and (result["batches"], result["examples"]) == (4, 160)
     assert result["mixing_a"] == {"S": 16, "C": 16} and "mixing_b" not in result  # the Mixer's p = (1/S + 1/C)/2
@@ -93,8 +92,10 @@ def test_unbiased_hsic_is_the_u_statistic() -> None:
     x = torch.randn(n, 5, dtype=torch.float64)
     y = x[:, :3] + 0.5 * torch.randn(n, 3, dtype=torch.float64)
     k, l = gram_linear(x), gram_linear(y)
-    terms = [k[i, j] * l[i, j] + k[i, j] * l[q, r] - 2 * k[i, j] * l[i, q]
-             for i, j, q, r in itertools.permutations(range(n), 4)]  # fmt: skip
+    terms = [
+        k[i, j] * l[i, j] + k[i, j] * l[q, r] - 2 * k[i, j] * l[i, q]
+        for i, j, q, r in itertools.permutations(range(n), 4)
+    ]
     expected = torch.stack(terms).mean()
     torch.testing.assert_close(hsic_unbiased(k[None], l[None])[0, 0], expected)
     torch.testing.assert_close(hsic_unbiased(k[None], l[None], pairwise=False)[0], expected)

@@ -22,9 +22,16 @@ def test_metrics_are_logged_per_stage_with_namespaced_names() -> None:
     module = tiny_module()
     data = ImageDataModule("digits", batch_size=32)
     trainer = Trainer(
-        accelerator="cpu", max_epochs=1, limit_train_batches=3, limit_val_batches=2, limit_test_batches=2,
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+        accelerator="cpu",
+        max_epochs=1,
+        limit_train_batches=3,
+        limit_val_batches=2,
+        limit_test_batches=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, data)
     logged = set(trainer.callback_metrics)
     assert {"train/loss", "train/acc1", "val/loss", "val/acc1", "val/acc5"} <= logged
@@ -85,9 +92,15 @@ def test_linear_decay_and_constant() -> None:
 def test_schedule_stepped_per_iteration_by_the_trainer() -> None:
     module = tiny_module(lr_scheduler=lambda opt: WarmupDecayLR(opt, warmup_steps=2, min_lr=0.0))
     trainer = Trainer(
-        accelerator="cpu", max_epochs=2, limit_train_batches=5, limit_val_batches=0, logger=False,
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-    )  # fmt: skip
+        accelerator="cpu",
+        max_epochs=2,
+        limit_train_batches=5,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
     trainer.fit(module, ImageDataModule("digits", batch_size=32))
     scheduler = trainer.lr_scheduler_configs[0].scheduler
     assert scheduler.total_steps == 10 and scheduler.last_epoch == 10

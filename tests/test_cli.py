@@ -78,8 +78,11 @@ def test_rerun_into_the_same_run_directory_is_refused_or_resumed(capsys: pytest.
     with pytest.raises(SystemExit) as exit_info:  # a run directory is never overwritten (issue 19)
         main(args)
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
-        "mixer: error: trainer.logger.init_args.version: 'runs/digits_mixer/fixed' holds a run already"
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .splitlines()[-1]
+        .startswith("mixer: error: trainer.logger.init_args.version: 'runs/digits_mixer/fixed' holds a run already")
     )
     main([*args, "--trainer.max_epochs", "2", "--ckpt_path", "last"])  # or resumed
     assert Path("runs/digits_mixer/fixed/config.yaml").read_text() == config

@@ -47,22 +47,46 @@ def print_config(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
 def test_there_is_a_config_for_every_experiment_of_this_issue() -> None:
     names = {p.name for p in EXPERIMENTS}
     for name in (
-        "quickstart.yaml", "cifar10_mixer_ss8.yaml", "cifar10_mixer_ss_w.yaml", "cifar100_mixer_ss8.yaml",
-        "cifar100_mixer_ss_w.yaml", "imagenet_mixer_b16.yaml", "imagenet_mixer_b_w.yaml",
-        "imagenet_mixer_b16_tolstikhin.yaml", "imagenet_mixer_l16_tolstikhin.yaml", "cifar10_fig2_mixer.yaml",
+        "quickstart.yaml",
+        "cifar10_mixer_ss8.yaml",
+        "cifar10_mixer_ss_w.yaml",
+        "cifar100_mixer_ss8.yaml",
+        "cifar100_mixer_ss_w.yaml",
+        "imagenet_mixer_b16.yaml",
+        "imagenet_mixer_b_w.yaml",
+        "imagenet_mixer_b16_tolstikhin.yaml",
+        "imagenet_mixer_l16_tolstikhin.yaml",
+        "cifar10_fig2_mixer.yaml",
         "cifar10_fig4_mixer.yaml",
         # issue 14: fine-tuning, ImageNet-21k, input permutations, and the figures without a config before
-        "imagenet_mixer_b16_tolstikhin_finetune.yaml", "imagenet_mixer_l16_tolstikhin_finetune.yaml",
-        "imagenet21k_mixer_b16_tolstikhin.yaml", "imagenet21k_mixer_l16_tolstikhin.yaml",
-        "imagenet_mixer_b16_permutation.yaml", "cifar100_fig5_sw_mlp.yaml", "stl10_fig5_sw_mlp.yaml",
-        "cifar10_s1_sw_mlp.yaml", "cifar10_d2_mlp_mixer.yaml", "cifar10_d2_rp_mlp_mixer.yaml", "cifar10_d2_sw_mlp.yaml",
-        "cifar100_d2_mlp_mixer.yaml", "cifar100_d2_rp_mlp_mixer.yaml", "cifar100_d2_sw_mlp.yaml",
-        "cifar10_d3_mlp_mixer.yaml", "cifar10_d3_rp_mlp_mixer.yaml", "cifar10_d7_s_mixer.yaml",
-        "cifar10_d7_rp_s_mixer.yaml", "cifar10_d7_mlp_mixer_sgd.yaml", "cifar10_d7_rp_mlp_mixer_sgd.yaml",
-        "cifar10_d7_mlp_mixer_adamw.yaml", "cifar10_d7_rp_mlp_mixer_adamw.yaml", "cifar10_s3_mlp_mixer.yaml",
-        "cifar10_s3_rp_mlp_mixer.yaml", "cifar10_s3_sw_mlp_dense.yaml", "imagenet_s3_mlp_mixer.yaml",
+        "imagenet_mixer_b16_tolstikhin_finetune.yaml",
+        "imagenet_mixer_l16_tolstikhin_finetune.yaml",
+        "imagenet21k_mixer_b16_tolstikhin.yaml",
+        "imagenet21k_mixer_l16_tolstikhin.yaml",
+        "imagenet_mixer_b16_permutation.yaml",
+        "cifar100_fig5_sw_mlp.yaml",
+        "stl10_fig5_sw_mlp.yaml",
+        "cifar10_s1_sw_mlp.yaml",
+        "cifar10_d2_mlp_mixer.yaml",
+        "cifar10_d2_rp_mlp_mixer.yaml",
+        "cifar10_d2_sw_mlp.yaml",
+        "cifar100_d2_mlp_mixer.yaml",
+        "cifar100_d2_rp_mlp_mixer.yaml",
+        "cifar100_d2_sw_mlp.yaml",
+        "cifar10_d3_mlp_mixer.yaml",
+        "cifar10_d3_rp_mlp_mixer.yaml",
+        "cifar10_d7_s_mixer.yaml",
+        "cifar10_d7_rp_s_mixer.yaml",
+        "cifar10_d7_mlp_mixer_sgd.yaml",
+        "cifar10_d7_rp_mlp_mixer_sgd.yaml",
+        "cifar10_d7_mlp_mixer_adamw.yaml",
+        "cifar10_d7_rp_mlp_mixer_adamw.yaml",
+        "cifar10_s3_mlp_mixer.yaml",
+        "cifar10_s3_rp_mlp_mixer.yaml",
+        "cifar10_s3_sw_mlp_dense.yaml",
+        "imagenet_s3_mlp_mixer.yaml",
         "imagenet_s3_rp_mlp_mixer.yaml",
-    ):  # fmt: skip
+    ):
         assert name in names
     assert {p.stem for p in OVERLAYS} >= {"cpu", "gpu", "ddp", "fsdp", "bf16", "tpu", "multinode"}
 
@@ -99,9 +123,15 @@ def fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
         root = WRITERS[dataset](tmp_path / "fake" / dataset)
         args += ["--data.init_args.root", str(root), "--data.init_args.download", "false"]
     args += [
-        "--data.init_args.batch_size", "2", "--data.init_args.eval_batch_size", "2",
-        "--data.init_args.num_workers", "0", "--trainer.fast_dev_run", "true",
-    ]  # fmt: skip
+        "--data.init_args.batch_size",
+        "2",
+        "--data.init_args.eval_batch_size",
+        "2",
+        "--data.init_args.num_workers",
+        "0",
+        "--trainer.fast_dev_run",
+        "true",
+    ]
     main(args)
 
 

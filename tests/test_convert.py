@@ -25,8 +25,17 @@ from mixer_lightning.weights.keys import from_jax_key, from_timm_key, jax_key, t
 TIMM_MIXERS = ["mixer_b16_224", "mixer_b32_224", "mixer_l16_224", "mixer_l32_224", "mixer_s16_224", "mixer_s32_224"]
 # One per size class (S, B, L) in the fast suite; the heavier /16 ones of B and L are slow on 2 cores.
 FAST_TIMM_MIXERS = ["mixer_s32_224", "mixer_s16_224", "mixer_b32_224", "mixer_l32_224"]
-TIMM_NOT_MIXERS = ["gmixer_12_224", "gmixer_24_224", "gmlp_b16_224", "gmlp_s16_224", "gmlp_ti16_224", "resmlp_12_224",
-                   "resmlp_24_224", "resmlp_36_224", "resmlp_big_24_224"]  # fmt: skip
+TIMM_NOT_MIXERS = [
+    "gmixer_12_224",
+    "gmixer_24_224",
+    "gmlp_b16_224",
+    "gmlp_s16_224",
+    "gmlp_ti16_224",
+    "resmlp_12_224",
+    "resmlp_24_224",
+    "resmlp_36_224",
+    "resmlp_big_24_224",
+]
 TOLERANCE = 1e-5  # max |diff| of logits and features in float32 (issue 3); we measure 0.0
 
 
@@ -180,8 +189,10 @@ def test_a_file_needing_pickled_code_is_refused_with_the_reason() -> None:
     ],
 )
 def test_state_dicts_of_other_timm_blocks_are_refused(timm_kwargs: dict, message: str) -> None:
-    torch.save(MlpMixer(img_size=8, in_chans=1, patch_size=2, num_blocks=1, embed_dim=8, **timm_kwargs).state_dict(),
-               "other.pth")  # fmt: skip
+    torch.save(
+        MlpMixer(img_size=8, in_chans=1, patch_size=2, num_blocks=1, embed_dim=8, **timm_kwargs).state_dict(),
+        "other.pth",
+    )
     with pytest.raises(ConfigError, match="init_from: other.pth") as error:
         read_weights("other.pth")
     assert message in str(error.value)
@@ -225,8 +236,17 @@ def jax_listing1(params: dict[str, np.ndarray], image: np.ndarray, num_blocks: i
 
 def jax_mixer(**kwargs) -> MLPMixer:
     torch.manual_seed(0)
-    args = dict(num_classes=7, image_size=12, in_chans=3, patch_size=4, channels=10, token_hidden=6,
-                channel_hidden=14, num_blocks=2, act="gelu_tanh")  # fmt: skip
+    args = dict(
+        num_classes=7,
+        image_size=12,
+        in_chans=3,
+        patch_size=4,
+        channels=10,
+        token_hidden=6,
+        channel_hidden=14,
+        num_blocks=2,
+        act="gelu_tanh",
+    )
     return fill_random(MLPMixer(**(args | kwargs))).double()
 
 
@@ -235,8 +255,14 @@ def test_to_jax_npz_writes_the_official_layout_and_listing1_computes_our_functio
     arrays = to_jax_npz(model, "mixer.npz")
     with np.load("mixer.npz") as npz:
         assert sorted(npz.files) == sorted(arrays)
-    expected_keys = {"stem/kernel", "stem/bias", "pre_head_layer_norm/scale", "pre_head_layer_norm/bias",
-                     "head/kernel", "head/bias"}  # fmt: skip
+    expected_keys = {
+        "stem/kernel",
+        "stem/bias",
+        "pre_head_layer_norm/scale",
+        "pre_head_layer_norm/bias",
+        "head/kernel",
+        "head/bias",
+    }
     for i in range(2):
         for part in ("LayerNorm_0", "LayerNorm_1"):
             expected_keys |= {f"MixerBlock_{i}/{part}/scale", f"MixerBlock_{i}/{part}/bias"}
@@ -290,8 +316,11 @@ def test_jax_missing_misshaped_and_foreign_keys_are_named() -> None:
         load_weights(jax_mixer(), _save_npz(missing))
     misshaped = dict(arrays)
     misshaped["MixerBlock_0/token_mixing/Dense_0/kernel"] = arrays["MixerBlock_0/token_mixing/Dense_0/kernel"].T
-    with pytest.raises(ConfigError, match=r"MixerBlock_0/token_mixing/Dense_0/kernel .* has shape \(6, 9\), the model "
-                                          r"needs \(9, 6\)"):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=r"MixerBlock_0/token_mixing/Dense_0/kernel .* has shape \(6, 9\), the model "
+        r"needs \(9, 6\)",
+    ):
         load_weights(jax_mixer(), _save_npz(misshaped))
     with pytest.raises(ConfigError, match=r"'Transformer/encoder_norm/scale' is not a parameter of the official"):
         read_weights(_save_npz(arrays | {"Transformer/encoder_norm/scale": np.ones(3)}))

@@ -52,7 +52,9 @@ def test_test_and_validate_write_into_the_checkpoints_run_directory(capsys) -> N
     out = capsys.readouterr().out
     assert f"Test metrics: {run / 'test_metrics.json'}" in out
     assert (run / "config.test1.yaml").is_file() and (run / "config.yaml").is_file()
-    assert not [w for w in caught if "dirpath has changed" in str(w.message) or "callbacks used to create" in str(w.message)]
+    assert not [
+        w for w in caught if "dirpath has changed" in str(w.message) or "callbacks used to create" in str(w.message)
+    ]
 
     # The same figures as the explicit config gives; validate writes val_metrics.json beside them.
     main(["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)])
@@ -138,7 +140,8 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
     rows = read_csv(run / "predictions.csv")
     assert list(rows[0]) == ["file"] + [f"{w}_{k}" for k in (1, 2, 3) for w in ("class", "name", "prob")]
     assert [row["file"] for row in rows] == [f"first/{i:02d}.png" for i in range(3)] + [
-        f"second/deeper/{i:02d}.png" for i in range(3, 6)]  # fmt: skip
+        f"second/deeper/{i:02d}.png" for i in range(3, 6)
+    ]
     for row in rows:
         probs = [float(row[f"prob_{k}"]) for k in (1, 2, 3)]
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
@@ -158,14 +161,42 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
     # moved out of its run directory (no config anywhere: its data facts suffice).
     main(["predict", "--ckpt_path", str(best), "--data.predict_root", '["photos/first/00.png", "photos/second"]'])
     assert [row["file"] for row in read_csv(run / "predictions1.csv")] == [
-        "photos/first/00.png", "deeper/03.png", "deeper/04.png", "deeper/05.png"]  # fmt: skip
+        "photos/first/00.png",
+        "deeper/03.png",
+        "deeper/04.png",
+        "deeper/05.png",
+    ]
     shutil.copy(best, tmp_path / "model.ckpt")
-    main(["predict", "--ckpt_path", "model.ckpt", "--data.predict_root", "photos", "--prediction_writer.topk", "3",
-          "--prediction_writer.output", "alone.csv"])  # fmt: skip
+    main(
+        [
+            "predict",
+            "--ckpt_path",
+            "model.ckpt",
+            "--data.predict_root",
+            "photos",
+            "--prediction_writer.topk",
+            "3",
+            "--prediction_writer.output",
+            "alone.csv",
+        ]
+    )
     assert read_csv(tmp_path / "alone.csv") == rows
     # With the run's config given, its ImageDataModule reads the files, pre-processed the same way.
-    main(["predict", "--config", str(run / "config.yaml"), "--ckpt_path", str(best), "--data.predict_root", "photos",
-          "--prediction_writer.topk", "3", "--prediction_writer.output", "via_config.csv"])  # fmt: skip
+    main(
+        [
+            "predict",
+            "--config",
+            str(run / "config.yaml"),
+            "--ckpt_path",
+            str(best),
+            "--data.predict_root",
+            "photos",
+            "--prediction_writer.topk",
+            "3",
+            "--prediction_writer.output",
+            "via_config.csv",
+        ]
+    )
     assert read_csv(tmp_path / "via_config.csv") == rows
 
 
@@ -179,9 +210,11 @@ def test_checkpoints_carry_the_class_names_of_every_kind_of_dataset(tmp_path, mo
     cases = (
         (dict(dataset="folder", root=str(write_image_folder(tmp_path / "folder"))), [f"n0{c:07d}" for c in range(3)]),
         (dict(dataset="hf", root=str(write_hf(tmp_path / "hf", train=8, test=4, classes=4))), ["c0", "c1", "c2", "c3"]),
-        (dict(dataset="cifar10", root=str(write_cifar10(tmp_path / "cifar")), download=False, pipeline="tensor"),
-         [f"class{i}" for i in range(10)]),
-    )  # fmt: skip
+        (
+            dict(dataset="cifar10", root=str(write_cifar10(tmp_path / "cifar")), download=False, pipeline="tensor"),
+            [f"class{i}" for i in range(10)],
+        ),
+    )
     for arguments, names in cases:
         data = ImageDataModule(batch_size=4, **arguments)
         data.setup("fit")
@@ -215,8 +248,14 @@ def tiny_hub_repo(tmp_path: Path) -> Path:
 
     model_args = {"img_size": 32, "mlp_ratio": [0.0625, 0.0625], "num_classes": 10}
     model = timm.create_model("mixer_s32_224", **model_args)
-    model.pretrained_cfg = {**model.pretrained_cfg, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5),
-                            "crop_pct": 0.9, "interpolation": "bicubic", "input_size": (3, 32, 32)}  # fmt: skip
+    model.pretrained_cfg = {
+        **model.pretrained_cfg,
+        "mean": (0.5, 0.5, 0.5),
+        "std": (0.5, 0.5, 0.5),
+        "crop_pct": 0.9,
+        "interpolation": "bicubic",
+        "input_size": (3, 32, 32),
+    }
     save_for_hf(model, tmp_path / "repo", model_args=model_args)
     return tmp_path / "repo"
 
@@ -242,14 +281,26 @@ def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatc
     assert preprocessing["interpolation"] == "bicubic" and preprocessing["crop_pct"] == 0.9
 
     write_hf(tmp_path / "hf5", train=16, test=8, size=32, classes=5)
-    config = {"model": {"class_path": "mixer_lightning.tasks.MLPMixerModule",
-                        "init_args": {"init_from": "hf-hub:lab/tiny-mixer"}},
-              "data": {"class_path": "mixer_lightning.data.ImageDataModule",
-                       "init_args": {"dataset": "hf", "root": str(tmp_path / "hf5"), "batch_size": 8, "val_split": 0}},
-              "trainer": {"max_epochs": 1, "limit_train_batches": 1, "limit_val_batches": 1,
-                          "enable_progress_bar": False,
-                          "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                                     "init_args": {"save_dir": "runs", "name": "hub"}}}}  # fmt: skip
+    config = {
+        "model": {
+            "class_path": "mixer_lightning.tasks.MLPMixerModule",
+            "init_args": {"init_from": "hf-hub:lab/tiny-mixer"},
+        },
+        "data": {
+            "class_path": "mixer_lightning.data.ImageDataModule",
+            "init_args": {"dataset": "hf", "root": str(tmp_path / "hf5"), "batch_size": 8, "val_split": 0},
+        },
+        "trainer": {
+            "max_epochs": 1,
+            "limit_train_batches": 1,
+            "limit_val_batches": 1,
+            "enable_progress_bar": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": "runs", "name": "hub"},
+            },
+        },
+    }
     Path("finetune.yaml").write_text(yaml.safe_dump(config))
     capsys.readouterr()
     main(["fit", "--config", "finetune.yaml"])
@@ -279,10 +330,11 @@ CHATTER = ("GPU available", "TPU available", "💡", "litlogger", "LeafSpec", "S
 
 def test_a_run_in_a_log_prints_what_runs_and_plain_progress_lines(tmp_path) -> None:
     """stdout is a pipe (as under SLURM or nohup): a header, then plain lines, no carriage returns."""
-    code = ("import sys; from mixer_lightning.cli import main; main(sys.argv[1:])")
+    code = "import sys; from mixer_lightning.cli import main; main(sys.argv[1:])"
     args = ["fit", "--config", TINY, "--trainer.enable_progress_bar", "true", "--progress.every_n_steps", "3"]
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     output = result.stdout + result.stderr
     assert "\r" not in output
@@ -324,8 +376,19 @@ def test_a_failed_run_is_one_line_without_chatter(capsys) -> None:
         logging.getLogger(name).addHandler(handler)
     try:
         with pytest.raises(SystemExit) as exit_info:
-            main(["fit", "--config", TINY, "--data.dataset", "cifar10", "--data.root", "nowhere",
-                  "--data.download", "false"])  # fmt: skip
+            main(
+                [
+                    "fit",
+                    "--config",
+                    TINY,
+                    "--data.dataset",
+                    "cifar10",
+                    "--data.root",
+                    "nowhere",
+                    "--data.download",
+                    "false",
+                ]
+            )
     finally:
         for name in ("lightning.pytorch", "lightning.fabric"):
             logging.getLogger(name).removeHandler(handler)
@@ -343,16 +406,22 @@ def test_a_failed_run_is_one_line_without_chatter(capsys) -> None:
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["--model.chanels", "3"],
-         "model.chanels: MLPMixerModule has no option 'chanels'; did you mean 'channels'? see `mixer fit --help`"),
-        (["--trainer.max_epoch", "3"],
-         "trainer.max_epoch: no such option; did you mean 'trainer.max_epochs'? see `mixer fit --help`"),
+        (
+            ["--model.chanels", "3"],
+            "model.chanels: MLPMixerModule has no option 'chanels'; did you mean 'channels'? see `mixer fit --help`",
+        ),
+        (
+            ["--trainer.max_epoch", "3"],
+            "trainer.max_epoch: no such option; did you mean 'trainer.max_epochs'? see `mixer fit --help`",
+        ),
         (["--dataa.batch_size", "3"], "dataa.batch_size: no such option; did you mean 'data.batch_size'?"),
-        (["--model.optimizer.lrr", "0.1"],
-         "model.optimizer.init_args.lrr: AdamW has no option 'lrr'; did you mean 'lr'?"),
+        (
+            ["--model.optimizer.lrr", "0.1"],
+            "model.optimizer.init_args.lrr: AdamW has no option 'lrr'; did you mean 'lr'?",
+        ),
         (["--data.batch_size", "abc"], "data.batch_size: expected int or null, got 'abc'; see `mixer fit --help`"),
     ],
-)  # fmt: skip
+)
 def test_a_mistyped_flag_is_one_line_with_a_suggestion(args, expected, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", str(CONFIGS / "quickstart.yaml"), *args])
@@ -364,10 +433,15 @@ def test_a_mistyped_flag_is_one_line_with_a_suggestion(args, expected, capsys) -
 
 def test_a_mistyped_config_key_is_one_line_with_a_suggestion(capsys) -> None:
     for text, expected in (
-        ("trainer:\n  max_epoch: 3\n", "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'?"),
-        ("model:\n  init_args:\n    chanels: 8\n", "model.chanels: MLPMixerModule has no option 'chanels'; did you "
-                                                   "mean 'channels'?"),
-    ):  # fmt: skip
+        (
+            "trainer:\n  max_epoch: 3\n",
+            "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'?",
+        ),
+        (
+            "model:\n  init_args:\n    chanels: 8\n",
+            "model.chanels: MLPMixerModule has no option 'chanels'; did you mean 'channels'?",
+        ),
+    ):
         Path("typo.yaml").write_text(text)
         with pytest.raises(SystemExit) as exit_info:
             main(["fit", "--config", TINY, "--config", "typo.yaml"])
@@ -391,13 +465,16 @@ def test_help_version_and_models_start_without_lightning(tmp_path) -> None:
     finally:
         del os.environ["MIXER_CACHE_DIR"]
     assert models.cache_file().name.startswith("models-")
-    code = ("import sys, json\n"
-            "from mixer_lightning.cli import main\n"
-            "main(['--help']); main(['--version']); main(['models', 'mixer_b16', '--json'])\n"
-            "heavy = sorted(m for m in ('lightning', 'torch', 'timm') if m in sys.modules)\n"
-            "assert not heavy, heavy\n")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
-                            cwd=tmp_path)  # fmt: skip
+    code = (
+        "import sys, json\n"
+        "from mixer_lightning.cli import main\n"
+        "main(['--help']); main(['--version']); main(['models', 'mixer_b16', '--json'])\n"
+        "heavy = sorted(m for m in ('lightning', 'torch', 'timm') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert "mixer-lightning: MLP-Mixers" in result.stdout and "\nmixer-lightning 0." in result.stdout
     (row,) = json.loads(result.stdout[result.stdout.index("[\n") :])
@@ -431,8 +508,21 @@ def test_the_csv_logger_keeps_run_directories_resume_and_summaries(capsys) -> No
     first = read_csv(run / "metrics.csv")
     assert first and read_json(run / "fit_summary.json")["epochs"] == 2
     capsys.readouterr()
-    main(["fit", "--config", TINY, "--config", csv_overlay, "--trainer.log_every_n_steps", "1",
-          "--trainer.max_epochs", "3", "--ckpt_path", "last"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--config",
+            csv_overlay,
+            "--trainer.log_every_n_steps",
+            "1",
+            "--trainer.max_epochs",
+            "3",
+            "--ckpt_path",
+            "last",
+        ]
+    )
     assert run_dirs("digits_mixer") == [run]
     rows = read_csv(run / "metrics.csv")
     assert rows[: len(first)] == [{**row, **{k: "" for k in rows[0] if k not in row}} for row in first]
@@ -501,11 +591,21 @@ def test_the_wandb_logger_keeps_the_run_directory(monkeypatch) -> None:
 
 
 def test_logger_overlays_compose_with_an_experiment_config(capsys) -> None:
-    for overlay, logger in (("tensorboard", "lightning.pytorch.loggers.TensorBoardLogger"),
-                            ("csv", "mixer_lightning.loggers.CSVLogger")):  # fmt: skip
+    for overlay, logger in (
+        ("tensorboard", "lightning.pytorch.loggers.TensorBoardLogger"),
+        ("csv", "mixer_lightning.loggers.CSVLogger"),
+    ):
         with pytest.raises(SystemExit):
-            main(["fit", "--config", str(CONFIGS / "quickstart.yaml"), "--config",
-                  str(CONFIGS / "logger" / f"{overlay}.yaml"), "--print_config"])  # fmt: skip
+            main(
+                [
+                    "fit",
+                    "--config",
+                    str(CONFIGS / "quickstart.yaml"),
+                    "--config",
+                    str(CONFIGS / "logger" / f"{overlay}.yaml"),
+                    "--print_config",
+                ]
+            )
         config = yaml.safe_load(capsys.readouterr().out)["trainer"]["logger"]
         assert config["class_path"] == logger
         assert config["init_args"]["save_dir"] == "runs" and config["init_args"]["name"] == "quickstart"

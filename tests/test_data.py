@@ -160,19 +160,26 @@ def test_hf_columns_labels_and_mistakes(tmp_path: Path) -> None:
     def write(path: Path, features: dict, columns: dict, size: tuple[int, int] = (16, 16)) -> str:
         (path / "data").mkdir(parents=True)
         images = [Image.new("RGB", size, (i * 20, 0, 0)) for i in range(6)]
-        table = datasets.Dataset.from_dict({**columns, features["image"]: images}, features=datasets.Features(
-            {features["image"]: datasets.Image(), **{k: v for k, v in features.items() if k != "image"}}
-        ))  # fmt: skip
+        table = datasets.Dataset.from_dict(
+            {**columns, features["image"]: images},
+            features=datasets.Features(
+                {features["image"]: datasets.Image(), **{k: v for k, v in features.items() if k != "image"}}
+            ),
+        )
         table.to_parquet(str(path / "data" / "train-00000-of-00001.parquet"))
         table.to_parquet(str(path / "data" / "test-00000-of-00001.parquet"))
         return str(path)
 
     # CIFAR-100's layout: `img` + `fine_label` (ClassLabel) next to `coarse_label`.
     cifar100 = write(
-        tmp_path / "c100", {"image": "img", "fine_label": datasets.ClassLabel(num_classes=100),
-                            "coarse_label": datasets.ClassLabel(num_classes=20)},
+        tmp_path / "c100",
+        {
+            "image": "img",
+            "fine_label": datasets.ClassLabel(num_classes=100),
+            "coarse_label": datasets.ClassLabel(num_classes=20),
+        },
         {"fine_label": [0, 1, 2, 3, 4, 99], "coarse_label": [0] * 6},
-    )  # fmt: skip
+    )
     data = ImageDataModule("hf", root=cifar100)
     assert (data.num_classes, data.image_size) == (100, 16)
     assert ImageDataModule("hf", root=cifar100, label_column="coarse_label").num_classes == 20
@@ -239,8 +246,22 @@ def test_hf_cifar10_through_the_command_line(tmp_path: Path) -> None:
     """``--data.dataset hf --data.root <the real CIFAR-10 in the hub's layout>``, one batch each way."""
     if not SHARED_CIFAR10.is_dir():
         pytest.skip(f"no real CIFAR-10 under {SHARED_CIFAR10} (set MIXER_DATA_ROOT)")
-    main([
-        "fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--data.dataset", "hf",
-        "--data.root", str(SHARED_CIFAR10), "--data.num_workers", "0", "--data.auto_augment", "original",
-        "--model.patch_size", "4", "--trainer.fast_dev_run", "true",
-    ])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            str(TEST_CONFIGS / "digits_mixer.yaml"),
+            "--data.dataset",
+            "hf",
+            "--data.root",
+            str(SHARED_CIFAR10),
+            "--data.num_workers",
+            "0",
+            "--data.auto_augment",
+            "original",
+            "--model.patch_size",
+            "4",
+            "--trainer.fast_dev_run",
+            "true",
+        ]
+    )

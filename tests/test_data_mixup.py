@@ -76,12 +76,37 @@ def test_mixup_cutmix_random_erasing_train_through_the_cli(tmp_path: Path, monke
     tiny CIFAR-10: soft targets reach the loss, train accuracy is measured, evaluation is unmixed."""
     patch_torchvision_checks(monkeypatch)
     root = write_cifar10(tmp_path / "data")
-    main([
-        "fit", "--config", TINY, "--data.dataset", "cifar10", "--data.root", str(root), "--data.download", "false",
-        "--data.num_workers", "0", "--data.batch_size", "16", "--data.auto_augment", "rand-m9-mstd0.5-inc1",
-        "--data.random_erasing", "0.25", "--data.mixup", "0.8", "--data.cutmix", "1.0", "--model.patch_size", "4",
-        "--model.label_smoothing", "0.1", "--trainer.max_epochs", "1",
-    ])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--data.dataset",
+            "cifar10",
+            "--data.root",
+            str(root),
+            "--data.download",
+            "false",
+            "--data.num_workers",
+            "0",
+            "--data.batch_size",
+            "16",
+            "--data.auto_augment",
+            "rand-m9-mstd0.5-inc1",
+            "--data.random_erasing",
+            "0.25",
+            "--data.mixup",
+            "0.8",
+            "--data.cutmix",
+            "1.0",
+            "--model.patch_size",
+            "4",
+            "--model.label_smoothing",
+            "0.1",
+            "--trainer.max_epochs",
+            "1",
+        ]
+    )
     summary = read_json(run_dirs("digits_mixer")[-1] / "fit_summary.json")
     assert summary["steps"] == 4 and 0.0 <= summary["val/acc1"] <= 1.0
 
@@ -103,10 +128,18 @@ def test_global_batch_sets_gradient_accumulation(
 def test_ema_of_weights_with_lightnings_callback() -> None:
     """Optional EMA of the weights (Lightning's EMAWeightAveraging): validation and the saved
     checkpoint use the averaged weights."""
-    main([
-        "fit", "--config", TINY, "--trainer.max_epochs", "1",
-        "--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging", "--trainer.callbacks.decay", "0.5",
-    ])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.callbacks+=lightning.pytorch.callbacks.EMAWeightAveraging",
+            "--trainer.callbacks.decay",
+            "0.5",
+        ]
+    )
     run = run_dirs("digits_mixer")[-1]
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert any("EMAWeightAveraging" in key for key in checkpoint["callbacks"])

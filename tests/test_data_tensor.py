@@ -38,7 +38,7 @@ SETTINGS = {
     "hf_resize_always_flip": ("hf", dict(train_crop="resize", image_size=24, hflip=1.0)),
     "folder_crop_and_resmall_crop": ("folder", dict(train_crop="random_crop", image_size=32, eval_crop="resmall_crop")),
     "cifar100_resize_crop_eval": ("cifar100", dict(eval_crop="resize_crop", eval_crop_pct=0.75, crop_padding=6)),
-}  # fmt: skip
+}
 
 
 def both_paths(name: str, tmp_path: Path, **kwargs) -> tuple[ImageDataModule, ImageDataModule]:
@@ -96,12 +96,24 @@ def test_fit_through_either_path_trains_bit_identical_weights(tmp_path: Path) ->
     """Through ``mixer fit``: an RP Mixer with dropout, stochastic depth, mixup/cutmix, pad-and-crop,
     flip and an input permutation, 3 epochs with a warm-up + cosine schedule: the weights, optimiser
     state and schedule after the tensor path equal the PIL path's."""
-    config = augmented_hf_config(tmp_path, auto_augment=None, random_erasing=0.0, input_permutation="patch_pixel",
-                                 permutation_patch_size=4)  # fmt: skip
+    config = augmented_hf_config(
+        tmp_path, auto_augment=None, random_erasing=0.0, input_permutation="patch_pixel", permutation_patch_size=4
+    )
     states = []
     for pipeline in ("pil", "tensor"):
-        main(["fit", "--config", str(config), "--data.pipeline", pipeline, "--trainer.max_epochs", "2",
-              "--trainer.logger.init_args.name", pipeline])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                str(config),
+                "--data.pipeline",
+                pipeline,
+                "--trainer.max_epochs",
+                "2",
+                "--trainer.logger.init_args.name",
+                pipeline,
+            ]
+        )
         states.append(final_state(tmp_path / "runs" / pipeline / "version_0"))
     assert_same(states[0], states[1])
     assert "pipeline: tensor" in (tmp_path / "runs" / "tensor" / "version_0" / "config.yaml").read_text()
@@ -118,8 +130,12 @@ def test_auto_chooses_the_tensor_path_where_the_augmentation_has_a_batched_form(
         return data.pipeline
 
     assert chosen() == "tensor" and chosen(train_crop="resize") == "tensor"
-    for field, value in (("auto_augment", "rand-m9-mstd0.5-inc1"), ("random_erasing", 0.25), ("color_jitter", 0.4),
-                         ("train_crop", "random_resized_crop")):  # fmt: skip
+    for field, value in (
+        ("auto_augment", "rand-m9-mstd0.5-inc1"),
+        ("random_erasing", 0.25),
+        ("color_jitter", 0.4),
+        ("train_crop", "random_resized_crop"),
+    ):
         assert chosen(**{field: value}) == "pil"
         with pytest.raises(ConfigError, match=f"^data.pipeline: the tensor path has no batched form of .*data.{field}"):
             ImageDataModule("hf", root=root, pipeline="tensor", **{field: value})
@@ -221,8 +237,9 @@ def test_key_batches_become_images_in_the_hook_as_the_cpu_loader_makes_them(tmp_
     data = ImageDataModule("hf", root=str(root), batch_size=4, val_split=4, num_workers=0, mixup=0.5)
     data.setup()
     direct_train, direct_val = next(iter(data.train_dataloader())), next(iter(data.val_dataloader()))
-    fit_loop = SimpleNamespace(restarting=False, epoch_loop=SimpleNamespace(
-        batch_progress=SimpleNamespace(total=SimpleNamespace(ready=0))))  # fmt: skip
+    fit_loop = SimpleNamespace(
+        restarting=False, epoch_loop=SimpleNamespace(batch_progress=SimpleNamespace(total=SimpleNamespace(ready=0)))
+    )
     data.trainer = SimpleNamespace(training=False, fit_loop=fit_loop)
     keys_train, keys_val = next(iter(data.train_dataloader())), next(iter(data.val_dataloader()))
     assert is_key_batch(keys_train) and set(keys_train) == {"split", "index", "top", "left", "flip"}
@@ -239,8 +256,15 @@ def test_key_batches_become_images_in_the_hook_as_the_cpu_loader_makes_them(tmp_
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_batches_made_on_the_gpu_equal_the_cpus(tmp_path: Path) -> None:
     root = write_hf(tmp_path / "hf", train=20, test=8)
-    data = ImageDataModule("hf", root=str(root), batch_size=8, val_split=0, num_workers=0,
-                           input_permutation="global", permutation_patch_size=4)  # fmt: skip
+    data = ImageDataModule(
+        "hf",
+        root=str(root),
+        batch_size=8,
+        val_split=0,
+        num_workers=0,
+        input_permutation="global",
+        permutation_patch_size=4,
+    )
     data.setup()
     keys = data.train_set.keys([(mix(1, 0, i), i) for i in range(20)])
     x, y = data.train_set.materialize(keys)
@@ -276,15 +300,26 @@ def test_a_killed_run_on_the_tensor_path_resumes_bit_for_bit(tmp_path: Path) -> 
     run = ["--config", str(config)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
-    killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [
-        {"class_path": "helpers.killer.KillAtStep", "init_args": {"step": 7}}]}}))  # fmt: skip
-    killed = subprocess.run([MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
-                            env=env, capture_output=True, text=True)  # fmt: skip
+    killer.write_text(
+        yaml.safe_dump(
+            {"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAtStep", "init_args": {"step": 7}}]}}
+        )
+    )
+    killed = subprocess.run(
+        [MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     interrupted = tmp_path / "runs" / "killed" / "version_0"
     assert torch.load(interrupted / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
-    resumed = subprocess.run([MIXER, "fit", *run, "--trainer.logger.init_args.name", "killed", "--ckpt_path", "last"],
-                             env=env, capture_output=True, text=True)  # fmt: skip
+    resumed = subprocess.run(
+        [MIXER, "fit", *run, "--trainer.logger.init_args.name", "killed", "--ckpt_path", "last"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "data.pipeline: tensor" in resumed.stderr + resumed.stdout
     straight = tmp_path / "runs" / "straight" / "version_0"
@@ -296,16 +331,40 @@ def test_a_killed_run_on_the_tensor_path_resumes_bit_for_bit(tmp_path: Path) -> 
 def test_ddp_ranks_get_disjoint_shards_of_the_same_augmented_images(tmp_path: Path) -> None:
     """2 CPU processes: each rank trains on its own shard, and together they see, every epoch, exactly
     the augmented images one process sees (augmentation keyed by (seed, epoch, index), not by rank)."""
-    config = augmented_hf_config(tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, mixup=0.0, cutmix=0.0,
-                                 val_split=0, pipeline="tensor")  # fmt: skip
+    config = augmented_hf_config(
+        tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, mixup=0.0, cutmix=0.0, val_split=0, pipeline="tensor"
+    )
     env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
-    common = [MIXER, "fit", "--config", str(config), "--trainer.max_epochs", "2", "--trainer.deterministic", "false",
-              "--trainer.callbacks+=helpers.recorder.ImageRecorder"]  # fmt: skip
+    common = [
+        MIXER,
+        "fit",
+        "--config",
+        str(config),
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.deterministic",
+        "false",
+        "--trainer.callbacks+=helpers.recorder.ImageRecorder",
+    ]
     for name, devices in (("one", "1"), ("two", "2")):
-        result = subprocess.run([*common, "--trainer.callbacks.folder", str(tmp_path / name), "--trainer.devices",
-                                 devices, "--trainer.strategy", "ddp" if devices == "2" else "auto",
-                                 "--trainer.logger.init_args.name", name],
-                                env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)  # fmt: skip
+        result = subprocess.run(
+            [
+                *common,
+                "--trainer.callbacks.folder",
+                str(tmp_path / name),
+                "--trainer.devices",
+                devices,
+                "--trainer.strategy",
+                "ddp" if devices == "2" else "auto",
+                "--trainer.logger.init_args.name",
+                name,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
     one = (tmp_path / "one" / "rank0.txt").read_text().split()
     ranks = [(tmp_path / "two" / f"rank{r}.txt").read_text().split() for r in (0, 1)]
@@ -362,9 +421,23 @@ def test_the_tensor_path_feeds_the_precision_of_the_trainer(precision: str, tmp_
     config = augmented_hf_config(tmp_path, auto_augment=None, random_erasing=0.0)
     states = []
     for pipeline in ("pil", "tensor"):
-        main(["fit", "--config", str(config), "--data.pipeline", pipeline, "--trainer.precision", precision,
-              "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2",
-              "--trainer.logger.init_args.name", pipeline])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                str(config),
+                "--data.pipeline",
+                pipeline,
+                "--trainer.precision",
+                precision,
+                "--trainer.max_epochs",
+                "1",
+                "--trainer.limit_train_batches",
+                "2",
+                "--trainer.logger.init_args.name",
+                pipeline,
+            ]
+        )
         states.append(final_state(tmp_path / "runs" / pipeline / "version_0"))
     dtype = torch.float64 if precision == "64-true" else torch.bfloat16
     assert all(v.dtype == dtype for v in states[1]["state"].values() if v.is_floating_point())

@@ -8,7 +8,12 @@ import re
 from helpers import ROOT
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "configs" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    ROOT / "configs" / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 
 
 def test_the_readme_is_a_front_door() -> None:

@@ -55,5 +55,8 @@ def test_export_refuses_to_replace_a_file_without_overwrite(trained, capsys) -> 
     with pytest.raises(SystemExit):
         main(["export", "--ckpt_path", ckpt, "--format", "tflite", "--out", "m.tflite"])
     assert "format: unknown format 'tflite'; choose one of onnx, pt2, torchscript" in capsys.readouterr().err
-    assert export(capsys, "--ckpt_path", ckpt, "--format", "pt2", "--out", "notes.pt2", "--overwrite")["out"] == "notes.pt2"
+    assert (
+        export(capsys, "--ckpt_path", ckpt, "--format", "pt2", "--out", "notes.pt2", "--overwrite")["out"]
+        == "notes.pt2"
+    )
     assert not list(Path(".").glob(".notes.pt2.tmp-*"))

@@ -29,8 +29,9 @@ def digits_timm(num_classes: int = 10, seed: int = 0) -> MlpMixer:
     """A timm MlpMixer of tests/configs/digits_mixer.yaml's architecture (8 px, 1 channel, P = 2,
     C = 16, γ = 2, one block), every parameter random."""
     torch.manual_seed(seed)
-    model = MlpMixer(num_classes=num_classes, img_size=8, in_chans=1, patch_size=2, num_blocks=1, embed_dim=16,
-                     mlp_ratio=(2.0, 2.0))  # fmt: skip
+    model = MlpMixer(
+        num_classes=num_classes, img_size=8, in_chans=1, patch_size=2, num_blocks=1, embed_dim=16, mlp_ratio=(2.0, 2.0)
+    )
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.ndim == 1 or name.startswith("head"):
@@ -71,8 +72,9 @@ def test_convert_jax_npz_round_trip_defaults_and_errors(
     capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     torch.manual_seed(0)
-    model = MLPMixer(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, gamma=2, num_blocks=1,
-                     act="gelu_tanh")  # fmt: skip
+    model = MLPMixer(
+        num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, gamma=2, num_blocks=1, act="gelu_tanh"
+    )
     arrays = to_jax_npz(model, "digits.npz")
     main(["convert", "--from", "digits.npz", "--model", "mlp_mixer", "--out", "digits.ckpt"])
     out = capsys.readouterr().out
@@ -113,8 +115,13 @@ def test_convert_with_a_preset_that_does_not_fit(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         main(["convert", "--from", "timm_digits.pth", "--model", "mixer_ss8", "--out", "ss8.ckpt"])
     err = capsys.readouterr().err
-    assert err.startswith("mixer: error: --from: stem.proj.weight in timm_digits.pth has shape (16, 1, 2, 2), the "
-                          "model needs (986, 1, 8, 8)") and err.count("\n") == 1  # fmt: skip
+    assert (
+        err.startswith(
+            "mixer: error: --from: stem.proj.weight in timm_digits.pth has shape (16, 1, 2, 2), the "
+            "model needs (986, 1, 8, 8)"
+        )
+        and err.count("\n") == 1
+    )
     with pytest.raises(SystemExit):
         main(["convert", "--from", "timm_digits.pth", "--model", "mixer_s32", "--out", "s32.ckpt"])
     err = capsys.readouterr().err
@@ -131,8 +138,19 @@ def test_finetune_at_twice_the_resolution(caplog: pytest.LogCaptureFixture) -> N
     main(["convert", "--from", "pretrained/timm7.pth", "--out", "pretrained/base.ckpt"])
     with caplog.at_level(logging.INFO):
         # lr 0: the weights stay at their initialisation, which the checkpoint then shows.
-        main(["fit", "--config", FINETUNE, "--model.init_from", "pretrained/base.ckpt",
-              "--model.optimizer.init_args.lr", "0", "--trainer.max_steps", "1"])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                FINETUNE,
+                "--model.init_from",
+                "pretrained/base.ckpt",
+                "--model.optimizer.init_args.lr",
+                "0",
+                "--trainer.max_steps",
+                "1",
+            ]
+        )
     log = caplog.text
     assert "patch_size=2, tokens=16, channels=16, token_hidden=32, channel_hidden=32, num_blocks=1" in log
     assert "the file's head has 7 classes, the model 10: head re-initialised to zero" in log
@@ -169,12 +187,14 @@ def test_finetune_at_twice_the_resolution(caplog: pytest.LogCaptureFixture) -> N
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (["--model.init_from", "timm_digits.pth", "--model.channels", "24"],
-         "mixer: error: model.init_from: stem.proj.weight in timm_digits.pth has shape (16, 1, 2, 2), the model needs "
-         "(24, 1, 2, 2)"),
+        (
+            ["--model.init_from", "timm_digits.pth", "--model.channels", "24"],
+            "mixer: error: model.init_from: stem.proj.weight in timm_digits.pth has shape (16, 1, 2, 2), the model needs "
+            "(24, 1, 2, 2)",
+        ),
         (["--model.upscale", "3", "--data.image_size", "16"], "mixer: error: model.upscale: 3 does not divide"),
     ],
-)  # fmt: skip
+)
 def test_fine_tuning_mistakes_are_one_line(args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     torch.save(digits_timm().state_dict(), "timm_digits.pth")
     with pytest.raises(SystemExit) as exit_info:

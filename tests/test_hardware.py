@@ -49,10 +49,21 @@ def test_bf16_mixed_on_the_cpu() -> None:
 
 def test_tpu_overlay_precision_bf16_true_on_the_cpu() -> None:
     """The TPU overlay's bf16-true (weights and activations in bf16), on the CPU in place of the TPU."""
-    main([
-        "fit", "--config", TINY, "--config", OVERLAY["tpu"], "--trainer.accelerator", "cpu",
-        "--trainer.devices", "1", "--trainer.max_epochs", "1",
-    ])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--config",
+            OVERLAY["tpu"],
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "1",
+            "--trainer.max_epochs",
+            "1",
+        ]
+    )
     state = last_checkpoint()["state_dict"]
     weights = [v for k, v in state.items() if v.is_floating_point() and k.endswith("weight")]
     assert weights and all(v.dtype == torch.bfloat16 for v in weights)
@@ -62,12 +73,29 @@ def test_tpu_overlay_precision_bf16_true_on_the_cpu() -> None:
 def test_ddp_with_two_cpu_processes_and_the_global_batch(tmp_path: Path) -> None:
     """The ddp overlay on two CPU processes, launched by Lightning from the installed ``mixer``. With
     GlobalBatchSize 128 and 32 images per process the gradient accumulation is 2 (1 process: 4)."""
-    result = run_mixer([
-        "fit", "--config", TINY, "--config", OVERLAY["ddp"], "--trainer.accelerator", "cpu",
-        "--trainer.devices", "2", "--trainer.precision", "32-true", "--trainer.max_epochs", "1",
-        "--trainer.limit_train_batches", "4",
-        "--trainer.callbacks+=mixer_lightning.data.batching.GlobalBatchSize", "--trainer.callbacks.batch_size", "128",
-    ], cwd=tmp_path)  # fmt: skip
+    result = run_mixer(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--config",
+            OVERLAY["ddp"],
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "2",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "4",
+            "--trainer.callbacks+=mixer_lightning.data.batching.GlobalBatchSize",
+            "--trainer.callbacks.batch_size",
+            "128",
+        ],
+        cwd=tmp_path,
+    )
     output = result.stdout + result.stderr
     assert "MEMBER: 1/2" in output and "MEMBER: 2/2" in output
     assert "Global batch 128 = 32 per device × 2 devices × 2 accumulated batches" in output
@@ -113,18 +141,43 @@ def test_multinode_overlay_with_torchrun_two_simulated_nodes(tmp_path: Path) -> 
     port = str(_free_port())
     torchrun = str(Path(sys.executable).parent / "torchrun")
     common = [
-        "--nnodes", "2", "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port, MIXER,
-        "fit", "--config", TINY, "--config", OVERLAY["multinode"], "--trainer.accelerator", "cpu",
-        "--trainer.devices", "1", "--trainer.num_nodes", "2", "--trainer.precision", "32-true",
-        "--trainer.max_epochs", "1",
-    ]  # fmt: skip
+        "--nnodes",
+        "2",
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        port,
+        MIXER,
+        "fit",
+        "--config",
+        TINY,
+        "--config",
+        OVERLAY["multinode"],
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        "1",
+        "--trainer.num_nodes",
+        "2",
+        "--trainer.precision",
+        "32-true",
+        "--trainer.max_epochs",
+        "1",
+    ]
     nodes = []
     for rank in (0, 1):
         (tmp_path / f"node{rank}").mkdir()
-        nodes.append(subprocess.Popen(
-            [torchrun, "--node-rank", str(rank), *common], cwd=tmp_path / f"node{rank}", stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True,
-        ))  # fmt: skip
+        nodes.append(
+            subprocess.Popen(
+                [torchrun, "--node-rank", str(rank), *common],
+                cwd=tmp_path / f"node{rank}",
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     outputs = [node.communicate(timeout=300)[0] for node in nodes]
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     assert "MEMBER: 1/2" in outputs[0] and "MEMBER: 2/2" in outputs[1]
@@ -155,9 +208,16 @@ def test_fsdp_overlay_wraps_every_mixer_block(checkpointing: bool, tmp_path: Pat
     """FSDP with one unit per MixerBlock (and activation checkpointing), optimiser built after wrapping;
     the saved checkpoint is a full state dict that loads into the plain model."""
     args = [
-        "fit", "--config", TINY, "--config", OVERLAY["fsdp"], "--trainer.max_epochs", "1",
-        "--model.num_blocks", "3",
-    ]  # fmt: skip
+        "fit",
+        "--config",
+        TINY,
+        "--config",
+        OVERLAY["fsdp"],
+        "--trainer.max_epochs",
+        "1",
+        "--model.num_blocks",
+        "3",
+    ]
     if checkpointing:
         args += [
             "--trainer.strategy.init_args.activation_checkpointing_policy",

@@ -58,8 +58,15 @@ def test_stochastic_depth_rises_linearly_over_every_mlp() -> None:
 
 
 def test_table1_parameter_counts() -> None:
-    expected = {"mixer_s32": 19, "mixer_s16": 18, "mixer_b32": 60, "mixer_b16": 59, "mixer_l32": 206,
-                "mixer_l16": 207, "mixer_h14": 431}  # fmt: skip
+    expected = {
+        "mixer_s32": 19,
+        "mixer_s16": 18,
+        "mixer_b32": 60,
+        "mixer_b16": 59,
+        "mixer_l32": 206,
+        "mixer_l16": 207,
+        "mixer_h14": 431,
+    }
     for name, millions in expected.items():
         with torch.device("meta"):
             model = create_model(name)
@@ -91,8 +98,17 @@ def test_normal_init_is_hayase_fan_in_gaussian() -> None:
     so a γn×n weight's largest singular value sits at the Marchenko-Pastur edge 1 + √γ."""
     torch.manual_seed(0)
     gamma = 4
-    model = MLPMixer(num_classes=10, image_size=32, patch_size=4, tokens=300, channels=200, gamma=gamma,
-                     num_blocks=2, init="normal", skip_layer=True)  # fmt: skip
+    model = MLPMixer(
+        num_classes=10,
+        image_size=32,
+        patch_size=4,
+        tokens=300,
+        channels=200,
+        gamma=gamma,
+        num_blocks=2,
+        init="normal",
+        skip_layer=True,
+    )
     block = model.blocks[1]
     for weight, fan_in in [
         (block.token_mixing.mlp.fc1.weight, 300),  # W1 ∈ R^{γS×S}

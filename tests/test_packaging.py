@@ -34,8 +34,19 @@ def test_console_script_and_dependencies() -> None:
     assert project["name"] == "mixer-lightning"
     assert project["scripts"] == {"mixer": "mixer_lightning.cli:main"}
     names = {re.split(r"[<>=\[ ]", dep)[0] for dep in project["dependencies"]}
-    for needed in ("torch", "torchvision", "lightning", "torchmetrics", "timm", "einops", "jsonargparse",
-                   "tensorboard", "datasets", "scikit-learn", "matplotlib"):  # fmt: skip
+    for needed in (
+        "torch",
+        "torchvision",
+        "lightning",
+        "torchmetrics",
+        "timm",
+        "einops",
+        "jsonargparse",
+        "tensorboard",
+        "datasets",
+        "scikit-learn",
+        "matplotlib",
+    ):
         assert needed in names
     for dep in project["dependencies"]:
         assert not re.match(r"torch(vision)?\s*(==|>=)\s*2\.(1[5-9]|[2-9]\d)", dep), dep  # never newer than 2.14.1

@@ -62,8 +62,21 @@ def test_token_mixing_on_columns_equals_the_transposed_mlp_with_gradients(block:
 
 
 def test_compile_option_gives_the_eager_outputs_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
-    main(["fit", "--config", TINY, "--model.compile", "true", "--trainer.max_epochs", "1",
-          "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--model.compile",
+            "true",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+        ]
+    )
     run = run_dirs("digits_mixer")[-1]
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert checkpoint["hyper_parameters"]["compile"] is True
@@ -182,14 +195,37 @@ def test_bench_fit_against_the_step_through_the_cli(tmp_path: Path, capsys: pyte
     model, interleaved; the figures are the ratios of the medians (a tiny CIFAR-size Mixer, tiny data)."""
     root = write_hf(tmp_path / "hf", train=96, test=16)
     config = tmp_path / "tiny_cifar.yaml"
-    config.write_text(yaml.safe_dump({
-        "model": {"class_path": "mixer_lightning.tasks.MLPMixerModule",
-                  "init_args": {"patch_size": 8, "channels": 16, "num_blocks": 1}},
-        "data": {"class_path": "mixer_lightning.data.ImageDataModule",
-                 "init_args": {"dataset": "hf", "batch_size": 16, "val_split": 0, "num_workers": 1}},
-    }))  # fmt: skip
-    main(["bench", "--fit", "--config", str(config), "--data_root", str(root), "--fit_warmup", "2", "--fit_batches", "2",
-          "--repeats", "2", "--json"])  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "model": {
+                    "class_path": "mixer_lightning.tasks.MLPMixerModule",
+                    "init_args": {"patch_size": 8, "channels": 16, "num_blocks": 1},
+                },
+                "data": {
+                    "class_path": "mixer_lightning.data.ImageDataModule",
+                    "init_args": {"dataset": "hf", "batch_size": 16, "val_split": 0, "num_workers": 1},
+                },
+            }
+        )
+    )
+    main(
+        [
+            "bench",
+            "--fit",
+            "--config",
+            str(config),
+            "--data_root",
+            str(root),
+            "--fit_warmup",
+            "2",
+            "--fit_batches",
+            "2",
+            "--repeats",
+            "2",
+            "--json",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     rates = report["img_per_s"]
     assert all(len(v) == 2 and all(r > 0 for r in v) for v in report["rounds_img_per_s"].values())

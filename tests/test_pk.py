@@ -41,7 +41,9 @@ def test_permutations_are_frozen_buffers_restored_from_the_state_dict() -> None:
     x = torch.randn(2, 1, 8, 8)
     with torch.no_grad():
         model.head.weight.normal_()
-        assert not torch.equal(model.blocks[0].token_mixing.permute_in.index, other.blocks[0].token_mixing.permute_in.index)
+        assert not torch.equal(
+            model.blocks[0].token_mixing.permute_in.index, other.blocks[0].token_mixing.permute_in.index
+        )
         other.load_state_dict(model.state_dict())
         torch.testing.assert_close(other(x), model(x), rtol=0, atol=0)
     # the inverse used by the backward pass follows the loaded permutation
@@ -58,8 +60,15 @@ def test_a_broken_permutation_in_a_checkpoint_is_refused() -> None:
 
 
 def test_per_block_permute_flags() -> None:
-    model = create_model("s_mixer", num_classes=3, image_size=8, patch_size=2, channels=6, num_blocks=4,
-                         permute=[True, False, False, False])  # fmt: skip
+    model = create_model(
+        "s_mixer",
+        num_classes=3,
+        image_size=8,
+        patch_size=2,
+        channels=6,
+        num_blocks=4,
+        permute=[True, False, False, False],
+    )
     assert [layer.permuted for layer in model.mixing_layers()] == [True, True] + [False] * 6
     with pytest.raises(ConfigError, match=r"permute: a list needs one flag per block \(num_blocks=4\), got 3"):
         create_model("s_mixer", image_size=8, patch_size=2, channels=6, num_blocks=4, permute=[True, False, True])
@@ -92,8 +101,17 @@ def test_rp_checkpoint_reproduces_its_validation_accuracy_exactly() -> None:
     (run,) = run_dirs("digits_rp_s_mixer")
     summary = read_json(run / "fit_summary.json")
     # Evaluate with another seed: the permutations must come from the checkpoint, not the seed.
-    main(["validate", "--config", str(run / "config.yaml"), "--ckpt_path", summary["best_checkpoint"],
-          "--seed_everything", "123"])  # fmt: skip
+    main(
+        [
+            "validate",
+            "--config",
+            str(run / "config.yaml"),
+            "--ckpt_path",
+            summary["best_checkpoint"],
+            "--seed_everything",
+            "123",
+        ]
+    )
     metrics = read_json(run_dirs("digits_rp_s_mixer")[-1] / "val_metrics.json")
     assert metrics["val/acc1"] == summary["best_score"]
     checkpoint = torch.load(summary["best_checkpoint"], weights_only=True)
@@ -103,7 +121,10 @@ def test_rp_checkpoint_reproduces_its_validation_accuracy_exactly() -> None:
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--model.permute", "[true, false, true]"], "model.permute: a list needs one flag per block (num_blocks=2), got 3"),
+        (
+            ["--model.permute", "[true, false, true]"],
+            "model.permute: a list needs one flag per block (num_blocks=2), got 3",
+        ),
         (["--model.omega", "10"], "model.omega: 10 is unreachable with channels=8"),
         (["--model.omega", "5000", "--model.tokens", "3"], "model.tokens: tokens=3 contradicts omega=5000"),
         (["--model.channels", "-1"], "model.channels: must be positive, got -1"),
@@ -118,8 +139,19 @@ def test_bad_pk_arguments_are_one_line_errors(flags: list[str], message: str, ca
 
 
 def test_mlp_mixer_rp_trains_through_the_cli() -> None:
-    main(["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--model.permute", "true",
-          "--model.skip_layer", "true", "--trainer.max_epochs", "1"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            str(TEST_CONFIGS / "digits_mixer.yaml"),
+            "--model.permute",
+            "true",
+            "--model.skip_layer",
+            "true",
+            "--trainer.max_epochs",
+            "1",
+        ]
+    )
     checkpoint = torch.load(run_dirs("digits_mixer")[-1] / "checkpoints" / "last.ckpt", weights_only=True)
     assert any(key.endswith("skip.proj.weight") for key in checkpoint["state_dict"])
     assert any(key.endswith("permute_out.index") for key in checkpoint["state_dict"])

@@ -46,8 +46,14 @@ def tiny_timm_repo(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
 
     model_args = {"img_size": 32, "mlp_ratio": [0.0625, 0.0625], "num_classes": 10}
     model = timm.create_model("mixer_s32_224", **model_args).eval()
-    model.pretrained_cfg = {**model.pretrained_cfg, "mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "crop_pct": 1.0,
-                            "input_size": (3, 32, 32), "interpolation": "bilinear"}  # fmt: skip
+    model.pretrained_cfg = {
+        **model.pretrained_cfg,
+        "mean": (0.5, 0.5, 0.5),
+        "std": (0.5, 0.5, 0.5),
+        "crop_pct": 1.0,
+        "input_size": (3, 32, 32),
+        "interpolation": "bilinear",
+    }
     save_for_hf(model, tmp_path / "repo", model_args=model_args)
     return model, tmp_path / "repo"
 
@@ -72,12 +78,25 @@ def test_convert_and_fine_tune_from_a_hub_name(tmp_path, offline_cache, capsys) 
         assert torch.allclose(converted.net(images), model(images), atol=1e-5)
     # Fine-tuning: no preset or architecture given, the hub model's architecture is taken.
     write_hf(tmp_path / "hf5", train=16, test=8, size=32, classes=5)
-    config = {"model": {"class_path": "mixer_lightning.tasks.MLPMixerModule",
-                        "init_args": {"init_from": "hf-hub:lab/tiny-mixer"}},
-              "data": {"class_path": "mixer_lightning.data.ImageDataModule",
-                       "init_args": {"dataset": "hf", "root": str(tmp_path / "hf5"), "batch_size": 8, "val_split": 0}},
-              "trainer": {"max_epochs": 1, "limit_train_batches": 1, "limit_val_batches": 1, "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                                                        "init_args": {"save_dir": "runs", "name": "hub"}}}}  # fmt: skip
+    config = {
+        "model": {
+            "class_path": "mixer_lightning.tasks.MLPMixerModule",
+            "init_args": {"init_from": "hf-hub:lab/tiny-mixer"},
+        },
+        "data": {
+            "class_path": "mixer_lightning.data.ImageDataModule",
+            "init_args": {"dataset": "hf", "root": str(tmp_path / "hf5"), "batch_size": 8, "val_split": 0},
+        },
+        "trainer": {
+            "max_epochs": 1,
+            "limit_train_batches": 1,
+            "limit_val_batches": 1,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": "runs", "name": "hub"},
+            },
+        },
+    }
     Path("finetune.yaml").write_text(yaml.safe_dump(config))
     main(["fit", "--config", "finetune.yaml"])
     tuned = load_classifier(next(Path("runs/hub").glob("version_0/checkpoints/last.ckpt")))

@@ -78,9 +78,26 @@ def test_same_seed_gives_bit_identical_runs_in_deterministic_mode(family: str) -
     seeds = (3, 3, 4) if family == "mlp_mixer_rp" else (3, 3)  # (and once: another seed, another run)
     runs = []
     for index, seed in enumerate(seeds):
-        main(["fit", "--config", config, *extra, "--trainer.deterministic", "true", "--trainer.max_epochs", "1",
-              "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "0", "--seed_everything", str(seed),
-              "--trainer.logger.init_args.save_dir", f"run{index}"])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                config,
+                *extra,
+                "--trainer.deterministic",
+                "true",
+                "--trainer.max_epochs",
+                "1",
+                "--trainer.limit_train_batches",
+                "2",
+                "--trainer.limit_val_batches",
+                "0",
+                "--seed_everything",
+                str(seed),
+                "--trainer.logger.init_args.save_dir",
+                f"run{index}",
+            ]
+        )
         runs.append(final_state(next(Path(f"run{index}").glob("*/version_0"))))
     assert_same(runs[0], runs[1])
     if len(runs) == 3:
@@ -89,14 +106,30 @@ def test_same_seed_gives_bit_identical_runs_in_deterministic_mode(family: str) -
 
 RP_MIXER = {
     "class_path": "mixer_lightning.tasks.MLPMixerModule",
-    "init_args": {"patch_size": 4, "channels": 16, "tokens": 12, "num_blocks": 2, "gamma": 2, "permute": [True, False],
-                  "drop_path": 0.2, "drop_rate": 0.1, "label_smoothing": 0.1},
-}  # fmt: skip
+    "init_args": {
+        "patch_size": 4,
+        "channels": 16,
+        "tokens": 12,
+        "num_blocks": 2,
+        "gamma": 2,
+        "permute": [True, False],
+        "drop_path": 0.2,
+        "drop_rate": 0.1,
+        "label_smoothing": 0.1,
+    },
+}
 SPARSE_SW_MLP = {
     "class_path": "mixer_lightning.tasks.SWMLPModule",
-    "init_args": {"patch_size": 4, "channels": 8, "num_blocks": 2, "gamma": 2, "density": 0.1, "impl": "sparse",
-                  "label_smoothing": 0.1},
-}  # fmt: skip
+    "init_args": {
+        "patch_size": 4,
+        "channels": 8,
+        "num_blocks": 2,
+        "gamma": 2,
+        "density": 0.1,
+        "impl": "sparse",
+        "label_smoothing": 0.1,
+    },
+}
 
 
 def augmented_hf_config(tmp_path: Path, model: dict = RP_MIXER, **data: object) -> Path:
@@ -106,23 +139,46 @@ def augmented_hf_config(tmp_path: Path, model: dict = RP_MIXER, **data: object) 
     config = {
         "seed_everything": 7,
         "trainer": {
-            "accelerator": "cpu", "max_epochs": 3, "deterministic": True, "enable_progress_bar": False,
-            "enable_model_summary": False, "log_every_n_steps": 1,
-            "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                       "init_args": {"save_dir": str(tmp_path / "runs"), "name": "straight"}},
+            "accelerator": "cpu",
+            "max_epochs": 3,
+            "deterministic": True,
+            "enable_progress_bar": False,
+            "enable_model_summary": False,
+            "log_every_n_steps": 1,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": str(tmp_path / "runs"), "name": "straight"},
+            },
         },
-        "model": {"class_path": model["class_path"], "init_args": {
-            **model["init_args"],
-            "lr_scheduler": {"class_path": "mixer_lightning.optim.WarmupDecayLR",
-                             "init_args": {"warmup_epochs": 1, "min_lr": 1e-5}},
-        }},
-        "data": {"class_path": "mixer_lightning.data.ImageDataModule", "init_args": {
-            "dataset": "hf", "root": str(tmp_path / "hf"), "batch_size": 8, "val_split": 8, "num_workers": 0,
-            "auto_augment": "rand-m9-mstd0.5-inc1", "random_erasing": 0.25, "mixup": 0.8, "cutmix": 1.0,
-            "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25], **data,
-        }},
+        "model": {
+            "class_path": model["class_path"],
+            "init_args": {
+                **model["init_args"],
+                "lr_scheduler": {
+                    "class_path": "mixer_lightning.optim.WarmupDecayLR",
+                    "init_args": {"warmup_epochs": 1, "min_lr": 1e-5},
+                },
+            },
+        },
+        "data": {
+            "class_path": "mixer_lightning.data.ImageDataModule",
+            "init_args": {
+                "dataset": "hf",
+                "root": str(tmp_path / "hf"),
+                "batch_size": 8,
+                "val_split": 8,
+                "num_workers": 0,
+                "auto_augment": "rand-m9-mstd0.5-inc1",
+                "random_erasing": 0.25,
+                "mixup": 0.8,
+                "cutmix": 1.0,
+                "mean": [0.5, 0.5, 0.5],
+                "std": [0.25, 0.25, 0.25],
+                **data,
+            },
+        },
         "step_checkpoint": {"every_n_train_steps": 3},
-    }  # fmt: skip
+    }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -132,8 +188,19 @@ def test_augmentation_does_not_depend_on_the_number_of_workers(tmp_path: Path) -
     config = augmented_hf_config(tmp_path)
     states = []
     for workers in (0, 2):
-        main(["fit", "--config", str(config), "--data.num_workers", str(workers), "--trainer.max_epochs", "1",
-              "--trainer.logger.init_args.name", f"workers{workers}"])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                str(config),
+                "--data.num_workers",
+                str(workers),
+                "--trainer.max_epochs",
+                "1",
+                "--trainer.logger.init_args.name",
+                f"workers{workers}",
+            ]
+        )
         states.append(final_state(tmp_path / "runs" / f"workers{workers}" / "version_0"))
     assert_same(states[0], states[1])
 
@@ -171,14 +238,24 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path: Path, model: dict, moment: s
     run = ["--config", str(config), "--step_checkpoint.every_n_train_steps", str(every)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
-    killer.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAt", "init_args": kill}]}}))
-    killed = subprocess.run([MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
-                            env=env, capture_output=True, text=True)  # fmt: skip
+    killer.write_text(
+        yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAt", "init_args": kill}]}})
+    )
+    killed = subprocess.run(
+        [MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     interrupted = tmp_path / "runs" / "killed" / "version_0"
     assert torch.load(interrupted / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == saved_step
-    resumed = subprocess.run([MIXER, "fit", *run, "--trainer.logger.init_args.name", "killed", "--ckpt_path", "last"],
-                             env=env, capture_output=True, text=True)  # fmt: skip
+    resumed = subprocess.run(
+        [MIXER, "fit", *run, "--trainer.logger.init_args.name", "killed", "--ckpt_path", "last"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Resuming" in resumed.stdout and (interrupted / "config.resume1.yaml").is_file()
     straight = tmp_path / "runs" / "straight" / "version_0"
@@ -207,8 +284,17 @@ def test_a_checkpoint_brings_its_own_architecture_to_test(capsys: pytest.Capture
     main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--trainer.max_epochs", "1"])
     (run,) = run_dirs("digits_rp_s_mixer")
     score = read_json(run / "fit_summary.json")["val/acc1"]
-    main(["validate", "--config", TINY, "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
-          "--trainer.limit_val_batches", "1.0"])  # fmt: skip
+    main(
+        [
+            "validate",
+            "--config",
+            TINY,
+            "--ckpt_path",
+            str(run / "checkpoints" / "last.ckpt"),
+            "--trainer.limit_val_batches",
+            "1.0",
+        ]
+    )
     assert read_json(run / "val_metrics.json")["val/acc1"] == score  # written beside the checkpoint (issue 16)
 
 
@@ -258,8 +344,21 @@ def test_resume_keeps_the_optimiser_and_schedule_of_the_config_file() -> None:
 
 def test_divergence_stops_with_one_line_and_keeps_the_good_checkpoint(capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", TINY, "--trainer.max_epochs", "3", "--step_checkpoint.every_n_train_steps", "1",
-              "--model.optimizer.lr", "1e30", "--model.lr_scheduler", "null"])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                TINY,
+                "--trainer.max_epochs",
+                "3",
+                "--step_checkpoint.every_n_train_steps",
+                "1",
+                "--model.optimizer.lr",
+                "1e30",
+                "--model.lr_scheduler",
+                "null",
+            ]
+        )
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mixer: error: training diverged: the loss is ")
@@ -284,21 +383,66 @@ def _checkpoint_files(tmp: Path) -> dict[str, str]:
     text.write_text("not a checkpoint")
     pickled = tmp / "pickled.ckpt"
     torch.save({"state_dict": {}, "extra": Path("x")}, pickled)  # needs pickled code (a Path object)
-    main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--trainer.max_epochs", "1",
-          "--trainer.logger.init_args.name", "other"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"),
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.logger.init_args.name",
+            "other",
+        ]
+    )
     other = str(next(Path("runs/other").glob("version_0/checkpoints/last.ckpt")).resolve())
-    main(["fit", "--config", TINY, "--model.channels", "24", "--trainer.max_epochs", "1",
-          "--trainer.logger.init_args.name", "wider"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--model.channels",
+            "24",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.logger.init_args.name",
+            "wider",
+        ]
+    )
     wider = str(next(Path("runs/wider").glob("version_0/checkpoints/last.ckpt")).resolve())
     write_hf(tmp / "hf10", train=24, test=8, size=8)
-    main(["fit", "--config", TINY, "--data.dataset", "hf", "--data.root", str(tmp / "hf10"), "--data.val_split", "8",
-          "--trainer.max_epochs", "1", "--trainer.logger.init_args.name", "rgb"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--data.dataset",
+            "hf",
+            "--data.root",
+            str(tmp / "hf10"),
+            "--data.val_split",
+            "8",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.logger.init_args.name",
+            "rgb",
+        ]
+    )
     rgb = str(next(Path("runs/rgb").glob("version_0/checkpoints/last.ckpt")).resolve())
     corrupt = write_image_folder(tmp / "folder", classes=2, per_class=3, size=(16, 16))
     bad = next((corrupt / "train").glob("*/*.jpg"))
     bad.write_bytes(b"\xff\xd8\xff garbage")
-    return {"good": good, "truncated": str(truncated), "text": str(text), "pickled": str(pickled), "other": other,
-            "wider": wider, "rgb": rgb, "folder": str(corrupt), "bad_image": str(bad), **_lying_files(tmp)}  # fmt: skip
+    return {
+        "good": good,
+        "truncated": str(truncated),
+        "text": str(text),
+        "pickled": str(pickled),
+        "other": other,
+        "wider": wider,
+        "rgb": rgb,
+        "folder": str(corrupt),
+        "bad_image": str(bad),
+        **_lying_files(tmp),
+    }
 
 
 def _lying_files(tmp: Path) -> dict[str, str]:
@@ -318,14 +462,20 @@ def _lying_files(tmp: Path) -> dict[str, str]:
     bomb = write_png_header(bombed / "train" / "n00000000" / "zbomb.png", 20000, 20000)  # 4e8 pixels, 60 bytes
     digits = list(range(10))
     return {
-        "latin": str(tmp / "latin.yaml"), "empty": str(tmp / "empty.yaml"), "malformed": str(tmp / "malformed.yaml"),
-        "unknown_key": str(tmp / "unknown_key.yaml"), "a_folder": str(tmp / "a_folder.ckpt"),
-        "empty_class": str(empty_class), "no_images": str(no_images), "bombed": str(bombed), "bomb": str(bomb),
+        "latin": str(tmp / "latin.yaml"),
+        "empty": str(tmp / "empty.yaml"),
+        "malformed": str(tmp / "malformed.yaml"),
+        "unknown_key": str(tmp / "unknown_key.yaml"),
+        "a_folder": str(tmp / "a_folder.ckpt"),
+        "empty_class": str(empty_class),
+        "no_images": str(no_images),
+        "bombed": str(bombed),
+        "bomb": str(bomb),
         "hf_unlabelled": str(write_hf_labels(tmp / "hf_unlabelled", digits * 2, None)),
         "hf_negative": str(write_hf_labels(tmp / "hf_negative", [-1, *digits], digits)),
         "hf_large": str(write_hf_labels(tmp / "hf_large", digits * 2, [12, *digits[1:]])),
         "hf_strings": str(write_hf_labels(tmp / "hf_strings", ["cat", "dog"] * 5, ["cat", "dog"], "string")),
-    }  # fmt: skip
+    }
 
 
 FOLDER = ["--data.dataset", "folder", "--data.image_size", "16", "--data.num_workers", "0", "--trainer.max_epochs", "1"]
@@ -334,125 +484,358 @@ HF = ["--data.dataset", "hf", "--data.val_split", "0", "--trainer.max_epochs", "
 
 CATALOGUE = [
     # (name, argv (with {placeholders}), exit code, start of the one-line message)
-    ("unknown dataset", ["fit", "--config", TINY, "--data.dataset", "imagenet22k"], 2,
-     "data.dataset: unknown dataset 'imagenet22k'; choose one of"),
-    ("missing data, download off", ["fit", "--config", TINY, "--data.dataset", "cifar10", "--data.root", "{tmp}/nowhere",
-     "--data.download", "false"], 2, "data.root: no cifar10 data under"),
-    ("patch size", ["fit", "--config", TINY, "--model.patch_size", "3"], 2,
-     "model.patch_size: 3 does not divide image_size 8"),
+    (
+        "unknown dataset",
+        ["fit", "--config", TINY, "--data.dataset", "imagenet22k"],
+        2,
+        "data.dataset: unknown dataset 'imagenet22k'; choose one of",
+    ),
+    (
+        "missing data, download off",
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--data.dataset",
+            "cifar10",
+            "--data.root",
+            "{tmp}/nowhere",
+            "--data.download",
+            "false",
+        ],
+        2,
+        "data.root: no cifar10 data under",
+    ),
+    (
+        "patch size",
+        ["fit", "--config", TINY, "--model.patch_size", "3"],
+        2,
+        "model.patch_size: 3 does not divide image_size 8",
+    ),
     ("tokens", ["fit", "--config", TINY, "--model.tokens", "0"], 2, "model.tokens: must be positive, got 0"),
     ("channels", ["fit", "--config", TINY, "--model.channels", "-3"], 2, "model.channels: must be positive, got -3"),
     ("gamma", ["fit", "--config", TINY, "--model.gamma", "0"], 2, "model.gamma: must be positive, got 0"),
     ("depth", ["fit", "--config", TINY, "--model.num_blocks", "0"], 2, "model.num_blocks: must be positive, got 0"),
-    ("omega unreachable", ["fit", "--config", TINY, "--model.omega", "10"], 2,
-     "model.omega: 10 is unreachable with channels=16"),
-    ("permute list", ["fit", "--config", TINY, "--model.permute", "[true, false]"], 2,
-     "model.permute: a list needs one flag per block (num_blocks=1), got 2"),
-    ("sw-mlp density", ["fit", "--config", str(TEST_CONFIGS / "sw_mlp_digits.yaml"), "--model.density", "1.5"], 2,
-     "model.density: must be in (0, 1]"),
-    ("checkpoint missing", ["test", "--config", TINY, "--ckpt_path", "{tmp}/nothing.ckpt"], 2,
-     "ckpt_path: no such file"),
-    ("checkpoint truncated", ["test", "--config", TINY, "--ckpt_path", "{truncated}"], 2,
-     "ckpt_path: '{truncated}' is truncated or not a PyTorch file"),
-    ("not a checkpoint", ["test", "--config", TINY, "--ckpt_path", "{text}"], 2,
-     "ckpt_path: '{text}' is truncated or not a PyTorch file"),
-    ("pickled code refused", ["test", "--config", TINY, "--ckpt_path", "{pickled}"], 2,
-     "ckpt_path: '{pickled}' needs pickled Python code (pathlib.PosixPath) to load, refused for safety"),
-    ("another family", ["fit", "--config", TINY, "--model.init_from", "{other}"], 2,
-     "model.init_from: '{other}' holds a SMixerModule, but this model is a MLPMixerModule"),
-    ("another architecture", ["fit", "--config", TINY, "--model.init_from", "{wider}"], 2,
-     "model.init_from: stem.proj.weight in {wider} has shape (24, 1, 2, 2), the model needs (16, 1, 2, 2)"),
-    ("other classes, no new head", ["test", "--config", TINY, "--ckpt_path", "{rgb}", "--data.dataset", "hf",
-     "--data.root", "{tmp}/hf3"], 2, "ckpt_path: '{rgb}' was trained for 10 classes, the data has 3"),
-    ("resume without a run", ["fit", "--config", TINY, "--ckpt_path", "last", "--trainer.logger.init_args.name",
-     "never"], 2, "ckpt_path: 'last': no run under 'runs/never' has a checkpoints/last.ckpt"),
-    ("mixup, odd batch", ["fit", "--config", TINY, "--data.mixup", "0.8", "--data.batch_size", "31"], 2,
-     "data.batch_size: mixup/cutmix mix every image with another of its batch"),
-    ("fsdp on the cpu", ["fit", "--config", TINY, "--trainer.strategy", "fsdp"], 2,
-     "trainer: The strategy `fsdp` requires a GPU accelerator"),
-    ("a gpu that is not there", ["fit", "--config", TINY, "--trainer.accelerator", "gpu"], 2,
-     "trainer: No supported gpu backend found; use --trainer.accelerator cpu (or auto)"),
-    ("corrupt image", ["fit", "--config", TINY, "--data.dataset", "folder", "--data.root", "{folder}",
-     "--data.image_size", "16", "--data.val_split", "0"], 2, "data.root: cannot read image '{bad_image}'"),
+    (
+        "omega unreachable",
+        ["fit", "--config", TINY, "--model.omega", "10"],
+        2,
+        "model.omega: 10 is unreachable with channels=16",
+    ),
+    (
+        "permute list",
+        ["fit", "--config", TINY, "--model.permute", "[true, false]"],
+        2,
+        "model.permute: a list needs one flag per block (num_blocks=1), got 2",
+    ),
+    (
+        "sw-mlp density",
+        ["fit", "--config", str(TEST_CONFIGS / "sw_mlp_digits.yaml"), "--model.density", "1.5"],
+        2,
+        "model.density: must be in (0, 1]",
+    ),
+    (
+        "checkpoint missing",
+        ["test", "--config", TINY, "--ckpt_path", "{tmp}/nothing.ckpt"],
+        2,
+        "ckpt_path: no such file",
+    ),
+    (
+        "checkpoint truncated",
+        ["test", "--config", TINY, "--ckpt_path", "{truncated}"],
+        2,
+        "ckpt_path: '{truncated}' is truncated or not a PyTorch file",
+    ),
+    (
+        "not a checkpoint",
+        ["test", "--config", TINY, "--ckpt_path", "{text}"],
+        2,
+        "ckpt_path: '{text}' is truncated or not a PyTorch file",
+    ),
+    (
+        "pickled code refused",
+        ["test", "--config", TINY, "--ckpt_path", "{pickled}"],
+        2,
+        "ckpt_path: '{pickled}' needs pickled Python code (pathlib.PosixPath) to load, refused for safety",
+    ),
+    (
+        "another family",
+        ["fit", "--config", TINY, "--model.init_from", "{other}"],
+        2,
+        "model.init_from: '{other}' holds a SMixerModule, but this model is a MLPMixerModule",
+    ),
+    (
+        "another architecture",
+        ["fit", "--config", TINY, "--model.init_from", "{wider}"],
+        2,
+        "model.init_from: stem.proj.weight in {wider} has shape (24, 1, 2, 2), the model needs (16, 1, 2, 2)",
+    ),
+    (
+        "other classes, no new head",
+        ["test", "--config", TINY, "--ckpt_path", "{rgb}", "--data.dataset", "hf", "--data.root", "{tmp}/hf3"],
+        2,
+        "ckpt_path: '{rgb}' was trained for 10 classes, the data has 3",
+    ),
+    (
+        "resume without a run",
+        ["fit", "--config", TINY, "--ckpt_path", "last", "--trainer.logger.init_args.name", "never"],
+        2,
+        "ckpt_path: 'last': no run under 'runs/never' has a checkpoints/last.ckpt",
+    ),
+    (
+        "mixup, odd batch",
+        ["fit", "--config", TINY, "--data.mixup", "0.8", "--data.batch_size", "31"],
+        2,
+        "data.batch_size: mixup/cutmix mix every image with another of its batch",
+    ),
+    (
+        "fsdp on the cpu",
+        ["fit", "--config", TINY, "--trainer.strategy", "fsdp"],
+        2,
+        "trainer: The strategy `fsdp` requires a GPU accelerator",
+    ),
+    (
+        "a gpu that is not there",
+        ["fit", "--config", TINY, "--trainer.accelerator", "gpu"],
+        2,
+        "trainer: No supported gpu backend found; use --trainer.accelerator cpu (or auto)",
+    ),
+    (
+        "corrupt image",
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--data.dataset",
+            "folder",
+            "--data.root",
+            "{folder}",
+            "--data.image_size",
+            "16",
+            "--data.val_split",
+            "0",
+        ],
+        2,
+        "data.root: cannot read image '{bad_image}'",
+    ),
     ("width command", ["width", "--omega", "-5"], 2, "omega: must be positive, got -5"),
-    ("convert, missing key", ["convert", "--from", "{tmp}/broken.npz", "--model", "mlp_mixer", "--out", "{tmp}/x.ckpt"],
-     2, "--from: "),
+    (
+        "convert, missing key",
+        ["convert", "--from", "{tmp}/broken.npz", "--model", "mlp_mixer", "--out", "{tmp}/x.ckpt"],
+        2,
+        "--from: ",
+    ),
     # issue 19: what used to be a traceback (or a usage dump), and what used to be overwritten
-    ("negative learning rate", ["fit", "--config", TINY, "--model.optimizer.lr", "-0.1"], 2,
-     "model.optimizer.init_args.lr: invalid learning rate: -0.1; give a value the optimiser accepts"),
-    ("negative weight decay", ["fit", "--config", TINY, "--model.optimizer.weight_decay", "-0.1"], 2,
-     "model.optimizer.init_args.weight_decay: invalid weight_decay value: -0.1"),
-    ("accumulate 0 batches", ["fit", "--config", TINY, "--trainer.accumulate_grad_batches", "0"], 2,
-     "trainer.accumulate_grad_batches: must be >= 1, got 0; give 1 (no accumulation) or more"),
-    ("validate every 0 epochs", ["fit", "--config", TINY, "--trainer.check_val_every_n_epoch", "0"], 2,
-     "trainer.check_val_every_n_epoch: must be >= 1 (or null), got 0"),
-    ("seed above numpy's range", ["fit", "--config", TINY, "--seed_everything", "4294967296"], 2,
-     "seed_everything: 4294967296 is not in bounds, numpy accepts from 0 to 4294967295; give a seed in 0..4294967295"),
+    (
+        "negative learning rate",
+        ["fit", "--config", TINY, "--model.optimizer.lr", "-0.1"],
+        2,
+        "model.optimizer.init_args.lr: invalid learning rate: -0.1; give a value the optimiser accepts",
+    ),
+    (
+        "negative weight decay",
+        ["fit", "--config", TINY, "--model.optimizer.weight_decay", "-0.1"],
+        2,
+        "model.optimizer.init_args.weight_decay: invalid weight_decay value: -0.1",
+    ),
+    (
+        "accumulate 0 batches",
+        ["fit", "--config", TINY, "--trainer.accumulate_grad_batches", "0"],
+        2,
+        "trainer.accumulate_grad_batches: must be >= 1, got 0; give 1 (no accumulation) or more",
+    ),
+    (
+        "validate every 0 epochs",
+        ["fit", "--config", TINY, "--trainer.check_val_every_n_epoch", "0"],
+        2,
+        "trainer.check_val_every_n_epoch: must be >= 1 (or null), got 0",
+    ),
+    (
+        "seed above numpy's range",
+        ["fit", "--config", TINY, "--seed_everything", "4294967296"],
+        2,
+        "seed_everything: 4294967296 is not in bounds, numpy accepts from 0 to 4294967295; give a seed in 0..4294967295",
+    ),
     ("negative seed", ["fit", "--config", TINY, "--seed_everything", "-1"], 2, "seed_everything: -1 is not in bounds"),
-    ("a model too large to allocate", ["fit", "--config", TINY, "--model.tokens", "1000000"], 1,
-     "memory: out of memory (it asked for 8000000000000 bytes); use a smaller model or data.batch_size"),
-    ("config not UTF-8", ["fit", "--config", "{latin}"], 2,
-     "config: '{latin}' is not UTF-8 text (byte 0xe9 at offset 27); save it as UTF-8"),
+    (
+        "a model too large to allocate",
+        ["fit", "--config", TINY, "--model.tokens", "1000000"],
+        1,
+        "memory: out of memory (it asked for 8000000000000 bytes); use a smaller model or data.batch_size",
+    ),
+    (
+        "config not UTF-8",
+        ["fit", "--config", "{latin}"],
+        2,
+        "config: '{latin}' is not UTF-8 text (byte 0xe9 at offset 27); save it as UTF-8",
+    ),
     ("empty config", ["fit", "--config", "{empty}"], 2, "config: '{empty}' is empty (no settings)"),
-    ("malformed config", ["fit", "--config", "{malformed}"], 2,
-     "config: '{malformed}' is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)"),
-    ("unknown key in a config", ["fit", "--config", TINY, "--config", "{unknown_key}"], 2,
-     "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'? see `mixer fit --help`"),
-    ("a value of the wrong type", ["fit", "--config", TINY, "--trainer.max_epochs", "abc"], 2,
-     "trainer.max_epochs: expected int or null, got 'abc'; see `mixer fit --help`"),
-    ("a misspelt model option", ["fit", "--config", TINY, "--model.chanels", "3"], 2,
-     "model.chanels: MLPMixerModule has no option 'chanels'"),
-    ("a misspelt command", ["fitt", "--config", TINY], 2,
-     "command: unknown command 'fitt'; did you mean `mixer fit`? choose one of fit, validate, test, predict, models, "
-     "convert, width"),
+    (
+        "malformed config",
+        ["fit", "--config", "{malformed}"],
+        2,
+        "config: '{malformed}' is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)",
+    ),
+    (
+        "unknown key in a config",
+        ["fit", "--config", TINY, "--config", "{unknown_key}"],
+        2,
+        "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'? see `mixer fit --help`",
+    ),
+    (
+        "a value of the wrong type",
+        ["fit", "--config", TINY, "--trainer.max_epochs", "abc"],
+        2,
+        "trainer.max_epochs: expected int or null, got 'abc'; see `mixer fit --help`",
+    ),
+    (
+        "a misspelt model option",
+        ["fit", "--config", TINY, "--model.chanels", "3"],
+        2,
+        "model.chanels: MLPMixerModule has no option 'chanels'",
+    ),
+    (
+        "a misspelt command",
+        ["fitt", "--config", TINY],
+        2,
+        "command: unknown command 'fitt'; did you mean `mixer fit`? choose one of fit, validate, test, predict, models, "
+        "convert, width",
+    ),
     ("no command", [], 2, "command: none given; choose one of fit, validate, test, predict, models"),
-    ("a misspelt flag of a project command", ["visualize", "--ckpt", "{good}", "--outt", "x"], 2,
-     "--outt: no such option; see `mixer visualize --help`"),
-    ("a text file as init_from", ["fit", "--config", TINY, "--model.init_from", "{text}"], 2,
-     "model.init_from: '{text}' is truncated or not a PyTorch file (neither a zip archive nor a pickle)"),
-    ("resume with another architecture", ["fit", "--config", TINY, "--model.channels", "32", "--ckpt_path", "{good}"], 2,
-     "model.channels: is 32, but the run being resumed has 16 ({good}); a resumed run keeps its model: drop "
-     "--model.channels"),
-    ("a pinned run directory that holds a run", ["fit", "--config", TINY, "--trainer.logger.init_args.save_dir",
-     "{tmp}/runs", "--trainer.logger.init_args.name", "good", "--trainer.logger.init_args.version", "version_0"], 2,
-     "trainer.logger.init_args.version: '{tmp}/runs/good/version_0' holds a run already; it is not overwritten; "
-     "resume it with --ckpt_path last"),
-    ("resume a pinned run that is not there", ["fit", "--config", TINY, "--trainer.logger.init_args.version",
-     "version_7", "--ckpt_path", "last"], 2,
-     "ckpt_path: 'last': the run 'runs/digits_mixer/version_7' (trainer.logger.init_args.version) does not exist"),
-    ("resume from 'best'", ["fit", "--config", TINY, "--ckpt_path", "best"], 2,
-     "ckpt_path: 'best' names no file here (Lightning's 'best' is that of a fit in the same process); give the path"),
-    ("convert onto an existing file", ["convert", "--from", "{good}", "--out", "{wider}"], 2,
-     "--out: {wider} exists; pass --overwrite or choose another path"),
-    ("convert into a file's folder", ["convert", "--from", "{good}", "--out", "{text}/x.ckpt"], 2,
-     "--out: cannot write '{text}/x.ckpt': '{text}' is a file, not a folder"),
-    ("convert onto a folder", ["convert", "--from", "{good}", "--out", "{a_folder}", "--overwrite"], 2,
-     "--out: '{a_folder}' is a folder; give the path of a file"),
-    ("visualize --out a picture's name", ["visualize", "--ckpt", "{good}", "--out", "pic.png"], 2,
-     "out: 'pic.png' names a file, but out is the folder the PNGs are written into; give a folder, e.g. 'pic'"),
-    ("visualize --out a file", ["visualize", "--ckpt", "{good}", "--out", "{text}"], 2,
-     "out: '{text}' is a file, not a folder"),
-    ("predict onto an existing file", ["predict", "--config", TINY, "--ckpt_path", "{good}",
-     "--prediction_writer.output", "{text}"], 2,
-     "prediction_writer.output: {text} exists; pass --prediction_writer.overwrite true or choose another path"),
-    ("predict onto a folder", ["predict", "--config", TINY, "--ckpt_path", "{good}", "--prediction_writer.output",
-     "{tmp}"], 2, "prediction_writer.output: '{tmp}' is a folder; give the path of a file"),
-    ("an empty class folder", ["fit", "--config", TINY, *FOLDER, "--data.root", "{empty_class}"], 2,
-     "data.root: the class folder '{empty_class}/train/n00000001' holds no images (.jpg, .jpeg, .png"),
-    ("no images at all", ["fit", "--config", TINY, *FOLDER, "--data.root", "{no_images}"], 2,
-     "data.root: '{no_images}/train' holds no images (.jpg"),
-    ("a decompression bomb", ["fit", "--config", TINY, *FOLDER, "--data.root", "{bombed}"], 2,
-     "data.root: cannot read image '{bomb}' (Image size (400000000 pixels) exceeds limit of 178956970 pixels"),
-    ("hf: a test split without labels", ["fit", "--config", TINY, *HF, "--data.root", "{hf_unlabelled}"], 2,
-     "data.root: '{hf_unlabelled}' has no labelled test or validation split (its split 'test' has no labels "
-     "(column 'label'))"),
-    ("hf: label -1", ["fit", "--config", TINY, *HF, "--data.root", "{hf_negative}"], 2,
-     "data.label_column: split 'train' of '{hf_negative}', column 'label' holds the label -1; labels are 0..9"),
-    ("hf: label >= num_classes", ["fit", "--config", TINY, *HF, "--data.root", "{hf_large}"], 2,
-     "data.label_column: split 'test' of '{hf_large}', column 'label' holds the label 12, but there are 10 classes"),
-    ("hf: string labels", ["fit", "--config", TINY, *HF, "--data.root", "{hf_strings}"], 2,
-     "data.label_column: split 'train' of '{hf_strings}', column 'label' holds string values, not class numbers"),
-]  # fmt: skip
+    (
+        "a misspelt flag of a project command",
+        ["visualize", "--ckpt", "{good}", "--outt", "x"],
+        2,
+        "--outt: no such option; see `mixer visualize --help`",
+    ),
+    (
+        "a text file as init_from",
+        ["fit", "--config", TINY, "--model.init_from", "{text}"],
+        2,
+        "model.init_from: '{text}' is truncated or not a PyTorch file (neither a zip archive nor a pickle)",
+    ),
+    (
+        "resume with another architecture",
+        ["fit", "--config", TINY, "--model.channels", "32", "--ckpt_path", "{good}"],
+        2,
+        "model.channels: is 32, but the run being resumed has 16 ({good}); a resumed run keeps its model: drop "
+        "--model.channels",
+    ),
+    (
+        "a pinned run directory that holds a run",
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--trainer.logger.init_args.save_dir",
+            "{tmp}/runs",
+            "--trainer.logger.init_args.name",
+            "good",
+            "--trainer.logger.init_args.version",
+            "version_0",
+        ],
+        2,
+        "trainer.logger.init_args.version: '{tmp}/runs/good/version_0' holds a run already; it is not overwritten; "
+        "resume it with --ckpt_path last",
+    ),
+    (
+        "resume a pinned run that is not there",
+        ["fit", "--config", TINY, "--trainer.logger.init_args.version", "version_7", "--ckpt_path", "last"],
+        2,
+        "ckpt_path: 'last': the run 'runs/digits_mixer/version_7' (trainer.logger.init_args.version) does not exist",
+    ),
+    (
+        "resume from 'best'",
+        ["fit", "--config", TINY, "--ckpt_path", "best"],
+        2,
+        "ckpt_path: 'best' names no file here (Lightning's 'best' is that of a fit in the same process); give the path",
+    ),
+    (
+        "convert onto an existing file",
+        ["convert", "--from", "{good}", "--out", "{wider}"],
+        2,
+        "--out: {wider} exists; pass --overwrite or choose another path",
+    ),
+    (
+        "convert into a file's folder",
+        ["convert", "--from", "{good}", "--out", "{text}/x.ckpt"],
+        2,
+        "--out: cannot write '{text}/x.ckpt': '{text}' is a file, not a folder",
+    ),
+    (
+        "convert onto a folder",
+        ["convert", "--from", "{good}", "--out", "{a_folder}", "--overwrite"],
+        2,
+        "--out: '{a_folder}' is a folder; give the path of a file",
+    ),
+    (
+        "visualize --out a picture's name",
+        ["visualize", "--ckpt", "{good}", "--out", "pic.png"],
+        2,
+        "out: 'pic.png' names a file, but out is the folder the PNGs are written into; give a folder, e.g. 'pic'",
+    ),
+    (
+        "visualize --out a file",
+        ["visualize", "--ckpt", "{good}", "--out", "{text}"],
+        2,
+        "out: '{text}' is a file, not a folder",
+    ),
+    (
+        "predict onto an existing file",
+        ["predict", "--config", TINY, "--ckpt_path", "{good}", "--prediction_writer.output", "{text}"],
+        2,
+        "prediction_writer.output: {text} exists; pass --prediction_writer.overwrite true or choose another path",
+    ),
+    (
+        "predict onto a folder",
+        ["predict", "--config", TINY, "--ckpt_path", "{good}", "--prediction_writer.output", "{tmp}"],
+        2,
+        "prediction_writer.output: '{tmp}' is a folder; give the path of a file",
+    ),
+    (
+        "an empty class folder",
+        ["fit", "--config", TINY, *FOLDER, "--data.root", "{empty_class}"],
+        2,
+        "data.root: the class folder '{empty_class}/train/n00000001' holds no images (.jpg, .jpeg, .png",
+    ),
+    (
+        "no images at all",
+        ["fit", "--config", TINY, *FOLDER, "--data.root", "{no_images}"],
+        2,
+        "data.root: '{no_images}/train' holds no images (.jpg",
+    ),
+    (
+        "a decompression bomb",
+        ["fit", "--config", TINY, *FOLDER, "--data.root", "{bombed}"],
+        2,
+        "data.root: cannot read image '{bomb}' (Image size (400000000 pixels) exceeds limit of 178956970 pixels",
+    ),
+    (
+        "hf: a test split without labels",
+        ["fit", "--config", TINY, *HF, "--data.root", "{hf_unlabelled}"],
+        2,
+        "data.root: '{hf_unlabelled}' has no labelled test or validation split (its split 'test' has no labels "
+        "(column 'label'))",
+    ),
+    (
+        "hf: label -1",
+        ["fit", "--config", TINY, *HF, "--data.root", "{hf_negative}"],
+        2,
+        "data.label_column: split 'train' of '{hf_negative}', column 'label' holds the label -1; labels are 0..9",
+    ),
+    (
+        "hf: label >= num_classes",
+        ["fit", "--config", TINY, *HF, "--data.root", "{hf_large}"],
+        2,
+        "data.label_column: split 'test' of '{hf_large}', column 'label' holds the label 12, but there are 10 classes",
+    ),
+    (
+        "hf: string labels",
+        ["fit", "--config", TINY, *HF, "--data.root", "{hf_strings}"],
+        2,
+        "data.label_column: split 'train' of '{hf_strings}', column 'label' holds string values, not class numbers",
+    ),
+]
 
 
 @pytest.fixture(scope="module")
@@ -499,7 +882,9 @@ QUICK = ["--config", TINY, "--trainer.max_epochs", "3", "--trainer.log_every_n_s
 
 def kill_config(tmp_path: Path, **kill) -> str:
     path = tmp_path / "kill.yaml"
-    path.write_text(yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAt", "init_args": kill}]}}))
+    path.write_text(
+        yaml.safe_dump({"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAt", "init_args": kill}]}})
+    )
     return str(path)
 
 
@@ -530,8 +915,16 @@ def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
     run = [*QUICK, "--step_checkpoint.every_n_train_steps", str(every), *extra]
     main(["fit", *run, "--trainer.logger.init_args.name", "straight"])
     with pytest.raises(Crash):
-        main(["fit", *run, "--config", kill_config(tmp_path, **moment, signal="CRASH"),
-              "--trainer.logger.init_args.name", "crashed"])  # fmt: skip
+        main(
+            [
+                "fit",
+                *run,
+                "--config",
+                kill_config(tmp_path, **moment, signal="CRASH"),
+                "--trainer.logger.init_args.name",
+                "crashed",
+            ]
+        )
     crashed = Path("runs/crashed/version_0")
     assert torch.load(crashed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == saved
     main(["fit", *run, "--trainer.logger.init_args.name", "crashed", "--ckpt_path", "last"])
@@ -564,8 +957,16 @@ def test_sigterm_and_sigint_stop_with_a_resumable_checkpoint(
 
 # ------------------------------------------------------------------------------ run directories
 
-ONE_STEP = ["--config", TINY, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "1",
-            "--trainer.limit_val_batches", "1"]  # fmt: skip
+ONE_STEP = [
+    "--config",
+    TINY,
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "1",
+    "--trainer.limit_val_batches",
+    "1",
+]
 
 
 def test_ckpt_path_last_is_the_newest_version_not_the_newest_file(capsys: pytest.CaptureFixture) -> None:
@@ -641,8 +1042,12 @@ def test_one_writer_per_run_directory_and_stale_locks_are_taken_over(capsys: pyt
             main(["fit", *ONE_STEP, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
         assert exit_info.value.code == 1
         err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert err.startswith(f"mixer: error: trainer.logger: the run '{run}' is being written by process {holder.pid} on ")
-        assert err.endswith(f"(lock '{lock}'); wait for that run to end (or stop it); one process writes a run at a time")
+        assert err.startswith(
+            f"mixer: error: trainer.logger: the run '{run}' is being written by process {holder.pid} on "
+        )
+        assert err.endswith(
+            f"(lock '{lock}'); wait for that run to end (or stop it); one process writes a run at a time"
+        )
         assert not (run / "config.resume1.yaml").exists()
     finally:
         holder.kill()
@@ -684,8 +1089,10 @@ def test_convert_overwrite_on_a_full_disk_keeps_the_old_file(
     from mixer_lightning.models.mlp_mixer import MLPMixer
     from mixer_lightning.weights import to_jax_npz
 
-    to_jax_npz(MLPMixer(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, gamma=2, num_blocks=1),
-               "digits.npz")  # fmt: skip
+    to_jax_npz(
+        MLPMixer(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, gamma=2, num_blocks=1),
+        "digits.npz",
+    )
     main(["convert", "--from", "digits.npz", "--model", "mlp_mixer", "--out", "model.ckpt"])
     old = Path("model.ckpt").read_bytes()
 
@@ -738,8 +1145,16 @@ def test_an_image_folder_with_a_symlink_loop_is_read_once(tmp_path: Path) -> Non
 
 # ------------------------------------------------------------------ real subprocesses (slow)
 
-LONG = ["--config", TINY, "--trainer.max_epochs", "30", "--trainer.log_every_n_steps", "1",
-        "--step_checkpoint.every_n_train_steps", "3"]  # fmt: skip
+LONG = [
+    "--config",
+    TINY,
+    "--trainer.max_epochs",
+    "30",
+    "--trainer.log_every_n_steps",
+    "1",
+    "--step_checkpoint.every_n_train_steps",
+    "3",
+]
 
 
 def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> None:
@@ -759,8 +1174,12 @@ def test_a_signalled_subprocess_stops_and_resumes_exactly(signame: str, code: in
     outside at whatever moment: it exits with 128 + the signal after saving last.ckpt, and
     ``--ckpt_path last`` goes on to the uninterrupted run's weights, optimiser and figures."""
     main(["fit", *LONG, "--trainer.logger.init_args.name", "straight"])
-    fit = subprocess.Popen([MIXER, "fit", *LONG, "--trainer.logger.init_args.name", "stopped"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    fit = subprocess.Popen(
+        [MIXER, "fit", *LONG, "--trainer.logger.init_args.name", "stopped"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     run = Path("runs/stopped/version_0")
     wait_for(run / "checkpoints" / "last.ckpt", fit)
     fit.send_signal(getattr(signal, signame))
@@ -779,8 +1198,9 @@ def test_a_signalled_subprocess_stops_and_resumes_exactly(signame: str, code: in
 def test_a_second_concurrent_resume_of_a_run_is_refused(capsys) -> None:
     main(["fit", *ONE_STEP])
     (run,) = run_dirs("digits_mixer")
-    first = subprocess.Popen([MIXER, "fit", *LONG, "--ckpt_path", "last"], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        [MIXER, "fit", *LONG, "--ckpt_path", "last"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_for(run / "config.resume1.yaml", first)  # written under the lock
         with pytest.raises(SystemExit) as exit_info:

@@ -79,7 +79,12 @@ def test_a_config_naming_an_untrusted_class_is_refused_before_import(tmp_path, c
     config["trainer"] = {"callbacks": [{"class_path": "os.system", "init_args": {"command": f"id > {PWNED}"}}]}
     hostile = tmp_path / "hostile.yaml"
     hostile.write_text(yaml.safe_dump(config))
-    refused(capsys, ["fit", "--config", str(hostile), "--trainer.fast_dev_run", "true"], "os.system", "MIXER_TRUSTED_MODULES")
+    refused(
+        capsys,
+        ["fit", "--config", str(hostile), "--trainer.fast_dev_run", "true"],
+        "os.system",
+        "MIXER_TRUSTED_MODULES",
+    )
     # The same file read by the project's own commands (sweep manifests, analysis configs).
     refused(capsys, ["sweep", "--config", str(hostile), "--omega", "2**10", "--emit", "sweep"], "os.system")
     assert not Path("sweep").exists()

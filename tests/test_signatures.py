@@ -13,6 +13,7 @@ from mixer_lightning.tasks import FAMILY_MODULES
 DATA = {"num_classes", "image_size", "in_chans"}
 MODULE_ONLY = {"self", "preset", "kwargs"}
 
+
 def network_classes() -> dict[str, tuple[type, set[str]]]:
     """Module name → (its network class, network arguments the module fixes itself)."""
     from mixer_lightning.models import SWMLP, MLPMixer, ShallowMLP, SMixer

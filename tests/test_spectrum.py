@@ -35,8 +35,19 @@ def spectrum(capsys: pytest.CaptureFixture, *args: str) -> dict:
 def test_sw_mlp_sigma_max_grows_with_width_at_fixed_omega(capsys: pytest.CaptureFixture) -> None:
     """The paper's claim (eq. 17-18, Fig. 4 right): at fixed Ω the SW-MLP's σ_max grows with m, above
     the Mixer's 1 + √γ, roughly as eq. (17) predicts."""
-    result = spectrum(capsys, "--omega", "2**14", "--gamma", "2", "--widths", "256,512,1024,2048", "--seeds", "0,1,2",
-                      "--plot", "spectrum.png")  # fmt: skip
+    result = spectrum(
+        capsys,
+        "--omega",
+        "2**14",
+        "--gamma",
+        "2",
+        "--widths",
+        "256,512,1024,2048",
+        "--seeds",
+        "0,1,2",
+        "--plot",
+        "spectrum.png",
+    )
     edge = 1 + math.sqrt(2)
     assert result["mixer"]["mp_edge"] == pytest.approx(edge)
     rows = result["sw_mlp"]
@@ -72,8 +83,22 @@ def test_full_spectra_and_text_output(capsys: pytest.CaptureFixture) -> None:
         values = row["singular_values"]
         assert len(values) == row["m"] and values == sorted(values, reverse=True)
         assert values[0] == pytest.approx(row["sigma_max"])
-    main(["spectrum", "--omega", "2**12", "--gamma", "1", "--widths", "128,256", "--seeds", "0", "--all",
-          "--plot", "s1.png"])  # fmt: skip
+    main(
+        [
+            "spectrum",
+            "--omega",
+            "2**12",
+            "--gamma",
+            "1",
+            "--widths",
+            "128,256",
+            "--seeds",
+            "0",
+            "--all",
+            "--plot",
+            "s1.png",
+        ]
+    )
     out = capsys.readouterr().out
     assert "Marchenko–Pastur edge 1 + √γ = 2.0000" in out and "Plot written to s1.png" in out
     assert Path("s1.png").stat().st_size > 10_000

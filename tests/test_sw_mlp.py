@@ -328,8 +328,19 @@ def test_dense_impl_and_spectral_init_through_the_cli() -> None:
     """``impl: dense`` stores W and the mask M densely (`MaskedLinear`), ``init: spectral`` draws the
     weights on the mask A ~ N(0, 1/m) (Sec. 4.3; M's ones are 1/√p), where the default masked form
     draws W ~ N(0, 1/(pm)): a standard deviation 1/√p ≈ 3.2 times larger at p = 0.1."""
-    main(["fit", "--config", TINY, "--model.init_args.impl", "dense", "--model.init_args.init", "spectral",
-          "--trainer.max_steps", "1"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--model.init_args.impl",
+            "dense",
+            "--model.init_args.init",
+            "spectral",
+            "--trainer.max_steps",
+            "1",
+        ]
+    )
     (run,) = run_dirs("sw_mlp_digits")
     state = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     m = 128  # S0 = 16 patches of C = 8 channels
@@ -346,10 +357,12 @@ def test_dense_impl_and_spectral_init_through_the_cli() -> None:
 
 def test_bad_sizes_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     for extra, expected in [
-        (["--model.init_args.density", "null", "--model.init_args.omega", "2**30"],
-         "mixer: error: model.omega: Ω = 1.07374e+09 exceeds the γ·m² = 32768 weights of a dense layer at width"),
+        (
+            ["--model.init_args.density", "null", "--model.init_args.omega", "2**30"],
+            "mixer: error: model.omega: Ω = 1.07374e+09 exceeds the γ·m² = 32768 weights of a dense layer at width",
+        ),
         (["--model.init_args.width", "256"], "mixer: error: model.width: give channels or width, not both"),
-    ]:  # fmt: skip
+    ]:
         with pytest.raises(SystemExit) as exit_info:
             main(["fit", "--config", TINY, *extra])
         assert exit_info.value.code == 2
@@ -362,10 +375,31 @@ def test_trains_at_a_width_the_dense_impl_cannot_hold() -> None:
     """m = 65,536 (patch 1 on the 8×8 digits: S0 = 64, C = 1024) at the Table S.3 connections per
     layer, Ω = 344,064, p ≈ 4·10⁻⁵. The dense form would hold 2·65536² float32 weights per layer
     (34 GB each); the sparse one trains on this CPU."""
-    main(["fit", "--config", TINY, "--model.init_args.patch_size", "1", "--model.init_args.channels", "null",
-          "--model.init_args.density", "null", "--model.init_args.width", "65536", "--model.init_args.omega", "344064",
-          "--model.init_args.num_blocks", "3", "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "15",
-          "--trainer.limit_val_batches", "null"])  # fmt: skip
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--model.init_args.patch_size",
+            "1",
+            "--model.init_args.channels",
+            "null",
+            "--model.init_args.density",
+            "null",
+            "--model.init_args.width",
+            "65536",
+            "--model.init_args.omega",
+            "344064",
+            "--model.init_args.num_blocks",
+            "3",
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.limit_train_batches",
+            "15",
+            "--trainer.limit_val_batches",
+            "null",
+        ]
+    )
     run = run_dirs("sw_mlp_digits")[-1]
     checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
     assert checkpoint["state_dict"]["net.blocks.0.fc1.values"].numel() < 400_000

@@ -46,8 +46,19 @@ def one_line_error(capsys: pytest.CaptureFixture, args: list[str]) -> str:
 
 
 def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None:
-    main(["sweep", "--config", str(CONFIGS / "cifar10_fig5_s_mixer.yaml"), "--omega", "2**18",
-          "--seeds", "0,1,2", "--emit", "sweeps/fig5"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            str(CONFIGS / "cifar10_fig5_s_mixer.yaml"),
+            "--omega",
+            "2**18",
+            "--seeds",
+            "0,1,2",
+            "--emit",
+            "sweeps/fig5",
+        ]
+    )
     runs = manifest("sweeps/fig5")["runs"]
     points = sorted({(r["C"], r["S"]) for r in runs})
     assert points == [(16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)]
@@ -56,8 +67,11 @@ def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None
     assert config["seed_everything"] == 2
     assert config["model"]["init_args"]["channels"] == 48 and config["model"]["init_args"]["omega"] == 262144
     assert config["model"]["init_args"]["tokens"] is None
-    assert config["trainer"]["logger"]["init_args"] == {"save_dir": "sweeps/fig5/runs", "name": "C48_S83",
-                                                        "version": "seed2"}  # fmt: skip
+    assert config["trainer"]["logger"]["init_args"] == {
+        "save_dir": "sweeps/fig5/runs",
+        "name": "C48_S83",
+        "version": "seed2",
+    }
     assert config["trainer"]["max_epochs"] == 200  # the rest of the base config is kept
     for script in ("run_all.sh", "slurm_array.sh"):
         text = Path("sweeps/fig5", script).read_text()
@@ -73,12 +87,30 @@ def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None
 
 
 def test_imagenet_patch_size_sweep() -> None:
-    main(["sweep", "--config", str(CONFIGS / "imagenet_fig6_mlp_mixer.yaml"), "--omega", "290217984", "--gamma", "4",
-          "--patch_sizes", "7,8,14,16,28,32", "--emit", "sweeps/in1k"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            str(CONFIGS / "imagenet_fig6_mlp_mixer.yaml"),
+            "--omega",
+            "290217984",
+            "--gamma",
+            "4",
+            "--patch_sizes",
+            "7,8,14,16,28,32",
+            "--emit",
+            "sweeps/in1k",
+        ]
+    )
     runs = manifest("sweeps/in1k")["runs"]
     assert [(r["P"], r["C"], r["S"]) for r in runs] == [
-        (7, 147, 923), (8, 192, 779), (14, 588, 283), (16, 768, 196), (28, 2352, 26), (32, 3072, 15)
-    ]  # fmt: skip
+        (7, 147, 923),
+        (8, 192, 779),
+        (14, 588, 283),
+        (16, 768, 196),
+        (28, 2352, 26),
+        (32, 3072, 15),
+    ]
     config = yaml.safe_load(Path("sweeps/in1k/configs/P16_C768_S196_seed0.yaml").read_text())
     assert config["model"]["init_args"]["patch_size"] == 16 and config["model"]["init_args"]["gamma"] == 4
 
@@ -100,16 +132,30 @@ def test_gamma_grid_at_fixed_width(capsys: pytest.CaptureFixture) -> None:
         main(["fit", "--config", "s3/configs/C8_S8_g8_seed0.yaml", "--print_config"])
     assert exit_info.value.code in (0, None)
     assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["init_args"]["gamma"] == 8.0
-    err = one_line_error(capsys, ["sweep", "--config", TINY_MIXER, "--omega", "2**12", "--width", "64",
-                                  "--channels", "3", "--emit", "x"])  # fmt: skip
+    err = one_line_error(
+        capsys, ["sweep", "--config", TINY_MIXER, "--omega", "2**12", "--width", "64", "--channels", "3", "--emit", "x"]
+    )
     assert "channels: 3 does not divide the width m = 64" in err
     assert not Path("x").exists()
 
 
 def test_sw_mlp_density_grid_at_fixed_width_with_a_cka_reference() -> None:
     """Fig. 2(a): p = 2^-n, n = 0 … 10 by default, all at one width, plus the Mixer once per seed."""
-    main(["sweep", "--config", FIG2_SW_MLP, "--width", "256", "--cka_reference", FIG2_MIXER, "--seeds", "0,1",
-          "--emit", "fig2"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            FIG2_SW_MLP,
+            "--width",
+            "256",
+            "--cka_reference",
+            FIG2_MIXER,
+            "--seeds",
+            "0,1",
+            "--emit",
+            "fig2",
+        ]
+    )
     data = manifest("fig2")
     grid = [r for r in data["runs"] if r["role"] == "grid"]
     assert data["kind"] == "densities_at_width" and data["cka_reference"] == [FIG2_MIXER]
@@ -125,8 +171,23 @@ def test_sw_mlp_density_grid_at_fixed_width_with_a_cka_reference() -> None:
 
 def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture) -> None:
     """Table 1 (upper): the learning rate picked per setting from a search, by the mean over seeds."""
-    main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--densities", "0.5,0.25", "--seeds", "0,1",
-          "--grid", "model.optimizer.init_args.lr=0.01,0.02", "--emit", "lr"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            TINY_SW_MLP,
+            "--omega",
+            "4096",
+            "--densities",
+            "0.5,0.25",
+            "--seeds",
+            "0,1",
+            "--grid",
+            "model.optimizer.init_args.lr=0.01,0.02",
+            "--emit",
+            "lr",
+        ]
+    )
     capsys.readouterr()
     data = manifest("lr")
     assert data["axes"] == [{"key": "model.init_args.optimizer.init_args.lr", "name": "lr", "values": [0.01, 0.02]}]
@@ -145,7 +206,11 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
     report = json.loads(capsys.readouterr().out)
     assert sorted((b["point"], b["lr"]) for b in report["best"]) == [("p0.25_m91", 0.01), ("p0.5_m64", 0.02)]
     assert {(r["point"], r["seeds"]) for r in report["summary"]} == {
-        ("p0.5_m64_lr0.01", 2), ("p0.5_m64_lr0.02", 2), ("p0.25_m91_lr0.01", 2), ("p0.25_m91_lr0.02", 2)}  # fmt: skip
+        ("p0.5_m64_lr0.01", 2),
+        ("p0.5_m64_lr0.02", 2),
+        ("p0.25_m91_lr0.01", 2),
+        ("p0.25_m91_lr0.02", 2),
+    }
     with open("lr/summary.csv") as f:
         assert {row["lr"] for row in csv.DictReader(f)} == {"0.01", "0.02"}
     assert Path("lr/error_vs_lr.png").stat().st_size > 5000 and Path("lr/error_vs_sparsity.png").is_file()
@@ -167,25 +232,39 @@ def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     main(["sweep", "report", "g"])
     out = capsys.readouterr().out
     assert "best for g base: gamma = 4" in out and Path("g/error_vs_gamma.png").stat().st_size > 5000
-    err = one_line_error(capsys, ["sweep", "--config", TINY_S_MIXER, "--grid", "model.optimizer.init_args.lr=0.1",
-                                  "--emit", "x"])  # fmt: skip
+    err = one_line_error(
+        capsys, ["sweep", "--config", TINY_S_MIXER, "--grid", "model.optimizer.init_args.lr=0.1", "--emit", "x"]
+    )
     assert "grid: model.init_args.optimizer is not set in the base config" in err  # nothing to vary: the default
 
 
 def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFixture) -> None:
     """App. D.5: a 2-block S-Mixer with one block random-permuted, for each position (a YAML list of lists)."""
     digits_rp = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
-    main(["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true,false],[false,true],false]",
-          "--seeds", "0", "--emit", "d5"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            digits_rp,
+            "--grid",
+            "model.init_args.permute=[[true,false],[false,true],false]",
+            "--seeds",
+            "0",
+            "--emit",
+            "d5",
+        ]
+    )
     names = [r["name"] for r in manifest("d5")["runs"]]
     assert names == ["permutetf_seed0", "permuteft_seed0", "permutefalse_seed0"]
     config = yaml.safe_load(Path("d5/configs/permuteft_seed0.yaml").read_text())
     assert config["model"]["init_args"]["permute"] == [False, True]
-    err = one_line_error(capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true],[true]]",
-                                  "--emit", "x"])  # fmt: skip
+    err = one_line_error(
+        capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true],[true]]", "--emit", "x"]
+    )
     assert "grid: '[[true],[true]]' repeats a value" in err
-    err = one_line_error(capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true,",
-                                  "--emit", "x"])  # fmt: skip
+    err = one_line_error(
+        capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true,", "--emit", "x"]
+    )
     assert "grid: cannot read '[[true,' as a YAML list" in err and not Path("x").exists()
 
 
@@ -241,8 +320,10 @@ def test_bad_grids(config: str, args: list[str], message: str, capsys: pytest.Ca
         (["--omega", "3", "--channels", "8", "--emit", "x"], "omega: 3 is unreachable with channels=8"),
         (["--omega", "1000", "--gamma", "2", "--emit", "x"], "gamma: the s_mixer family has γ = 1"),
         (["--channels", "8", "--emit", "x"], "omega: a channel or patch-size grid needs --omega"),
-        (["--omega", "2000", "--emit", "earlier"], "emit: 'earlier' holds a sweep of another grid (channels grid, "
-                                                   "Ω = 1,000"),
+        (
+            ["--omega", "2000", "--emit", "earlier"],
+            "emit: 'earlier' holds a sweep of another grid (channels grid, Ω = 1,000",
+        ),
     ],
 )
 def test_bad_sweeps(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
@@ -257,7 +338,8 @@ def test_bad_output_directories(capsys: pytest.CaptureFixture, monkeypatch: pyte
     Path("a_file").write_text("mine\n")
     assert "emit: 'a_file' is a file, not a directory" in one_line_error(capsys, [*sweep, "--emit", "a_file"])
     assert "emit: 'a_file' is a file, so 'a_file/sub' cannot be created" in one_line_error(
-        capsys, [*sweep, "--emit", "a_file/sub"])  # fmt: skip
+        capsys, [*sweep, "--emit", "a_file/sub"]
+    )
     assert Path("a_file").read_text() == "mine\n"
     Path("locked").mkdir()
     if os.geteuid() == 0:  # root writes anywhere: the permission check is made to fail as it would for a user
@@ -279,8 +361,9 @@ def test_a_started_run_keeps_its_config(capsys: pytest.CaptureFixture) -> None:
     Path(run["run_dir"], "checkpoints", "last.ckpt").write_bytes(b"started")
     config = Path(run["config"]).read_text()
     Path("other.yaml").write_text(Path(TINY_S_MIXER).read_text().replace("max_epochs: 2", "max_epochs: 3"))
-    err = one_line_error(capsys, ["sweep", "--config", "other.yaml", "--omega", "1000", "--channels", "4",
-                                  "--emit", "s"])  # fmt: skip
+    err = one_line_error(
+        capsys, ["sweep", "--config", "other.yaml", "--omega", "1000", "--channels", "4", "--emit", "s"]
+    )
     assert "emit: C4_S20_seed0 has started" in err and Path(run["config"]).read_text() == config
     main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--emit", "s"])  # extends
     assert [r["name"] for r in manifest("s")["runs"]] == ["C4_S20_seed0", "C8_S12_seed0"]
@@ -298,11 +381,23 @@ def test_run_states_and_the_commands_they_give(tmp_path: Path) -> None:
     (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"x")
     assert run_state(run_dir) == PARTIAL
     assert sweep_runs.fit_arguments(entry, PARTIAL, ["--trainer.max_epochs", "3"]) == [
-        "fit", "--config", entry["config"], "--ckpt_path", "last", "--trainer.max_epochs", "3"]  # fmt: skip
+        "fit",
+        "--config",
+        entry["config"],
+        "--ckpt_path",
+        "last",
+        "--trainer.max_epochs",
+        "3",
+    ]
     (run_dir / "fit_summary.json").write_text("{}")
     assert run_state(run_dir) == FITTED and sweep_runs.fit_arguments(entry, FITTED) is None
-    assert sweep_runs.test_arguments(entry) == ["test", "--config", entry["config"], "--ckpt_path",
-                                                str(run_dir / "checkpoints" / "last.ckpt")]  # fmt: skip
+    assert sweep_runs.test_arguments(entry) == [
+        "test",
+        "--config",
+        entry["config"],
+        "--ckpt_path",
+        str(run_dir / "checkpoints" / "last.ckpt"),
+    ]
     (run_dir / "test_metrics.json").write_text("{}")
     assert run_state(run_dir) == TESTED
 
@@ -323,9 +418,10 @@ def test_sweep_point_does_what_each_state_needs(capsys: pytest.CaptureFixture, m
     Path(partial["run_dir"], "checkpoints", "last.ckpt").write_bytes(b"x")
     extra = ["--trainer.max_epochs", "1"]
     main(["sweep", "point", "s", "C4_S20_seed0"])
-    assert calls == [["fit", "--config", fresh["config"], *extra],
-                     ["test", "--config", fresh["config"], "--ckpt_path", f"{fresh['run_dir']}/checkpoints/last.ckpt",
-                      *extra]]  # fmt: skip
+    assert calls == [
+        ["fit", "--config", fresh["config"], *extra],
+        ["test", "--config", fresh["config"], "--ckpt_path", f"{fresh['run_dir']}/checkpoints/last.ckpt", *extra],
+    ]
     assert Path(f"{fresh['run_dir']}.aborted-1", "config.yaml").read_text() == "left over\n"  # kept, moved aside
     calls.clear()
     main(["sweep", "point", "s", "C8_S12_seed0"])
@@ -369,23 +465,42 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     main(["sweep", "curves", "sweeps/tiny", "--metric", "val/loss", "--metric", "train/loss_epoch", "--json"])
     curves = json.loads(capsys.readouterr().out)["curves"]
     assert {(c["point"], c["metric"], c["runs"]) for c in curves} == {
-        ("C4_S20", "val/loss", 1), ("C4_S20", "train/loss_epoch", 1), ("C8_S12", "val/loss", 1),
-        ("C8_S12", "train/loss_epoch", 1)}  # fmt: skip
+        ("C4_S20", "val/loss", 1),
+        ("C4_S20", "train/loss_epoch", 1),
+        ("C8_S12", "val/loss", 1),
+        ("C8_S12", "train/loss_epoch", 1),
+    }
     assert all([r["epoch"] for r in c["rows"]] == [0, 1] for c in curves)  # the config's 2 epochs
     assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
 
 
-def test_sw_mlp_sweep_runs_here_and_reports_against_width(capsys: pytest.CaptureFixture,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_sw_mlp_sweep_runs_here_and_reports_against_width(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MIXER_ARGS", SHORT)
-    main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--densities", "0.5,0.25", "--seeds", "0",
-          "--run", "sweeps/sw_tiny"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            TINY_SW_MLP,
+            "--omega",
+            "4096",
+            "--densities",
+            "0.5,0.25",
+            "--seeds",
+            "0",
+            "--run",
+            "sweeps/sw_tiny",
+        ]
+    )
     capsys.readouterr()
     main(["sweep", "report", "sweeps/sw_tiny", "--json"])
     report = json.loads(capsys.readouterr().out)
     # γ = 2 (MLP blocks): m = √(Ω/(γp)) = 64 and 91.
-    assert [(row["point"], row["m"], row["C"]) for row in report["summary"]] == [("p0.5_m64", 64, None),
-                                                                               ("p0.25_m91", 91, None)]  # fmt: skip
+    assert [(row["point"], row["m"], row["C"]) for row in report["summary"]] == [
+        ("p0.5_m64", 64, None),
+        ("p0.25_m91", 91, None),
+    ]
     assert all(0.0 <= row["test_error_mean"] <= 1.0 for row in report["summary"])
     assert all(row["train_loss_mean"] > 0 for row in report["summary"])  # Fig. S.1 left: trainability
     assert Path("sweeps/sw_tiny/error_vs_width.png").stat().st_size > 5000
@@ -400,8 +515,20 @@ def test_sw_mlp_sweep_takes_gamma_for_mlp_blocks_only(capsys: pytest.CaptureFixt
     (run,) = manifest("g4")["runs"]
     assert (run["m"], run["p"]) == (45, 0.5)  # m = √(Ω/(γp)) = √(4096/2) ≈ 45
     assert yaml.safe_load(Path(run["config"]).read_text())["model"]["init_args"]["gamma"] == 4.0
-    err = one_line_error(capsys, ["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18",
-                                  "--gamma", "2", "--emit", "fc"])  # fmt: skip
+    err = one_line_error(
+        capsys,
+        [
+            "sweep",
+            "--config",
+            str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"),
+            "--omega",
+            "2**18",
+            "--gamma",
+            "2",
+            "--emit",
+            "fc",
+        ],
+    )
     assert "gamma: a single-FC SW-MLP block has γ = 1; drop --gamma (or use block: mlp)" in err
     assert not Path("fc").exists()
 
@@ -451,8 +578,9 @@ def test_loss_curves_across_seeds_from_the_logs(capsys: pytest.CaptureFixture) -
     assert Path("curves/curves_val_loss.png").stat().st_size > 5000
     with open("curves/curves.csv") as f:
         assert len(list(csv.DictReader(f))) == 6
-    assert "metric: no run logged 'val/acc9'" in one_line_error(capsys, ["sweep", "curves", "runs/normal",
-                                                                         "--metric", "val/acc9"])  # fmt: skip
+    assert "metric: no run logged 'val/acc9'" in one_line_error(
+        capsys, ["sweep", "curves", "runs/normal", "--metric", "val/acc9"]
+    )
 
 
 # ------------------------------------------------------------------------------ slow, end to end
@@ -462,13 +590,29 @@ def test_loss_curves_across_seeds_from_the_logs(capsys: pytest.CaptureFixture) -
 def test_figure_2a_end_to_end(capsys: pytest.CaptureFixture) -> None:
     """One command trains the SW-MLPs of p = 1, 1/4, 1/16 at the Mixer's width (from the config: C = 16
     on S0 = 16 patches) and the Mixer, then draws the average diagonal CKA against p."""
-    main(["sweep", "--config", FIG2_SW_MLP, "--densities", "1,2**-2,2**-4", "--cka_reference", FIG2_MIXER,
-          "--seeds", "0", "--run", "fig2"])  # fmt: skip
+    main(
+        [
+            "sweep",
+            "--config",
+            FIG2_SW_MLP,
+            "--densities",
+            "1,2**-2,2**-4",
+            "--cka_reference",
+            FIG2_MIXER,
+            "--seeds",
+            "0",
+            "--run",
+            "fig2",
+        ]
+    )
     capsys.readouterr()
     main(["sweep", "report", "fig2", "--json"])
     cka = json.loads(capsys.readouterr().out)["cka"]
-    assert [(row["point"], row["seeds"]) for row in cka["summary"]] == [("p1_m256", 1), ("p0.25_m256", 1),
-                                                                        ("p0.0625_m256", 1)]  # fmt: skip
+    assert [(row["point"], row["seeds"]) for row in cka["summary"]] == [
+        ("p1_m256", 1),
+        ("p0.25_m256", 1),
+        ("p0.0625_m256", 1),
+    ]
     for row in cka["rows"]:
         diagonal = [float(v) for v in row["cka_diagonal"].split()]
         assert len(diagonal) == 2 and all(0 < v <= 1 for v in diagonal)
@@ -482,11 +626,21 @@ def _killing_overlay(tmp: Path) -> str:
     """Kill the fit at step 3 the first time only (a marker file), checkpoints every 2 steps (an epoch
     is 4 steps: the kill comes before the epoch's end and its checkpoint)."""
     path = tmp / "kill_once.yaml"
-    path.write_text(yaml.safe_dump({
-        "trainer": {"callbacks": [{"class_path": "helpers.sweep_killer.KillOnceAtStep",
-                                   "init_args": {"step": 3, "marker": str(tmp / "killed-once")}}]},
-        "step_checkpoint": {"every_n_train_steps": 2},
-    }))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "trainer": {
+                    "callbacks": [
+                        {
+                            "class_path": "helpers.sweep_killer.KillOnceAtStep",
+                            "init_args": {"step": 3, "marker": str(tmp / "killed-once")},
+                        }
+                    ]
+                },
+                "step_checkpoint": {"every_n_train_steps": 2},
+            }
+        )
+    )
     return str(path)
 
 
@@ -495,10 +649,26 @@ def _killing_overlay(tmp: Path) -> str:
 def test_a_killed_point_resumes_from_its_own_last_checkpoint(how: str, tmp_path: Path) -> None:
     """A sweep point SIGKILLed mid-fit (after the step-2 checkpoint): running the sweep again resumes it
     from its own last.ckpt and finishes it; a third time does nothing."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "helpers",
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}  # fmt: skip
-    sweep = [MIXER, "sweep", "--config", TINY_S_MIXER, "--config", _killing_overlay(tmp_path), "--omega", "1000",
-             "--channels", "4", "--seeds", "0"]  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parent),
+        "MIXER_TRUSTED_MODULES": "helpers",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    sweep = [
+        MIXER,
+        "sweep",
+        "--config",
+        TINY_S_MIXER,
+        "--config",
+        _killing_overlay(tmp_path),
+        "--omega",
+        "1000",
+        "--channels",
+        "4",
+        "--seeds",
+        "0",
+    ]
     if how == "run":
         command = [*sweep, "--run", "s"]
     else:

@@ -18,10 +18,13 @@ from mixer_lightning.benchmarks.sparse import (
 from mixer_lightning.cli import main
 
 TINY = {
-    "cifar": dict(image_size=8, in_chans=3, patch_size=2, tokens=16, channels=8, num_blocks=1, gamma=2.0, num_classes=10),
-    "imagenet": dict(image_size=16, in_chans=3, patch_size=4, tokens=16, channels=48, num_blocks=2, gamma=4.0,
-                     num_classes=100),
-}  # fmt: skip
+    "cifar": dict(
+        image_size=8, in_chans=3, patch_size=2, tokens=16, channels=8, num_blocks=1, gamma=2.0, num_classes=10
+    ),
+    "imagenet": dict(
+        image_size=16, in_chans=3, patch_size=4, tokens=16, channels=48, num_blocks=2, gamma=4.0, num_classes=100
+    ),
+}
 
 
 def test_the_papers_sw_mlp_figures_are_8_bytes_and_2_flops_per_dense_entry() -> None:
@@ -34,7 +37,9 @@ def test_the_papers_sw_mlp_figures_are_8_bytes_and_2_flops_per_dense_entry() -> 
     cifar = sw_mlp_dense_arithmetic(TABLE_S3_SETTINGS["cifar"])
     assert cifar["width_m"] == 3072 and cifar["flops"] == pytest.approx(805e6 * (3072 / 4096) ** 2, rel=0.005)
     square = sw_mlp_dense_arithmetic({**TABLE_S3_SETTINGS["cifar"], "channels": 64})
-    assert square["paper_bytes"] == pytest.approx(3.22e9, rel=0.005) and square["flops"] == pytest.approx(805e6, rel=0.005)
+    assert square["paper_bytes"] == pytest.approx(3.22e9, rel=0.005) and square["flops"] == pytest.approx(
+        805e6, rel=0.005
+    )
 
 
 def test_imagenet_mixers_on_the_meta_device() -> None:
@@ -65,7 +70,9 @@ def test_table_s3_through_the_bench_command(capsys: pytest.CaptureFixture, monke
     assert all(row["epoch_seconds"] == pytest.approx(row["step_seconds"] * 391) for row in cifar["rows"].values())
     assert dense["vs_paper"]["flops"] == pytest.approx(dense["flops"] / 805e6)
     ratio = cifar["ratios"]["sw_mlp_dense/mixer flops"]
-    assert ratio["ours"] == pytest.approx(dense["flops"] / mixer["flops"]) and ratio["paper"] == pytest.approx(805 / 12.5)
+    assert ratio["ours"] == pytest.approx(dense["flops"] / mixer["flops"]) and ratio["paper"] == pytest.approx(
+        805 / 12.5
+    )
     assert imagenet["rows"]["sw_mlp_dense"]["flops"] == imagenet["sw_mlp_dense_arithmetic"]["flops"]
     main(["bench", "--table_s3", "--repeats", "1"])
     out = capsys.readouterr().out

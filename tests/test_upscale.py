@@ -40,7 +40,7 @@ def tiles(count: int, seed: int = 1, size: int = 8) -> list[torch.Tensor]:
         pytest.param(
             lambda: randomised(SMixer(num_classes=5, image_size=8, in_chans=2, patch_size=2, channels=6, num_blocks=2)),
             id="s_mixer",
-        ),  # fmt: skip
+        ),
     ],
 )
 @pytest.mark.parametrize("factor", [2, 3])

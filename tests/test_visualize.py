@@ -123,7 +123,15 @@ def test_the_fast_effective_weight_is_the_effective_linear() -> None:
     mixer = MLPMixer(
         num_classes=3, image_size=8, in_chans=1, patch_size=2, channels=4, num_blocks=2, permute=[False, True]
     )
-    s_mixer = SMixer(num_classes=3, image_size=8, in_chans=1, patch_size=2, tokens=12, channels=4, num_blocks=2,
-                     permute=[False, True])  # fmt: skip
+    s_mixer = SMixer(
+        num_classes=3,
+        image_size=8,
+        in_chans=1,
+        patch_size=2,
+        tokens=12,
+        channels=4,
+        num_blocks=2,
+        permute=[False, True],
+    )
     for layer in mixer.mixing_layers() + s_mixer.mixing_layers():  # normal, RP, SkipLayer S0 → S
         assert torch.equal(first_effective_weight(layer), effective_linears(layer, torch.float32)[0].weight)

@@ -31,11 +31,21 @@ def pairs(result: dict) -> list[tuple[int, int]]:
 
 def test_figure_5_pairs(capsys: pytest.CaptureFixture) -> None:
     assert pairs(width_json(capsys, "--omega", "2**18", "--gamma", "1")) == [
-        (16, 173), (32, 113), (48, 83), (83, 48), (113, 32), (173, 16)
-    ]  # fmt: skip
+        (16, 173),
+        (32, 113),
+        (48, 83),
+        (83, 48),
+        (113, 32),
+        (173, 16),
+    ]
     assert pairs(width_json(capsys, "--omega", "2^21")) == [
-        (16, 504), (32, 346), (64, 226), (226, 64), (346, 32), (504, 16)
-    ]  # fmt: skip
+        (16, 504),
+        (32, 346),
+        (64, 226),
+        (226, 64),
+        (346, 32),
+        (504, 16),
+    ]
     assert pairs(width_json(capsys, "--omega", "134217728")) == [(128, 1386), (256, 904), (904, 256), (1386, 128)]
 
 
@@ -128,7 +138,10 @@ def test_expressions() -> None:
         (["--omega", "2**2000"], "mixer: error: omega: '2**2000' is too large"),
         (["--omega", "2**18", "--channels", "16,,32"], "mixer: error: channels: cannot read '16,,32': item 2 is empty"),
         (["--omega", "2**18", "--channels", "16,16"], "mixer: error: channels: '16' is given twice"),
-        (["--omega", "2**20", "--width", "64", "--channels", "3"], "mixer: error: channels: 3 does not divide the width"),
+        (
+            ["--omega", "2**20", "--width", "64", "--channels", "3"],
+            "mixer: error: channels: 3 does not divide the width",
+        ),
         (["--omega", "2**20", "--width", "64", "--sparsity", "0.5"], "mixer: error: sparsity: --sparsity is for"),
     ],
 )

@@ -30,8 +30,16 @@ def load_split(root: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class SMixer(nn.Module):
-    def __init__(self, channels: int, tokens: int, blocks: int = 8, patch: int = 4, size: int = 32, classes: int = 10,
-                 skip_always: bool = False):
+    def __init__(
+        self,
+        channels: int,
+        tokens: int,
+        blocks: int = 8,
+        patch: int = 4,
+        size: int = 32,
+        classes: int = 10,
+        skip_always: bool = False,
+    ):
         super().__init__()
         s0 = (size // patch) ** 2
         self.stem = nn.Conv2d(3, channels, patch, patch)
@@ -81,8 +89,12 @@ def main() -> None:
     parser.add_argument("--omega", type=float, default=2**18)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--init", choices=["torch", "paper"], default="torch",
-                        help="torch: PyTorch's default init (non-zero head); paper: N(0, 1/fan_in) weights, zero biases, zero head")
+    parser.add_argument(
+        "--init",
+        choices=["torch", "paper"],
+        default="torch",
+        help="torch: PyTorch's default init (non-zero head); paper: N(0, 1/fan_in) weights, zero biases, zero head",
+    )
     parser.add_argument("--skip_always", action="store_true", help="the SkipLayer even when S = S0 (A.2.4's sweeps)")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -122,8 +134,20 @@ def main() -> None:
             x = (test_x[i : i + 1000].float() - mean) / std
             correct += (model(x).argmax(1) == test_y[i : i + 1000]).sum().item()
     error = 100 * (1 - correct / len(test_x))
-    print(json.dumps({"channels": c, "tokens": s, "seed": args.seed, "init": args.init, "epochs": args.epochs,
-                      "skip_always": args.skip_always, "test_error": round(error, 2), "seconds": round(time.time() - start)}))
+    print(
+        json.dumps(
+            {
+                "channels": c,
+                "tokens": s,
+                "seed": args.seed,
+                "init": args.init,
+                "epochs": args.epochs,
+                "skip_always": args.skip_always,
+                "test_error": round(error, 2),
+                "seconds": round(time.time() - start),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -121,8 +121,15 @@ class MinibatchSampler(Sampler[list[int]]):
     (a DistributedSampler would instead deal examples round-robin and pad, changing every minibatch).
     """
 
-    def __init__(self, num_examples: int, batch_size: int, num_batches: int | None = None, seed: int = 0,
-                 rank: int = 0, world_size: int = 1):  # fmt: skip
+    def __init__(
+        self,
+        num_examples: int,
+        batch_size: int,
+        num_batches: int | None = None,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         total = num_examples // batch_size
         self.total = total if num_batches is None else min(total, num_batches)
@@ -143,8 +150,18 @@ class CKAEvaluation(LightningModule):
     entry of the matrix is logged as ``cka/{i}/{j}`` (what ``trainer.test`` returns, also from
     spawned processes); ``cka/examples`` and ``cka/batches`` count what was seen on all processes."""
 
-    def __init__(self, net_a: SkipInputs, net_b: SkipInputs, layers_a: int, layers_b: int, dataset: Dataset,
-                 batch_size: int, num_batches: int | None = None, seed: int = 0, num_workers: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        net_a: SkipInputs,
+        net_b: SkipInputs,
+        layers_a: int,
+        layers_b: int,
+        dataset: Dataset,
+        batch_size: int,
+        num_batches: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ):
         super().__init__()
         self.net_a, self.net_b = net_a, net_b
         self.cka = MinibatchCKA(layers_a, layers_b)
@@ -153,8 +170,9 @@ class CKAEvaluation(LightningModule):
 
     def test_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        sampler = MinibatchSampler(len(self.dataset), self.batch_size, self.num_batches, self.seed,
-                                   trainer.global_rank, trainer.world_size)  # fmt: skip
+        sampler = MinibatchSampler(
+            len(self.dataset), self.batch_size, self.num_batches, self.seed, trainer.global_rank, trainer.world_size
+        )
         return DataLoader(self.dataset, batch_sampler=sampler, num_workers=self.num_workers)
 
     def test_step(self, batch, batch_idx: int) -> None:

@@ -54,7 +54,9 @@ def has_logs(run_dir: str | Path) -> bool:
 def epoch_curves(run_dir: str | Path, metrics: list[str]) -> dict[str, dict[int, float]]:
     """metric -> epoch -> value for one run (an empty curve where the metric was never logged)."""
     run_dir = Path(run_dir)
-    scalars = _csv_scalars(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else _tensorboard_scalars(run_dir)
+    scalars = (
+        _csv_scalars(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else _tensorboard_scalars(run_dir)
+    )
     epoch_of = {step: int(round(value)) for step, (_, value) in scalars.get("epoch", {}).items()}
     curves: dict[str, dict[int, float]] = {}
     for metric in metrics:
@@ -75,6 +77,13 @@ def spread(curves: list[dict[int, float]]) -> list[dict]:
     rows = []
     for epoch in sorted(epochs):
         values = [curve[epoch] for curve in curves]
-        rows.append({"epoch": epoch, "mean": statistics.fmean(values), "min": min(values), "max": max(values),
-                     "runs": len(values)})  # fmt: skip
+        rows.append(
+            {
+                "epoch": epoch,
+                "mean": statistics.fmean(values),
+                "min": min(values),
+                "max": max(values),
+                "runs": len(values),
+            }
+        )
     return rows

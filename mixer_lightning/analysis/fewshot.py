@@ -92,8 +92,9 @@ def dataset_labels(dataset: Dataset) -> torch.Tensor:
 
 
 @torch.no_grad()
-def extract_features(net: nn.Module, dataset: Dataset, batch_size: int, device: torch.device,
-                     num_workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def extract_features(
+    net: nn.Module, dataset: Dataset, batch_size: int, device: torch.device, num_workers: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pre-logit features (``forward_head(forward_features(x), pre_logits=True)``) and labels."""
     net = net.to(device).eval()
     features, labels = [], []
@@ -141,8 +142,12 @@ def evaluate(
     for seed in seeds:
         chosen, held = draw_shots(train_labels, num_classes, shots, holdout if select else 0, seed)
         if select:
-            require(bool(held), "holdout", "no training images are left to choose λ on",
-                    "lower --shots, raise --holdout or give one --l2")  # fmt: skip
+            require(
+                bool(held),
+                "holdout",
+                "no training images are left to choose λ on",
+                "lower --shots, raise --holdout or give one --l2",
+            )
         x = torch.stack([train_features[i] for i in chosen])
         solver = RidgeSolver.fit(x, train_labels[chosen], num_classes)
         if select:
@@ -152,8 +157,14 @@ def evaluate(
             chosen_l2 = max(value for value, score in zip(grid, scores, strict=True) if score == best)  # ties: more λ
         else:
             best, chosen_l2 = None, grid[0]
-        runs.append({"seed": seed, "l2": chosen_l2, "holdout_accuracy": best,
-                     "accuracy": solver.accuracy(test_features, test_labels, chosen_l2)})  # fmt: skip
+        runs.append(
+            {
+                "seed": seed,
+                "l2": chosen_l2,
+                "holdout_accuracy": best,
+                "accuracy": solver.accuracy(test_features, test_labels, chosen_l2),
+            }
+        )
     accuracies = [r["accuracy"] for r in runs]
     return {
         "shots": shots,

@@ -215,9 +215,13 @@ def spectral_norm(
         weight_t = weight.t().to_sparse_csr()
         # torch.mm with a one-column dense matrix: the CSR kernels of torch.mv are ~100× slower on CPU.
         sigma, state["v"] = _power_iteration(
-            lambda v: torch.mm(weight, v[:, None])[:, 0], lambda u: torch.mm(weight_t, u[:, None])[:, 0], cols,
-            state.get("v"), iterations, layer.values.detach().float(),
-        )  # fmt: skip
+            lambda v: torch.mm(weight, v[:, None])[:, 0],
+            lambda u: torch.mm(weight_t, u[:, None])[:, 0],
+            cols,
+            state.get("v"),
+            iterations,
+            layer.values.detach().float(),
+        )
         return sigma
     if isinstance(layer, (nn.Linear, MaskedLinear)):
         weight = (layer.weight if isinstance(layer, nn.Linear) else layer.effective_weight()).detach().float()

@@ -101,16 +101,23 @@ def spatial_token_blocks(net: nn.Module, blocks: list[int] | None = None) -> tup
     chosen, notes = [], []
     for b in wanted:
         if not 1 <= b <= len(token_layers):
-            raise ConfigError("blocks", f"block {b} does not exist (the network has {len(token_layers)})",
-                              f"choose blocks in 1..{len(token_layers)}")  # fmt: skip
+            raise ConfigError(
+                "blocks",
+                f"block {b} does not exist (the network has {len(token_layers)})",
+                f"choose blocks in 1..{len(token_layers)}",
+            )
         layer = token_layers[b - 1]
         if layer.permuted:
-            notes.append(f"block {b}: its token mixing is randomly permuted (RP): a unit reads permuted "
-                         "entries of the S·C features, not patches, so it has no spatial grid")  # fmt: skip
+            notes.append(
+                f"block {b}: its token mixing is randomly permuted (RP): a unit reads permuted "
+                "entries of the S·C features, not patches, so it has no spatial grid"
+            )
         elif b > 1 and has_skip:
-            notes.append(f"block {b}: after the first block's SkipLayer (S0 = {token_layers[0].tokens_in} → "
-                         f"S = {token_layers[0].tokens} tokens) tokens are learned mixtures of patches, "
-                         "not a patch grid")  # fmt: skip
+            notes.append(
+                f"block {b}: after the first block's SkipLayer (S0 = {token_layers[0].tokens_in} → "
+                f"S = {token_layers[0].tokens} tokens) tokens are learned mixtures of patches, "
+                "not a patch grid"
+            )
         else:
             chosen.append(b)
     return chosen, notes

@@ -56,27 +56,45 @@ def _baseline_loader(root: str, batch_size: int, workers: int) -> DataLoader:
 
     train = datasets.load_dataset(root, split="train")
     transform = create_transform(
-        32, is_training=True, auto_augment=POLICY, re_prob=ERASING, re_mode="pixel", mean=(0.485, 0.456, 0.406),
-        std=(0.229, 0.224, 0.225), interpolation="bilinear",
-    )  # fmt: skip
+        32,
+        is_training=True,
+        auto_augment=POLICY,
+        re_prob=ERASING,
+        re_mode="pixel",
+        mean=(0.485, 0.456, 0.406),
+        std=(0.229, 0.224, 0.225),
+        interpolation="bilinear",
+    )
     image_column = "img" if "img" in train.column_names else "image"
 
     def apply(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         return {"image": [transform(image.convert("RGB")) for image in batch[image_column]], "label": batch["label"]}
 
     return DataLoader(
-        train.with_transform(apply), batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+        train.with_transform(apply),
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=workers,
         persistent_workers=workers > 0,
-    )  # fmt: skip
+    )
 
 
 def _our_loader(root: str, batch_size: int, workers: int) -> DataLoader:
     from mixer_lightning.data import ImageDataModule
 
     data = ImageDataModule(
-        "hf", root=root, batch_size=batch_size, num_workers=workers, val_split=0, train_crop="random_resized_crop",
-        auto_augment=POLICY, random_erasing=ERASING, random_erasing_mode="pixel", pin_memory=False,
-    )  # fmt: skip
+        "hf",
+        root=root,
+        batch_size=batch_size,
+        num_workers=workers,
+        val_split=0,
+        train_crop="random_resized_crop",
+        auto_augment=POLICY,
+        random_erasing=ERASING,
+        random_erasing_mode="pixel",
+        pin_memory=False,
+    )
     data.setup("fit")
     return data.train_dataloader()
 
@@ -105,13 +123,21 @@ def throughput(
     """Images per second of the baseline and of ours for each worker count, and ours / baseline
     (``root``: a Hugging Face image dataset; default ``<data_root()>/cifar10``)."""
     root = str(root or data_root() / "cifar10")
-    require(Path(root).is_dir(), "root", f"no dataset at {root}",
-            "give --root PATH/TO/cifar10 (the Hugging Face parquet layout) or set MIXER_DATA_ROOT")  # fmt: skip
+    require(
+        Path(root).is_dir(),
+        "root",
+        f"no dataset at {root}",
+        "give --root PATH/TO/cifar10 (the Hugging Face parquet layout) or set MIXER_DATA_ROOT",
+    )
     batches = max(1, images // batch_size)
     results: dict[str, Any] = {
-        "root": root, "policy": POLICY, "random_erasing": ERASING, "batch_size": batch_size,
-        "images_per_measurement": batches * batch_size, "repeats": repeats,
-    }  # fmt: skip
+        "root": root,
+        "policy": POLICY,
+        "random_erasing": ERASING,
+        "batch_size": batch_size,
+        "images_per_measurement": batches * batch_size,
+        "repeats": repeats,
+    }
     for count in workers:
         candidates = {
             "baseline": _chunks(_baseline_loader(root, batch_size, count), batches),
@@ -129,7 +155,9 @@ def throughput(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default=None, help="default: $MIXER_DATA_ROOT/cifar10, else <checkout>/../shared/data/cifar10")
+    parser.add_argument(
+        "--root", default=None, help="default: $MIXER_DATA_ROOT/cifar10, else <checkout>/../shared/data/cifar10"
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--images", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -177,8 +205,14 @@ def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Pat
     return root
 
 
-def _bare_step(net: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               label_smoothing: float, cast: bool) -> None:  # fmt: skip
+def _bare_step(
+    net: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    label_smoothing: float,
+    cast: bool,
+) -> None:
     """The model's training step without Lightning: forward, the task's loss, backward, optimiser."""
     import torch.nn.functional as F
 
@@ -234,37 +268,87 @@ class FitTimer(Callback):
         self.resumed = time.perf_counter()
 
     def on_train_end(self, trainer, pl_module) -> None:
-        require(bool(self.cycles), "fit_batches", "the fit ended before the timed batches",
-                "use fewer warm-up and timed batches, or more training images")  # fmt: skip
+        require(
+            bool(self.cycles),
+            "fit_batches",
+            "the fit ended before the timed batches",
+            "use fewer warm-up and timed batches, or more training images",
+        )
         seconds = sum(self.cycles)
-        FitTimer.runs.append({
-            "seconds": seconds, "batches": len(self.cycles), "waiting_share": sum(self.waits) / seconds,
-            "paired_step_seconds": sum(self.steps) if self.steps else None, "module": pl_module, "batch": self.batch,
-            "workers": trainer.train_dataloader.num_workers, "pipeline": trainer.datamodule.pipeline,
-        })  # fmt: skip
+        FitTimer.runs.append(
+            {
+                "seconds": seconds,
+                "batches": len(self.cycles),
+                "waiting_share": sum(self.waits) / seconds,
+                "paired_step_seconds": sum(self.steps) if self.steps else None,
+                "module": pl_module,
+                "batch": self.batch,
+                "workers": trainer.train_dataloader.num_workers,
+                "pipeline": trainer.datamodule.pipeline,
+            }
+        )
 
 
-def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path,
-         extra: Sequence[str] = (), paired: bool = False) -> dict[str, Any]:  # fmt: skip
+def _fit(
+    config: Path,
+    root: Path,
+    pipeline: str,
+    warmup: int,
+    batches: int,
+    workdir: Path,
+    extra: Sequence[str] = (),
+    paired: bool = False,
+) -> dict[str, Any]:
     """One ``mixer fit`` of `warmup` + `batches` training batches (no validation), timed by `FitTimer`."""
     from mixer_lightning.cli import main
 
     args = [
-        "fit", "--config", str(config), *extra, "--data.dataset", "hf", "--data.root", str(root),
-        "--data.pipeline", pipeline, "--trainer.max_epochs", "1", "--trainer.limit_train_batches",
-        str(warmup + batches), "--trainer.limit_val_batches", "0", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", "--trainer.logger.init_args.save_dir", str(workdir),
-        "--trainer.logger.init_args.name", pipeline, "--trainer.callbacks+=mixer_lightning.benchmarks.data.FitTimer",
-        "--trainer.callbacks.warmup", str(warmup), "--trainer.callbacks.paired", str(paired).lower(),
-        "--checkpoint.save_last", "false", "--checkpoint.save_top_k", "0",
-    ]  # fmt: skip
+        "fit",
+        "--config",
+        str(config),
+        *extra,
+        "--data.dataset",
+        "hf",
+        "--data.root",
+        str(root),
+        "--data.pipeline",
+        pipeline,
+        "--trainer.max_epochs",
+        "1",
+        "--trainer.limit_train_batches",
+        str(warmup + batches),
+        "--trainer.limit_val_batches",
+        "0",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--trainer.logger.init_args.save_dir",
+        str(workdir),
+        "--trainer.logger.init_args.name",
+        pipeline,
+        "--trainer.callbacks+=mixer_lightning.benchmarks.data.FitTimer",
+        "--trainer.callbacks.warmup",
+        str(warmup),
+        "--trainer.callbacks.paired",
+        str(paired).lower(),
+        "--checkpoint.save_last",
+        "false",
+        "--checkpoint.save_top_k",
+        "0",
+    ]
     with contextlib.redirect_stdout(sys.stderr):  # Lightning's and the CLI's prints: not in --json output
         main(args)
     return FitTimer.runs.pop()
 
 
-def _step(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int,
-          precision: str = "32-true") -> float:  # fmt: skip
+def _step(
+    module: torch.nn.Module,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    warmup: int,
+    steps: int,
+    precision: str = "32-true",
+) -> float:
     """Seconds of `steps` bare training steps (`_bare_step`, the config's optimiser) on one real batch,
     after `warmup` steps: the model's own training-step time."""
     x, y = batch
@@ -288,9 +372,15 @@ def _step(module: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor], war
 
 
 def fit_vs_step(
-    config: str | Path = FIG5_CONFIG, root: str | Path | None = None, repeats: int = 5, warmup: int = 8,
-    batches: int = 32, device: str = "cpu", precision: str = "32-true", log: Callable[..., None] = print,
-) -> dict[str, Any]:  # fmt: skip
+    config: str | Path = FIG5_CONFIG,
+    root: str | Path | None = None,
+    repeats: int = 5,
+    warmup: int = 8,
+    batches: int = 32,
+    device: str = "cpu",
+    precision: str = "32-true",
+    log: Callable[..., None] = print,
+) -> dict[str, Any]:
     """End-to-end ``mixer fit`` images/s of the Fig. 5 config through the tensor and the PIL path, and
     the model's own training-step images/s, side by side in one process:
 
@@ -309,8 +399,15 @@ def fit_vs_step(
     a synthetic CIFAR-shaped set. Another `config` runs as it is (the C = 64 override is the Fig. 5
     config's); `device` ``cpu`` or ``cuda``; `precision` the trainer's (the bare step autocasts alike)."""
     config = Path(config)
-    extra = [*(FIG5_OVERRIDES if config == FIG5_CONFIG else ()), "--trainer.accelerator",
-             "gpu" if device.startswith("cuda") else "cpu", "--trainer.devices", "1", "--trainer.precision", precision]  # fmt: skip
+    extra = [
+        *(FIG5_OVERRIDES if config == FIG5_CONFIG else ()),
+        "--trainer.accelerator",
+        "gpu" if device.startswith("cuda") else "cpu",
+        "--trainer.devices",
+        "1",
+        "--trainer.precision",
+        precision,
+    ]
     require(config.is_file(), "config", f"no {config}", "run from a checkout of mixer-lightning, or give --config")
     require(repeats > 0 and warmup > 0 and batches > 0, "repeats", "repeats, warmup and batches must be positive")
     paired = not device.startswith("cuda")
@@ -341,8 +438,11 @@ def fit_vs_step(
                     if paired:
                         rates["step"].append(images / run["paired_step_seconds"])
                     else:
-                        rates["step"].append(batches * len(run["batch"][0]) / _step(run["module"], run["batch"],
-                                                                                     warmup, batches, precision))  # fmt: skip
+                        rates["step"].append(
+                            batches
+                            * len(run["batch"][0])
+                            / _step(run["module"], run["batch"], warmup, batches, precision)
+                        )
             log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} img/s" for k, v in rates.items()))
         median = {name: statistics.median(values) for name, values in rates.items()}
         vs_step = [fit / step for fit, step in zip(rates["tensor"], rates["step"], strict=True)]
@@ -357,9 +457,17 @@ def fit_vs_step(
         "rounds_img_per_s": rates,
         "rounds_ratios": {"cifar_fit_vs_step": vs_step, "cifar_fit_speedup": speedup, "pil_fit_vs_step": pil_vs_step},
         "waiting_share": {name: statistics.median(values) for name, values in waiting.items()},
-        "setting": {"config": str(config), "overrides": " ".join(extra), "device": device, "step_timing":
-                    "paired with the tensor fit" if paired else "separate runs", "data": "synthetic CIFAR-shaped set"
-                    if synthetic else str(real), "batch_size": facts["batch_size"], "warmup_batches": warmup,
-                    "timed_batches": batches, "repeats": repeats, "threads": torch.get_num_threads(),
-                    "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")}},
-    }  # fmt: skip
+        "setting": {
+            "config": str(config),
+            "overrides": " ".join(extra),
+            "device": device,
+            "step_timing": "paired with the tensor fit" if paired else "separate runs",
+            "data": "synthetic CIFAR-shaped set" if synthetic else str(real),
+            "batch_size": facts["batch_size"],
+            "warmup_batches": warmup,
+            "timed_batches": batches,
+            "repeats": repeats,
+            "threads": torch.get_num_threads(),
+            "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")},
+        },
+    }

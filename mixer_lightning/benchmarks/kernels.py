@@ -62,8 +62,9 @@ def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, r
     }
 
 
-def elementwise_table(batch: int = 128, tokens: int = 64, channels: int = 128, hidden: int = 512,
-                      repeats: int = 20) -> dict:  # fmt: skip
+def elementwise_table(
+    batch: int = 128, tokens: int = 64, channels: int = 128, hidden: int = 512, repeats: int = 20
+) -> dict:
     """Milliseconds per call, eager and compiled, of the element-wise ops of a Mixer step."""
     generator = torch.Generator().manual_seed(0)
     rows = batch * tokens

@@ -49,9 +49,14 @@ def flops_per_image(model: nn.Module, image_size: int, in_chans: int, device: to
 
 
 def step_fns(
-    model: nn.Module, batch_size: int, image_size: int, in_chans: int, num_classes: int, device: torch.device,
+    model: nn.Module,
+    batch_size: int,
+    image_size: int,
+    in_chans: int,
+    num_classes: int,
+    device: torch.device,
     precision: str,
-) -> tuple[Callable[[], None], Callable[[], None]]:  # fmt: skip
+) -> tuple[Callable[[], None], Callable[[], None]]:
     """A training step (forward, backward, AdamW) and an inference forward on a fixed random batch."""
     x = torch.randn(batch_size, in_chans, image_size, image_size, device=device)
     if precision == "bf16-true":
@@ -74,9 +79,18 @@ def step_fns(
 
 
 def benchmark(
-    models: dict[str, nn.Module], *, batch_size: int, image_size: int, in_chans: int = 3, num_classes: int = 1000,
-    device: str = "cpu", precision: str = "32-true", repeats: int = 10, warmup: int = 3, count_flops: bool = True,
-) -> dict[str, dict]:  # fmt: skip
+    models: dict[str, nn.Module],
+    *,
+    batch_size: int,
+    image_size: int,
+    in_chans: int = 3,
+    num_classes: int = 1000,
+    device: str = "cpu",
+    precision: str = "32-true",
+    repeats: int = 10,
+    warmup: int = 3,
+    count_flops: bool = True,
+) -> dict[str, dict]:
     """Train and inference img/s, FLOPs, peak memory and MFU of each model, measured interleaved."""
     dev = torch.device(device)
     results: dict[str, dict] = {}
@@ -112,8 +126,9 @@ def benchmark(
 
 # The CIFAR-size Mixer of the standard suite: P = 4, C = 128, S = 64, 8 blocks, with timm's default
 # hidden widths (0.5·C, 4·C) so that both libraries build the same network.
-CIFAR_MIXER = dict(num_classes=10, image_size=32, patch_size=4, channels=128, token_hidden=64,
-                   channel_hidden=512, num_blocks=8)  # fmt: skip
+CIFAR_MIXER = dict(
+    num_classes=10, image_size=32, patch_size=4, channels=128, token_hidden=64, channel_hidden=512, num_blocks=8
+)
 
 
 def timm_equivalent(model: nn.Module) -> nn.Module:
@@ -124,19 +139,27 @@ def timm_equivalent(model: nn.Module) -> nn.Module:
     from mixer_lightning.errors import require
     from mixer_lightning.models import MLPMixer
 
-    require(isinstance(model, MLPMixer), "vs", f"timm has no equivalent of a {type(model).__name__}",
-            "compare an MLP-Mixer")  # fmt: skip
     require(
-        model.tokens == model.stem.num_patches and not any(layer.permuted for layer in model.mixing_layers())
+        isinstance(model, MLPMixer), "vs", f"timm has no equivalent of a {type(model).__name__}", "compare an MLP-Mixer"
+    )
+    require(
+        model.tokens == model.stem.num_patches
+        and not any(layer.permuted for layer in model.mixing_layers())
         and model.blocks[0].token_mixing.skip is None,
-        "vs", "timm's Mixer has S = S0 and no skip layer or RP permutations", "drop tokens/skip_layer/permute",
-    )  # fmt: skip
+        "vs",
+        "timm's Mixer has S = S0 and no skip layer or RP permutations",
+        "drop tokens/skip_layer/permute",
+    )
     c = model.channels
     return timm_mixer.MlpMixer(
-        num_classes=model.num_classes, img_size=model.stem.image_size, in_chans=model.stem.proj.in_channels,
-        patch_size=model.stem.patch_size, embed_dim=c, num_blocks=model.num_blocks,
+        num_classes=model.num_classes,
+        img_size=model.stem.image_size,
+        in_chans=model.stem.proj.in_channels,
+        patch_size=model.stem.patch_size,
+        embed_dim=c,
+        num_blocks=model.num_blocks,
         mlp_ratio=(model.token_hidden / c, model.channel_hidden / c),
-    )  # fmt: skip
+    )
 
 
 def ratio_of(results: dict[str, dict], ours: str, theirs: str, key: str) -> float:
@@ -165,18 +188,33 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
     from mixer_lightning.benchmarks.sparse import sw_mlp_ratios
     from mixer_lightning.models import create_model
 
-    report: dict = {"machine": {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-                                "torch": torch.__version__}}  # fmt: skip
+    report: dict = {
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        }
+    }
     torch.manual_seed(0)
     s16 = create_model("mixer_s16", num_classes=1000)
     log("Mixer-S/16, batch 32: ours vs timm ...")
-    s16_results = benchmark({"ours": s16, "timm": timm_equivalent(s16)}, batch_size=32, image_size=224,
-                            repeats=max(3, repeats // 3), warmup=1)  # fmt: skip
+    s16_results = benchmark(
+        {"ours": s16, "timm": timm_equivalent(s16)},
+        batch_size=32,
+        image_size=224,
+        repeats=max(3, repeats // 3),
+        warmup=1,
+    )
     del s16
     cifar, rp = create_model("mlp_mixer", **CIFAR_MIXER), create_model("mlp_mixer", permute=True, **CIFAR_MIXER)
     log("CIFAR-size Mixer, batch 128: ours vs timm vs RP (and an identical twin of ours) ...")
-    cifar_results = benchmark({"ours": cifar, "twin": copy.deepcopy(cifar), "rp": rp, "timm": timm_equivalent(cifar)},
-                              batch_size=128, image_size=32, num_classes=10, repeats=repeats)  # fmt: skip
+    cifar_results = benchmark(
+        {"ours": cifar, "twin": copy.deepcopy(cifar), "rp": rp, "timm": timm_equivalent(cifar)},
+        batch_size=128,
+        image_size=32,
+        num_classes=10,
+        repeats=repeats,
+    )
     log("CIFAR-size Mixer compiled (eager vs compiled, normal vs RP) ...")
     compiled, rp_compiled = (
         create_model("mlp_mixer", **CIFAR_MIXER),
@@ -185,8 +223,13 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
     compiled.compile()
     rp_compiled.compile()
     eager = create_model("mlp_mixer", **CIFAR_MIXER)
-    compile_results = benchmark({"eager": eager, "compiled": compiled, "rp_compiled": rp_compiled}, batch_size=128,
-                                image_size=32, num_classes=10, repeats=repeats)  # fmt: skip
+    compile_results = benchmark(
+        {"eager": eager, "compiled": compiled, "rp_compiled": rp_compiled},
+        batch_size=128,
+        image_size=32,
+        num_classes=10,
+        repeats=repeats,
+    )
     log("SW-MLP at the Table S.3 CIFAR setting: sparse vs dense ...")
     sparse = sw_mlp_ratios(repeats=max(2, repeats // 4))
     log("Fig. 5 S-Mixer on CIFAR-10: end-to-end fit (tensor path, PIL path) vs the training step ...")

@@ -34,7 +34,7 @@ def compare(
     names = list(candidates)
     times: dict[str, list[float]] = {name: [] for name in candidates}
     for round_ in range(repeats):
-        for name in names[round_ % len(names):] + names[: round_ % len(names)]:
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
             fn = candidates[name]
             _sync(device)
             start = time.perf_counter()

@@ -32,7 +32,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "timm / official JAX MLP-Mixer weights to a checkpoint (or to .npz)",
     ),
     "width": ("mixer_lightning.commands.width", "width, sparsity and the optimum S* = C* at a fixed Ω"),
-    "sweep": ("mixer_lightning.commands.sweep", "sweep a config: width/γ/density grids, generic axes, seeds; `sweep report|curves|point`"),
+    "sweep": (
+        "mixer_lightning.commands.sweep",
+        "sweep a config: width/γ/density grids, generic axes, seeds; `sweep report|curves|point`",
+    ),
     "bench": ("mixer_lightning.commands.bench", "throughput, FLOPs and MFU side by side (ours vs timm, RP, compiled)"),
     "spectrum": (
         "mixer_lightning.commands.spectrum",
@@ -41,7 +44,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cka": ("mixer_lightning.commands.cka", "minibatch CKA between the skip-connection inputs of two checkpoints"),
     "visualize": ("mixer_lightning.commands.visualize", "token-mixing units, stem units, effective weight patterns"),
     "fewshot": ("mixer_lightning.commands.fewshot", "linear few-shot accuracy of frozen features (ridge regression)"),
-    "export": ("mixer_lightning.commands.export", "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked"),
+    "export": (
+        "mixer_lightning.commands.export",
+        "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked",
+    ),
 }
 
 
@@ -54,8 +60,9 @@ def summary() -> str:
 def build_parser(name: str) -> tuple[ArgumentParser, object]:
     module = importlib.import_module(COMMANDS[name][0])
     # exit_on_error=False: a bad argument is raised, and `mixer_lightning.cli.main` prints it as one line.
-    parser = ArgumentParser(prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter,
-                            exit_on_error=False)  # fmt: skip
+    parser = ArgumentParser(
+        prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter, exit_on_error=False
+    )
     module.add_arguments(parser)
     return parser, module
 
@@ -66,8 +73,9 @@ def run_command(name: str, argv: list[str]) -> int | None:
     subcommands = getattr(module, "SUBCOMMANDS", {})
     if argv and argv[0] in subcommands:
         add_arguments, run = subcommands[argv[0]]
-        parser = ArgumentParser(prog=f"mixer {name} {argv[0]}", description=run.__doc__, formatter_class=HelpFormatter,
-                                exit_on_error=False)  # fmt: skip
+        parser = ArgumentParser(
+            prog=f"mixer {name} {argv[0]}", description=run.__doc__, formatter_class=HelpFormatter, exit_on_error=False
+        )
         add_arguments(parser)
         return run(parser.parse_args(argv[1:]))
     parser, module = build_parser(name)

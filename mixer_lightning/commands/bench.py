@@ -32,25 +32,42 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--config", type=str, default=None, help="or an experiment config: its model and data")
     parser.add_argument("--vs", type=str, default=None, help="'timm': also run timm's equivalent model")
     parser.add_argument("--compile", action="store_true", help="also run the model compiled (torch.compile)")
-    parser.add_argument("--kernels", action="store_true",
-                        help="time the memory-bound kernels instead: RP permutations and element-wise ops, eager vs compiled")  # fmt: skip
-    parser.add_argument("--table_s3", action="store_true",
-                        help="Hayase & Karakida Table S.3: SW-MLP (dense), RP Mixer, Mixer at its CIFAR and ImageNet settings (batch 128)")  # fmt: skip
-    parser.add_argument("--fit", action="store_true",
-                        help="time end-to-end `mixer fit` of the Fig. 5 config (or --config) through the tensor and "
-                             "the PIL data path against the model's training step: cifar_fit_vs_step, cifar_fit_speedup")  # fmt: skip
+    parser.add_argument(
+        "--kernels",
+        action="store_true",
+        help="time the memory-bound kernels instead: RP permutations and element-wise ops, eager vs compiled",
+    )
+    parser.add_argument(
+        "--table_s3",
+        action="store_true",
+        help="Hayase & Karakida Table S.3: SW-MLP (dense), RP Mixer, Mixer at its CIFAR and ImageNet settings (batch 128)",
+    )
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="time end-to-end `mixer fit` of the Fig. 5 config (or --config) through the tensor and "
+        "the PIL data path against the model's training step: cifar_fit_vs_step, cifar_fit_speedup",
+    )
     parser.add_argument("--fit_warmup", type=int, default=8, help="--fit: training batches before the timing")
     parser.add_argument("--fit_batches", type=int, default=32, help="--fit: timed training batches per fit")
-    parser.add_argument("--data_root", type=str, default=None,
-                        help="--fit: the CIFAR-10 folder, Hugging Face layout (default: $MIXER_DATA_ROOT/cifar10, "
-                             "else <checkout>/../shared/data/cifar10, else a synthetic CIFAR-shaped set)")  # fmt: skip
+    parser.add_argument(
+        "--data_root",
+        type=str,
+        default=None,
+        help="--fit: the CIFAR-10 folder, Hugging Face layout (default: $MIXER_DATA_ROOT/cifar10, "
+        "else <checkout>/../shared/data/cifar10, else a synthetic CIFAR-shaped set)",
+    )
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--image_size", type=int, default=None, help="default: the model's / the data's")
     parser.add_argument("--num_classes", type=int, default=1000)
     parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")
     parser.add_argument("--precision", type=str, default="32-true", help=f"one of {', '.join(PRECISIONS)}")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="timed steps per candidate (default 10; the suite: 12 at CIFAR size, fewer for the big models)")  # fmt: skip
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="timed steps per candidate (default 10; the suite: 12 at CIFAR size, fewer for the big models)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -66,8 +83,12 @@ def _model_from_config(path: str):
     config = load_configs([path])
     model = dict(config.get("model") or {})
     require("class_path" in model, "config", f"{path!r} has no model: section with a class_path")
-    model["init_args"] = {**(model.get("init_args") or {}), "num_classes": data.num_classes,
-                          "image_size": data.image_size, "in_chans": data.in_chans}  # fmt: skip
+    model["init_args"] = {
+        **(model.get("init_args") or {}),
+        "num_classes": data.num_classes,
+        "image_size": data.image_size,
+        "in_chans": data.in_chans,
+    }
     parser = Parser(exit_on_error=False)
     parser.add_subclass_arguments(ClassifierModule, "model")
     module = parser.instantiate_classes(parser.parse_object({"model": model})).model
@@ -77,8 +98,12 @@ def _model_from_config(path: str):
 def run(args: Namespace) -> None:
     from mixer_lightning.benchmarks.models import benchmark, standard_suite, timm_equivalent
 
-    require(args.precision in PRECISIONS, "precision", f"unknown precision {args.precision!r}",
-            f"choose one of {', '.join(PRECISIONS)}")  # fmt: skip
+    require(
+        args.precision in PRECISIONS,
+        "precision",
+        f"unknown precision {args.precision!r}",
+        f"choose one of {', '.join(PRECISIONS)}",
+    )
     require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
     require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
     require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
@@ -96,9 +121,16 @@ def run(args: Namespace) -> None:
             "--fit_warmup and --fit_batches must be positive",
         )
         log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
-        report = fit_vs_step(config=args.config or FIG5_CONFIG, root=args.data_root, repeats=args.repeats or 5,
-                             warmup=args.fit_warmup, batches=args.fit_batches, device=args.device,
-                             precision=args.precision, log=log)  # fmt: skip
+        report = fit_vs_step(
+            config=args.config or FIG5_CONFIG,
+            root=args.data_root,
+            repeats=args.repeats or 5,
+            warmup=args.fit_warmup,
+            batches=args.fit_batches,
+            device=args.device,
+            precision=args.precision,
+            log=log,
+        )
         if args.json:
             print(json.dumps(report, indent=2))
             return
@@ -116,8 +148,12 @@ def run(args: Namespace) -> None:
     if args.kernels:
         from mixer_lightning.benchmarks.kernels import format_report, kernel_suite
 
-        require(args.model is None and args.config is None, "kernels", "takes no --model or --config",
-                "drop --model/--config, or drop --kernels")  # fmt: skip
+        require(
+            args.model is None and args.config is None,
+            "kernels",
+            "takes no --model or --config",
+            "drop --model/--config, or drop --kernels",
+        )
         require(args.device == "cpu", "device", "--kernels measures CPU kernels", "drop --device")
         report = kernel_suite(**({"repeats": args.repeats} if args.repeats else {}))
         print(json.dumps(report, indent=2) if args.json else format_report(report))
@@ -129,8 +165,12 @@ def run(args: Namespace) -> None:
     if args.table_s3:
         from mixer_lightning.benchmarks.sparse import format_table_s3, table_s3
 
-        require(args.model is None and args.config is None and not args.kernels, "table_s3",
-                "builds the models of Table S.3 itself", "drop --model/--config/--kernels")  # fmt: skip
+        require(
+            args.model is None and args.config is None and not args.kernels,
+            "table_s3",
+            "builds the models of Table S.3 itself",
+            "drop --model/--config/--kernels",
+        )
         report = table_s3(device=args.device, **({"repeats": args.repeats} if args.repeats else {}))
         print(json.dumps(report, indent=2) if args.json else format_table_s3(report))
         return
@@ -140,9 +180,18 @@ def run(args: Namespace) -> None:
         if args.json:
             print(json.dumps(report, indent=2))
             return
-        for key in ("mixer_vs_timm_train", "mixer_vs_timm_infer", "rp_overhead", "rp_overhead_compiled",
-                    "compile_speedup", "sw_sparse_mem_ratio", "sw_sparse_speed_ratio", "cifar_fit_vs_step",
-                    "cifar_fit_speedup", "noise"):  # fmt: skip
+        for key in (
+            "mixer_vs_timm_train",
+            "mixer_vs_timm_infer",
+            "rp_overhead",
+            "rp_overhead_compiled",
+            "compile_speedup",
+            "sw_sparse_mem_ratio",
+            "sw_sparse_speed_ratio",
+            "cifar_fit_vs_step",
+            "cifar_fit_speedup",
+            "noise",
+        ):
             print(f"{key:<24} {report[key]:8.3f}")
         return
     if args.config is not None:
@@ -167,9 +216,16 @@ def run(args: Namespace) -> None:
         compiled.compile()
         candidates["ours_compiled"] = compiled
     try:
-        results = benchmark(candidates, batch_size=args.batch_size, image_size=image_size, in_chans=in_chans,
-                            num_classes=num_classes, device=args.device, precision=args.precision,
-                            repeats=args.repeats or 10)  # fmt: skip
+        results = benchmark(
+            candidates,
+            batch_size=args.batch_size,
+            image_size=image_size,
+            in_chans=in_chans,
+            num_classes=num_classes,
+            device=args.device,
+            precision=args.precision,
+            repeats=args.repeats or 10,
+        )
     except RuntimeError as error:
         if "out of memory" in str(error).lower():
             raise ConfigError("batch_size", f"{args.batch_size} does not fit in memory", "lower --batch_size") from None
@@ -184,5 +240,7 @@ def run(args: Namespace) -> None:
         print(f"{name:<16} {r['train_img_s']:>12.1f} {r['infer_img_s']:>12.1f} {flops:>18} {mfu:>6}")
     for name in results:
         if name != "ours":
-            print(f"ours / {name}: train {results['ours']['train_img_s'] / results[name]['train_img_s']:.3f}, "
-                  f"inference {results['ours']['infer_img_s'] / results[name]['infer_img_s']:.3f}")  # fmt: skip
+            print(
+                f"ours / {name}: train {results['ours']['train_img_s'] / results[name]['train_img_s']:.3f}, "
+                f"inference {results['ours']['infer_img_s'] / results[name]['infer_img_s']:.3f}"
+            )

@@ -34,10 +34,16 @@ from mixer_lightning.errors import require
 
 
 def add_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument("--ckpt", type=str, action="append", required=True,
-                        help="a checkpoint; give it twice (A, then B; the same file twice compares a network with itself)")  # fmt: skip
-    parser.add_argument("--config", type=str, action="append", required=True,
-                        help="YAML config(s) whose data: section gives the images")  # fmt: skip
+    parser.add_argument(
+        "--ckpt",
+        type=str,
+        action="append",
+        required=True,
+        help="a checkpoint; give it twice (A, then B; the same file twice compares a network with itself)",
+    )
+    parser.add_argument(
+        "--config", type=str, action="append", required=True, help="YAML config(s) whose data: section gives the images"
+    )
     parser.add_argument("--split", type=Literal["test", "val"], default="test", help="which split's images")
     parser.add_argument("--batch_size", type=int, default=None, help="minibatch size n (default: data.eval_batch_size)")
     parser.add_argument("--batches", type=int, default=None, help="use at most this many minibatches")
@@ -57,17 +63,42 @@ def _devices(text: str) -> int | str:
 
 def compute(args: Namespace) -> dict:
     """The CKA matrix of the two checkpoints of ``--ckpt`` (see `compute_matrix`)."""
-    require(len(args.ckpt) == 2, "ckpt", f"needs exactly two checkpoints, got {len(args.ckpt)}",
-            "give --ckpt A --ckpt B (the same file twice compares a network with itself)")  # fmt: skip
-    return compute_matrix(args.ckpt[0], args.ckpt[1], args.config, split=args.split, batch_size=args.batch_size,
-                          batches=args.batches, seed=args.seed, accelerator=args.accelerator,
-                          devices=_devices(args.devices), strategy=args.strategy, num_nodes=args.num_nodes,
-                          precision=args.precision)  # fmt: skip
+    require(
+        len(args.ckpt) == 2,
+        "ckpt",
+        f"needs exactly two checkpoints, got {len(args.ckpt)}",
+        "give --ckpt A --ckpt B (the same file twice compares a network with itself)",
+    )
+    return compute_matrix(
+        args.ckpt[0],
+        args.ckpt[1],
+        args.config,
+        split=args.split,
+        batch_size=args.batch_size,
+        batches=args.batches,
+        seed=args.seed,
+        accelerator=args.accelerator,
+        devices=_devices(args.devices),
+        strategy=args.strategy,
+        num_nodes=args.num_nodes,
+        precision=args.precision,
+    )
 
 
-def compute_matrix(ckpt_a: str, ckpt_b: str, configs: list[str], split: str = "test", batch_size: int | None = None,
-                   batches: int | None = None, seed: int = 0, accelerator: str = "auto", devices: int | str = 1,
-                   strategy: str = "auto", num_nodes: int = 1, precision: str | None = None) -> dict:  # fmt: skip
+def compute_matrix(
+    ckpt_a: str,
+    ckpt_b: str,
+    configs: list[str],
+    split: str = "test",
+    batch_size: int | None = None,
+    batches: int | None = None,
+    seed: int = 0,
+    accelerator: str = "auto",
+    devices: int | str = 1,
+    strategy: str = "auto",
+    num_nodes: int = 1,
+    precision: str | None = None,
+) -> dict:
     """Minibatch CKA between the skip-connection inputs of the networks in two checkpoints, on the
     images of the ``data:`` section of `configs` (also what `mixer sweep report` runs for Fig. 2(a))."""
     from lightning.pytorch import Trainer
@@ -81,9 +112,12 @@ def compute_matrix(ckpt_a: str, ckpt_b: str, configs: list[str], split: str = "t
         module = load_classifier(path, field="ckpt")
         net = module.net
         layers = skip_input_names(net)
-        require(bool(layers) and hasattr(net, "forward_skip_inputs"), "ckpt",
-                f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections",
-                "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs")  # fmt: skip
+        require(
+            bool(layers) and hasattr(net, "forward_skip_inputs"),
+            "ckpt",
+            f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections",
+            "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs",
+        )
         modules.append(module)
         names.append(layers)
     datamodule = datamodule_from_config(configs)
@@ -95,15 +129,34 @@ def compute_matrix(ckpt_a: str, ckpt_b: str, configs: list[str], split: str = "t
     require(batch_size >= 4, "batch_size", f"the unbiased HSIC needs at least 4 images per minibatch, got {batch_size}")
     require(batches is None or batches > 0, "batches", f"must be positive, got {batches}")
     full = len(dataset) // batch_size
-    require(full > 0, "batch_size", f"the {split} split has {len(dataset)} images, fewer than one minibatch",
-            "lower --batch_size")  # fmt: skip
+    require(
+        full > 0,
+        "batch_size",
+        f"the {split} split has {len(dataset)} images, fewer than one minibatch",
+        "lower --batch_size",
+    )
     evaluation = CKAEvaluation(
-        modules[0].net, modules[1].net, len(names[0]), len(names[1]), dataset, batch_size, batches, seed,
+        modules[0].net,
+        modules[1].net,
+        len(names[0]),
+        len(names[1]),
+        dataset,
+        batch_size,
+        batches,
+        seed,
         datamodule.num_workers,
-    )  # fmt: skip
-    trainer_args = dict(accelerator=accelerator, devices=devices, strategy=strategy,
-                        num_nodes=num_nodes, logger=False, enable_checkpointing=False,
-                        enable_model_summary=False, enable_progress_bar=False, use_distributed_sampler=False)  # fmt: skip
+    )
+    trainer_args = dict(
+        accelerator=accelerator,
+        devices=devices,
+        strategy=strategy,
+        num_nodes=num_nodes,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        use_distributed_sampler=False,
+    )
     if precision:
         trainer_args["precision"] = precision
     with warnings.catch_warnings():
@@ -149,8 +202,15 @@ def plot(result: dict, path: str) -> None:
     if rows * cols <= 400:
         for i in range(rows):
             for j in range(cols):
-                ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                        color="black" if matrix[i, j] > 0.6 else "white")  # fmt: skip
+                ax.text(
+                    j,
+                    i,
+                    f"{matrix[i, j]:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if matrix[i, j] > 0.6 else "white",
+                )
     ax.set_xticks(range(cols), result["layers_b"], rotation=45 if cols > 8 else 0, fontsize=8)
     ax.set_yticks(range(rows), result["layers_a"], fontsize=8)
     ax.set_xlabel(f"B: {result['model_b']} ({Path(result['ckpt_b']).name})")
@@ -170,8 +230,10 @@ def run(args: Namespace) -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"CKA of {result['model_a']} ({result['ckpt_a']}) against {result['model_b']} ({result['ckpt_b']}): "
-          f"{result['batches']} minibatches of {result['batch_size']} {result['split']} images")  # fmt: skip
+    print(
+        f"CKA of {result['model_a']} ({result['ckpt_a']}) against {result['model_b']} ({result['ckpt_b']}): "
+        f"{result['batches']} minibatches of {result['batch_size']} {result['split']} images"
+    )
     width = max(len(name) for name in result["layers_a"])
     print(" " * width + " " + " ".join(f"{name:>8}" for name in result["layers_b"]))
     for name, row in zip(result["layers_a"], result["cka"], strict=True):

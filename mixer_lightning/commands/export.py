@@ -35,10 +35,10 @@ def run(args: Namespace) -> None:
 
     require(args.format in FORMATS, "format", f"unknown format {args.format!r}", f"choose one of {', '.join(FORMATS)}")
     out = Path(args.out)
-    require(not out.is_dir(), "out", f"{args.out!r} is a directory", f"give a file name, e.g. model{SUFFIXES[args.format]}")
     require(
-        not out.exists() or args.overwrite, "out", f"{args.out!r} exists", "pass --overwrite to replace it"
+        not out.is_dir(), "out", f"{args.out!r} is a directory", f"give a file name, e.g. model{SUFFIXES[args.format]}"
     )
+    require(not out.exists() or args.overwrite, "out", f"{args.out!r} exists", "pass --overwrite to replace it")
     require(out.parent.is_dir(), "out", f"no folder {str(out.parent)!r}", "create it first, or give another path")
     module = load_classifier(args.ckpt_path, field="ckpt_path")
     difference = export_network(module.net, args.format, out, module.image_size, module.in_chans, args.batch_size)

@@ -33,8 +33,9 @@ from mixer_lightning.errors import ConfigError, require
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--ckpt", type=str, required=True, help="a checkpoint of `mixer fit` or `mixer convert`")
-    parser.add_argument("--config", type=str, action="append", required=True,
-                        help="YAML config(s) whose data: section gives the images")  # fmt: skip
+    parser.add_argument(
+        "--config", type=str, action="append", required=True, help="YAML config(s) whose data: section gives the images"
+    )
     parser.add_argument("--shots", type=str, default="5", help="images per class, or a comma-separated list")
     parser.add_argument("--seeds", type=str, default="0,1,2", help="comma-separated seeds of the draws (big_vision: 3)")
     parser.add_argument("--l2", type=str, default="auto", help="ridge λ: auto, a number (e.g. 1024) or a list")
@@ -51,8 +52,13 @@ def parse_l2(text: str) -> float | list[float] | str:
     paper writes them (``2**10``, ``2^10``)."""
     if str(text).strip().lower() == "auto":
         return "auto"
-    values = lists.reals(str(text).replace("^", "**"), "l2", lambda v: v > 0 and math.isfinite(v), "positive numbers",
-                         example="1024,2**10")  # fmt: skip
+    values = lists.reals(
+        str(text).replace("^", "**"),
+        "l2",
+        lambda v: v > 0 and math.isfinite(v),
+        "positive numbers",
+        example="1024,2**10",
+    )
     return values[0] if len(values) == 1 else values
 
 
@@ -76,13 +82,21 @@ def compute(args: Namespace) -> dict:
     shots_list = lists.integers(args.shots, "shots", 1, example="1,5,10")
     seeds = lists.seeds(args.seeds)
     l2 = parse_l2(args.l2)
-    require(args.holdout >= 1 or not (l2 == "auto" or isinstance(l2, list)), "holdout",
-            f"choosing λ needs held-out images, got --holdout {args.holdout}", "give --holdout >= 1 or one --l2")  # fmt: skip
+    require(
+        args.holdout >= 1 or not (l2 == "auto" or isinstance(l2, list)),
+        "holdout",
+        f"choosing λ needs held-out images, got --holdout {args.holdout}",
+        "give --holdout >= 1 or one --l2",
+    )
     device = _device(args.device)
     module = load_classifier(args.ckpt, field="ckpt")
     net = module.net
-    require(hasattr(net, "forward_features") and hasattr(net, "forward_head"), "ckpt",
-            f"a {type(net).__name__} has no forward_features/forward_head", "use a Mixer or SW-MLP checkpoint")  # fmt: skip
+    require(
+        hasattr(net, "forward_features") and hasattr(net, "forward_head"),
+        "ckpt",
+        f"a {type(net).__name__} has no forward_features/forward_head",
+        "use a Mixer or SW-MLP checkpoint",
+    )
     datamodule = datamodule_from_config(args.config)
     check_fits_data(module, datamodule, "config")
     batch_size = args.batch_size or datamodule.eval_batch_size
@@ -98,16 +112,18 @@ def compute(args: Namespace) -> dict:
             chosen, held = fewshot.draw_shots(train_labels, num_classes, shots, args.holdout if select else 0, seed)
             needed.update(chosen, held)
     order = sorted(needed)  # only the drawn training images are run through the network
-    features, _ = fewshot.extract_features(net, TransformedDataset(train_base, transform, order), batch_size, device,
-                                           datamodule.num_workers)  # fmt: skip
+    features, _ = fewshot.extract_features(
+        net, TransformedDataset(train_base, transform, order), batch_size, device, datamodule.num_workers
+    )
     train_features = dict(zip(order, features, strict=True))
     datamodule.setup("test")
-    test_features, test_labels = fewshot.extract_features(net, datamodule.test_set, batch_size, device,
-                                                          datamodule.num_workers)  # fmt: skip
+    test_features, test_labels = fewshot.extract_features(
+        net, datamodule.test_set, batch_size, device, datamodule.num_workers
+    )
     results = [
         fewshot.evaluate(
             train_features, train_labels, test_features, test_labels, num_classes, shots, seeds, l2, args.holdout
-        )  # fmt: skip
+        )
         for shots in shots_list
     ]
     return {
@@ -132,11 +148,18 @@ def run(args: Namespace) -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"{result['model']} ({result['ckpt']}): {result['features']} pre-logit features; "
-          f"{result['classes']} classes, {result['train_images']} training and {result['test_images']} test images")  # fmt: skip
+    print(
+        f"{result['model']} ({result['ckpt']}): {result['features']} pre-logit features; "
+        f"{result['classes']} classes, {result['train_images']} training and {result['test_images']} test images"
+    )
     for r in result["results"]:
         chosen = ", ".join(_l2_text(run_["l2"]) for run_ in r["runs"])
-        how = (f"λ chosen on {r['holdout_per_class']} held-out training images per class: {chosen}"
-               if r["holdout_per_class"] else f"λ = {chosen.split(', ')[0]}")  # fmt: skip
-        print(f"{r['shots']:>3}-shot linear accuracy: {r['accuracy']:.4f} ± {r['accuracy_std']:.4f} "
-              f"over seeds {','.join(str(s) for s in result['seeds'])} ({how})")  # fmt: skip
+        how = (
+            f"λ chosen on {r['holdout_per_class']} held-out training images per class: {chosen}"
+            if r["holdout_per_class"]
+            else f"λ = {chosen.split(', ')[0]}"
+        )
+        print(
+            f"{r['shots']:>3}-shot linear accuracy: {r['accuracy']:.4f} ± {r['accuracy_std']:.4f} "
+            f"over seeds {','.join(str(s) for s in result['seeds'])} ({how})"
+        )

@@ -44,12 +44,15 @@ def comma_list(
         try:
             value = parse(item)
         except (ValueError, TypeError, OverflowError, ConfigError):
-            raise ConfigError(field, f"cannot read {text!r}: {item!r} is not {NOUNS.get(what, 'a value')}", fix) from None
+            raise ConfigError(
+                field, f"cannot read {text!r}: {item!r} is not {NOUNS.get(what, 'a value')}", fix
+            ) from None
         if valid is not None and not valid(value):
             raise ConfigError(field, f"needs {valid_text or what}, got {text!r} ({item!r})", fix)
         if not allow_duplicates and value in values:
-            raise ConfigError(field, f"{item!r} is given twice in {text!r} (the same run would be made twice)",
-                              "give each value once")  # fmt: skip
+            raise ConfigError(
+                field, f"{item!r} is given twice in {text!r} (the same run would be made twice)", "give each value once"
+            )
         values.append(value)
     return values
 
@@ -64,14 +67,22 @@ def _real(item: str) -> float:
 
 def integers(text: str | int, field: str, minimum: int = 1, example: str = "16,32,48") -> list[int]:
     """Integers >= `minimum` (``2**10`` allowed)."""
-    return comma_list(text, field, _integer, "integers", example, lambda v: v >= minimum,
-                      "positive integers" if minimum == 1 else f"integers >= {minimum}")  # fmt: skip
+    return comma_list(
+        text,
+        field,
+        _integer,
+        "integers",
+        example,
+        lambda v: v >= minimum,
+        "positive integers" if minimum == 1 else f"integers >= {minimum}",
+    )
 
 
 def seeds(text: str | int, field: str = "seeds") -> list[int]:
     """Seeds in numpy's range 0 … 2**32 − 1."""
-    return comma_list(text, field, _integer, "integers", "0,1,2", lambda v: 0 <= v < SEED_LIMIT,
-                      f"integers in [0, {SEED_LIMIT - 1}]")  # fmt: skip
+    return comma_list(
+        text, field, _integer, "integers", "0,1,2", lambda v: 0 <= v < SEED_LIMIT, f"integers in [0, {SEED_LIMIT - 1}]"
+    )
 
 
 def reals(

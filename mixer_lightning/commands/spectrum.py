@@ -71,13 +71,23 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**19")
     parser.add_argument("--gamma", type=float, default=None, help="expansion factor γ (default 2, Figure 4; --a: 1)")
     parser.add_argument("--widths", type=str, default=None, help="comma-separated SW-MLP widths m (default: see above)")
-    parser.add_argument("--seeds", type=str, default=None, help=f"comma-separated seeds; values are means (default {DEFAULT_SEEDS})")
+    parser.add_argument(
+        "--seeds", type=str, default=None, help=f"comma-separated seeds; values are means (default {DEFAULT_SEEDS})"
+    )
     parser.add_argument("--trials", type=int, default=None, help="or this many seeds 0, 1, … (Fig. S.1 centre: 50)")
-    parser.add_argument("--a", type=str, default=None,
-                        help="App. D.1 scaling indices a (comma-separated): m = Ω^((1+a)/2), p = Ω^(-a) (Fig. S.1)")  # fmt: skip
+    parser.add_argument(
+        "--a",
+        type=str,
+        default=None,
+        help="App. D.1 scaling indices a (comma-separated): m = Ω^((1+a)/2), p = Ω^(-a) (Fig. S.1)",
+    )
     parser.add_argument("--bins", type=int, default=60, help="--a: histogram bins of the singular values")
-    parser.add_argument("--max_connections", type=int, default=DEFAULT_MAX_CONNECTIONS,
-                        help="the most non-zeros one drawn weight may hold (bounds Ω)")  # fmt: skip
+    parser.add_argument(
+        "--max_connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help="the most non-zeros one drawn weight may hold (bounds Ω)",
+    )
     parser.add_argument("--all", action="store_true", help="also every singular value (dense svd; small widths)")
     parser.add_argument("--max_entries", type=int, default=DEFAULT_MAX_ENTRIES, help="--all: largest γm·m done")
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -107,8 +117,14 @@ def user_grid(omega: int, gamma: float, widths: list[int]) -> list[dict]:
     return points
 
 
-def compute(omega: int, gamma: float, points: list[dict], seeds: list[int], full: bool = False,
-            max_entries: int = DEFAULT_MAX_ENTRIES) -> dict:  # fmt: skip
+def compute(
+    omega: int,
+    gamma: float,
+    points: list[dict],
+    seeds: list[int],
+    full: bool = False,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+) -> dict:
     """σ_max (mean and std over seeds) of the SW-MLP and Mixer weights at each grid point."""
     require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
     require(gamma >= 1, "gamma", f"must be >= 1 (a γm×m hidden layer), got {gamma}", "give e.g. 2")
@@ -145,9 +161,16 @@ def compute(omega: int, gamma: float, points: list[dict], seeds: list[int], full
                 sigmas.append(float(values[0]))
             else:
                 sigmas.append(float(sparse_singular_values(weight)[0]))
-        row = {"m": m, "hidden": hidden, "p": p, "q": math.sqrt(p * m), "connections": statistics.fmean(connections),
-               "sigma_max": statistics.fmean(sigmas), "sigma_max_std": _std(sigmas),
-               "eq17": eq17_sigma_max(m, p, gamma)}  # fmt: skip
+        row = {
+            "m": m,
+            "hidden": hidden,
+            "p": p,
+            "q": math.sqrt(p * m),
+            "connections": statistics.fmean(connections),
+            "sigma_max": statistics.fmean(sigmas),
+            "sigma_max_std": _std(sigmas),
+            "eq17": eq17_sigma_max(m, p, gamma),
+        }
         if full:
             row["singular_values"] = torch.stack(spectra).mean(0).tolist() if spectra else None
         sw_rows.append(row)
@@ -159,9 +182,15 @@ def compute(omega: int, gamma: float, points: list[dict], seeds: list[int], full
                     w = torch.randn(hidden_width(gamma, n), n, generator=generator, dtype=torch.float64) / math.sqrt(n)
                     out.append(math.sqrt(float(torch.linalg.eigvalsh(w.T @ w)[-1])))  # σ_max², n×n Gram: fast
             mixer_values.extend(token + channel)
-            mixer_rows.append({"m": m, "S": point["S"], "C": point["C"],
-                               "sigma_max_token": statistics.fmean(token),
-                               "sigma_max_channel": statistics.fmean(channel)})  # fmt: skip
+            mixer_rows.append(
+                {
+                    "m": m,
+                    "S": point["S"],
+                    "C": point["C"],
+                    "sigma_max_token": statistics.fmean(token),
+                    "sigma_max_channel": statistics.fmean(channel),
+                }
+            )
     best = optimum(omega, gamma)
     return {
         "omega": omega,
@@ -195,27 +224,59 @@ def plot(result: dict, path: str) -> None:
     fig, axes = plt.subplots(1, 2 if spectra else 1, figsize=(11 if spectra else 6.2, 4.2), squeeze=False)
     ax = axes[0, 0]
     ms = [r["m"] for r in sw]
-    ax.errorbar(ms, [r["sigma_max"] for r in sw], yerr=[r["sigma_max_std"] for r in sw], marker="o", ms=4,
-                capsize=3, color="C0", label="SW-MLP  M ⊙ A  (γm×m, p = Ω/γm²)")  # fmt: skip
+    ax.errorbar(
+        ms,
+        [r["sigma_max"] for r in sw],
+        yerr=[r["sigma_max_std"] for r in sw],
+        marker="o",
+        ms=4,
+        capsize=3,
+        color="C0",
+        label="SW-MLP  M ⊙ A  (γm×m, p = Ω/γm²)",
+    )
     ax.plot(ms, [r["eq17"] for r in sw], "--", color="C0", alpha=0.6, label="eq. (17): √L₊")
     points = result["mixer"]["points"]
     if points:
-        ax.plot([p["m"] for p in points], [p["sigma_max_token"] for p in points], "s", ms=4, color="C3",
-                label="Mixer token W (γS×S)")  # fmt: skip
-        ax.plot([p["m"] for p in points], [p["sigma_max_channel"] for p in points], "^", ms=4, color="C3",
-                mfc="none", label="Mixer channel V (γC×C)")  # fmt: skip
+        ax.plot(
+            [p["m"] for p in points],
+            [p["sigma_max_token"] for p in points],
+            "s",
+            ms=4,
+            color="C3",
+            label="Mixer token W (γS×S)",
+        )
+        ax.plot(
+            [p["m"] for p in points],
+            [p["sigma_max_channel"] for p in points],
+            "^",
+            ms=4,
+            color="C3",
+            mfc="none",
+            label="Mixer channel V (γC×C)",
+        )
     ax.axhline(edge, color="C3", linewidth=1.2, label=f"MP edge 1 + √γ = {edge:.3f}")
     ax.axvline(result["mixer"]["m_max"], color="gray", linestyle=":", label="widest Mixer: m_max = (Ω/γ)^(2/3)")
-    ax.set(xscale="log", xlabel="width m", ylabel="largest singular value σ_max",
-           title=f"Random weights at Ω = {result['omega']:,}, γ = {gamma:g} ({len(result['seeds'])} seeds)")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="width m",
+        ylabel="largest singular value σ_max",
+        title=f"Random weights at Ω = {result['omega']:,}, γ = {gamma:g} ({len(result['seeds'])} seeds)",
+    )
     ax.legend(fontsize=8)
     if spectra:
         ax = axes[0, 1]
         top = max(max(r["singular_values"]) for r in spectra)
         cmap = plt.get_cmap("viridis")
         for i, r in enumerate(spectra):
-            ax.hist(r["singular_values"], bins=60, range=(0, top * 1.02), density=True, histtype="step",
-                    color=cmap(i / max(1, len(spectra) - 1)), label=f"SW-MLP m = {r['m']}, p = {r['p']:.3g}")  # fmt: skip
+            ax.hist(
+                r["singular_values"],
+                bins=60,
+                range=(0, top * 1.02),
+                density=True,
+                histtype="step",
+                color=cmap(i / max(1, len(spectra) - 1)),
+                label=f"SW-MLP m = {r['m']}, p = {r['p']:.3g}",
+            )
         s = torch.linspace(0, top * 1.02, 400, dtype=torch.float64)
         ax.plot(s, mp_singular_value_density(s, gamma), color="C3", linewidth=1.5, label="Mixer W: Marchenko–Pastur")
         ax.set(xlabel="singular value", ylabel="density", title="All singular values (mean over seeds)")
@@ -236,13 +297,18 @@ def _check_omega(omega: int, max_connections: int) -> None:
     """Ω is the non-zeros of every weight drawn: beyond `max_connections` it is one line, not a
     machine that runs out of memory (``--omega 2**100``)."""
     require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
-    require(omega <= max_connections, "omega", f"{omega:.4g} connections per layer is more than one weight drawn here "
-            f"may hold (--max_connections {max_connections:,})", "give a smaller Ω (Figure 4: 2**19; Fig. S.1: 10**3), "
-            "or raise --max_connections")  # fmt: skip
+    require(
+        omega <= max_connections,
+        "omega",
+        f"{omega:.4g} connections per layer is more than one weight drawn here "
+        f"may hold (--max_connections {max_connections:,})",
+        "give a smaller Ω (Figure 4: 2**19; Fig. S.1: 10**3), or raise --max_connections",
+    )
 
 
-def compute_d1(omega: int, scalings: list[float], seeds: list[int], bins: int = 60,
-               max_entries: int = DEFAULT_MAX_ENTRIES) -> dict:  # fmt: skip
+def compute_d1(
+    omega: int, scalings: list[float], seeds: list[int], bins: int = 60, max_entries: int = DEFAULT_MAX_ENTRIES
+) -> dict:
     """App. D.1 (Fig. S.1 centre, right): for each a, the normalised singular values λ of Z = M ⊙ W
     (`normalised_sparse_singular_values`) over the seeds: λ_max (mean, std, min, max), the fraction of
     exact zeros, and a histogram of all of them (density over [0, the largest λ of any a])."""
@@ -265,11 +331,21 @@ def compute_d1(omega: int, scalings: list[float], seeds: list[int], bins: int = 
         zeros = sum(d["zeros"] for d in runs)
         counts[0] += zeros
         total = m * len(runs)
-        rows.append({"a": a, "m": m, "p": p, "sparsity": 1 - p,
-                     "connections": statistics.fmean(d["connections"] for d in runs),
-                     "lambda_max": statistics.fmean(maxima), "lambda_max_std": _std(maxima),
-                     "lambda_max_min": min(maxima), "lambda_max_max": max(maxima), "zero_fraction": zeros / total,
-                     "histogram": {"edges": edges.tolist(), "density": (counts / (total * np.diff(edges))).tolist()}})  # fmt: skip
+        rows.append(
+            {
+                "a": a,
+                "m": m,
+                "p": p,
+                "sparsity": 1 - p,
+                "connections": statistics.fmean(d["connections"] for d in runs),
+                "lambda_max": statistics.fmean(maxima),
+                "lambda_max_std": _std(maxima),
+                "lambda_max_min": min(maxima),
+                "lambda_max_max": max(maxima),
+                "zero_fraction": zeros / total,
+                "histogram": {"edges": edges.tolist(), "density": (counts / (total * np.diff(edges))).tolist()},
+            }
+        )
     return {"omega": omega, "trials": len(seeds), "seeds": seeds, "mixer_lambda_max": 2.0, "scaling": rows}
 
 
@@ -287,50 +363,77 @@ def plot_d1(result: dict, path: str) -> None:
     cmap = plt.get_cmap("viridis")
     for i, row in enumerate(rows):
         edges, density = row["histogram"]["edges"], row["histogram"]["density"]
-        left.stairs(density, edges, color=cmap(i / max(1, len(rows) - 1)),
-                    label=f"a = {row['a']:g}: m = {row['m']:,}, p = {row['p']:.3g}")  # fmt: skip
+        left.stairs(
+            density,
+            edges,
+            color=cmap(i / max(1, len(rows) - 1)),
+            label=f"a = {row['a']:g}: m = {row['m']:,}, p = {row['p']:.3g}",
+        )
     s = torch.linspace(0, 2, 300, dtype=torch.float64)
     left.plot(s, mp_singular_value_density(s, 1.0), color="C3", linestyle="--", label="dense W (a = 0, Ω → ∞)")
-    left.set(yscale="log", xlabel="normalised singular value λ", ylabel="density",
-             title=f"Ω = {result['omega']:,}, {result['trials']} trials (zeros in the first bin)")  # fmt: skip
+    left.set(
+        yscale="log",
+        xlabel="normalised singular value λ",
+        ylabel="density",
+        title=f"Ω = {result['omega']:,}, {result['trials']} trials (zeros in the first bin)",
+    )
     left.legend(fontsize=7)
     a = [r["a"] for r in rows]
     right.plot(a, [r["lambda_max"] for r in rows], "o-", color="C0", label="SW-MLP: mean λ_max")
-    right.fill_between(a, [r["lambda_max_min"] for r in rows], [r["lambda_max_max"] for r in rows], color="C0",
-                       alpha=0.2, label="min–max over trials")  # fmt: skip
+    right.fill_between(
+        a,
+        [r["lambda_max_min"] for r in rows],
+        [r["lambda_max_max"] for r in rows],
+        color="C0",
+        alpha=0.2,
+        label="min–max over trials",
+    )
     right.axhline(result["mixer_lambda_max"], color="C3", label="Mixer (dense W): 2, the MP edge")
     right.axvline(1 / 3, color="gray", linestyle=":", label="a = 1/3: S-Mixer with S = C (p = 1/C)")
-    right.set(xlabel="scaling index a  (m = Ω^((1+a)/2), p = Ω^(-a))", ylabel="largest singular value λ_max",
-              title="App. D.1: λ_max grows with the sparsity")  # fmt: skip
+    right.set(
+        xlabel="scaling index a  (m = Ω^((1+a)/2), p = Ω^(-a))",
+        ylabel="largest singular value λ_max",
+        title="App. D.1: λ_max grows with the sparsity",
+    )
     right.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
 
 
 def run_d1(args: Namespace, omega: int, seeds: list[int]) -> None:
-    require(args.gamma in (None, 1, 1.0), "gamma", "App. D.1's scaling is for square m×m weights (γ = 1)",
-            "drop --gamma")  # fmt: skip
-    require(not args.widths and not args.all, "a", "--a sets the widths itself (m = Ω^((1+a)/2))",
-            "drop --widths / --all")  # fmt: skip
+    require(
+        args.gamma in (None, 1, 1.0), "gamma", "App. D.1's scaling is for square m×m weights (γ = 1)", "drop --gamma"
+    )
+    require(
+        not args.widths and not args.all, "a", "--a sets the widths itself (m = Ω^((1+a)/2))", "drop --widths / --all"
+    )
     require(2 <= args.bins <= 10_000, "bins", f"must be in [2, 10000], got {args.bins}")
     scalings = reals(args.a, "a", lambda v: 0 <= v <= 8, "scaling indices a in [0, 8]", "0,0.5,1,1.5")
     for a in scalings:
         m, _ = d1_width_density(omega, a)
-        require(m <= MAX_WIDTH, "a", f"a = {a:g} at Ω = {omega:,} gives m = Ω^((1+a)/2) = {m:.4g}, wider than "
-                f"{MAX_WIDTH:,}", "give a smaller a or Ω")  # fmt: skip
+        require(
+            m <= MAX_WIDTH,
+            "a",
+            f"a = {a:g} at Ω = {omega:,} gives m = Ω^((1+a)/2) = {m:.4g}, wider than {MAX_WIDTH:,}",
+            "give a smaller a or Ω",
+        )
     result = compute_d1(omega, scalings, seeds, args.bins, args.max_entries)
     if args.plot:
         plot_d1(result, args.plot)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(f"App. D.1 scaling at Ω = {omega:,}: m = Ω^((1+a)/2), p = Ω^(-a), Z = M ⊙ W with W ~ N(0, 1); singular "
-          f"values normalised by √(mean diagonal of ZZᵀ); {len(seeds)} trials")  # fmt: skip
+    print(
+        f"App. D.1 scaling at Ω = {omega:,}: m = Ω^((1+a)/2), p = Ω^(-a), Z = M ⊙ W with W ~ N(0, 1); singular "
+        f"values normalised by √(mean diagonal of ZZᵀ); {len(seeds)} trials"
+    )
     print(f"{'a':>6} {'m':>9} {'p':>10} {'connections':>12} {'λ_max mean ± std':>18} {'[min, max]':>16} {'zeros':>7}")
     for r in result["scaling"]:
-        print(f"{r['a']:>6g} {r['m']:>9,} {r['p']:>10.4g} {r['connections']:>12,.0f} "
-              f"{r['lambda_max']:>9.4f} ± {r['lambda_max_std']:.4f} [{r['lambda_max_min']:.3f}, {r['lambda_max_max']:.3f}]"
-              f" {r['zero_fraction']:>7.1%}")  # fmt: skip
+        print(
+            f"{r['a']:>6g} {r['m']:>9,} {r['p']:>10.4g} {r['connections']:>12,.0f} "
+            f"{r['lambda_max']:>9.4f} ± {r['lambda_max_std']:.4f} [{r['lambda_max_min']:.3f}, {r['lambda_max_max']:.3f}]"
+            f" {r['zero_fraction']:>7.1%}"
+        )
     print("Mixer (dense Gaussian W, Ω → ∞): λ_max = 2 (Marchenko–Pastur edge)")
     if args.plot:
         print(f"Plot written to {args.plot}")
@@ -344,13 +447,21 @@ def run(args: Namespace) -> None:
         run_d1(args, omega, seeds)
         return
     gamma = 2.0 if args.gamma is None else args.gamma
-    require(1 <= gamma <= MAX_GAMMA, "gamma", f"must be >= 1 (a γm×m hidden layer) and <= {MAX_GAMMA:g}, got {gamma}",
-            "give e.g. 2")  # fmt: skip
+    require(
+        1 <= gamma <= MAX_GAMMA,
+        "gamma",
+        f"must be >= 1 (a γm×m hidden layer) and <= {MAX_GAMMA:g}, got {gamma}",
+        "give e.g. 2",
+    )
     args.gamma = gamma
     if args.widths:
         widths = integers(args.widths, "widths", example="512,1024,2048")
-        require(max(widths) <= MAX_WIDTH, "widths", f"m = {max(widths):,} is wider than {MAX_WIDTH:,}",
-                "give smaller widths")  # fmt: skip
+        require(
+            max(widths) <= MAX_WIDTH,
+            "widths",
+            f"m = {max(widths):,} is wider than {MAX_WIDTH:,}",
+            "give smaller widths",
+        )
         points = user_grid(omega, gamma, widths)
     else:
         points = default_grid(omega, gamma)
@@ -361,18 +472,25 @@ def run(args: Namespace) -> None:
         print(json.dumps(result, indent=2))
         return
     mixer = result["mixer"]
-    print(f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}, {len(seeds)} seeds; "
-          f"Marchenko–Pastur edge 1 + √γ = {mixer['mp_edge']:.4f}; widest Mixer m_max = {mixer['m_max']:,.0f}")  # fmt: skip
+    print(
+        f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}, {len(seeds)} seeds; "
+        f"Marchenko–Pastur edge 1 + √γ = {mixer['mp_edge']:.4f}; widest Mixer m_max = {mixer['m_max']:,.0f}"
+    )
     by_width = {p["m"]: p for p in mixer["points"]}
     print(
         f"{'m':>7} {'p':>9} {'q=√(pm)':>8} {'SW-MLP σ_max':>17} {'eq. 17':>7}   {'Mixer (S, C): σ_max token / channel':<36}"
     )
     for row in result["sw_mlp"]:
         mix = by_width.get(row["m"])
-        mixer_text = (f"({mix['S']}, {mix['C']}): {mix['sigma_max_token']:.4f} / {mix['sigma_max_channel']:.4f}"
-                      if mix else "none this wide at this Ω")  # fmt: skip
-        print(f"{row['m']:>7} {row['p']:>9.5f} {row['q']:>8.2f} {row['sigma_max']:>9.4f} ± {row['sigma_max_std']:.4f} "
-              f"{row['eq17']:>7.4f}   {mixer_text}")  # fmt: skip
+        mixer_text = (
+            f"({mix['S']}, {mix['C']}): {mix['sigma_max_token']:.4f} / {mix['sigma_max_channel']:.4f}"
+            if mix
+            else "none this wide at this Ω"
+        )
+        print(
+            f"{row['m']:>7} {row['p']:>9.5f} {row['q']:>8.2f} {row['sigma_max']:>9.4f} ± {row['sigma_max_std']:.4f} "
+            f"{row['eq17']:>7.4f}   {mixer_text}"
+        )
     if mixer["sigma_max"] is not None:
         print(f"Mixer σ_max (mean over its weights) = {mixer['sigma_max']:.4f}")
     if args.plot:

@@ -48,17 +48,35 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--config", action="append", required=True, help="base config(s), composed in order")
     parser.add_argument("--omega", type=str, default=None, help="connections per layer Ω of a width grid, e.g. 2**18")
     parser.add_argument("--gamma", type=float, default=None, help="γ (default: the base config's; 1 for S-Mixers)")
-    parser.add_argument("--width", type=str, default=None,
-                        help="fixed width m: a γ grid (MLP-Mixer, eq. S.46) or a density grid (SW-MLP, Fig. 2)")  # fmt: skip
+    parser.add_argument(
+        "--width",
+        type=str,
+        default=None,
+        help="fixed width m: a γ grid (MLP-Mixer, eq. S.46) or a density grid (SW-MLP, Fig. 2)",
+    )
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--patch_sizes", type=str, default=None, help="sweep P with C = in_chans·P² instead")
     parser.add_argument("--in_chans", type=int, default=3, help="image channels, for C = in_chans·P²")
-    parser.add_argument("--densities", type=str, default=None,
-                        help="SW-MLP configs: comma-separated densities p, e.g. 0.9,0.5 or 2**-6 (defaults above)")  # fmt: skip
-    parser.add_argument("--grid", type=str, action="append", default=None,
-                        help="a generic axis KEY=V1,V2,… (repeatable), e.g. model.optimizer.init_args.lr=0.01,0.02")  # fmt: skip
-    parser.add_argument("--cka_reference", type=str, action="append", default=None,
-                        help="the Mixer config(s) to train per seed and compare with every SW-MLP by CKA (Fig. 2(a))")  # fmt: skip
+    parser.add_argument(
+        "--densities",
+        type=str,
+        default=None,
+        help="SW-MLP configs: comma-separated densities p, e.g. 0.9,0.5 or 2**-6 (defaults above)",
+    )
+    parser.add_argument(
+        "--grid",
+        type=str,
+        action="append",
+        default=None,
+        help="a generic axis KEY=V1,V2,… (repeatable), e.g. model.optimizer.init_args.lr=0.01,0.02",
+    )
+    parser.add_argument(
+        "--cka_reference",
+        type=str,
+        action="append",
+        default=None,
+        help="the Mixer config(s) to train per seed and compare with every SW-MLP by CKA (Fig. 2(a))",
+    )
     parser.add_argument("--seeds", type=str, default="0", help="comma-separated seeds")
     parser.add_argument("--emit", type=str, default=None, help="write configs and scripts to this directory")
     parser.add_argument("--run", type=str, default=None, help="write them there and run them here, one by one")
@@ -71,8 +89,10 @@ def run(args: Namespace) -> None:
         extra = extra_arguments()  # before anything is written: a bad $MIXER_ARGS is a one-line error too
     runs = emit(args, directory, field)
     if args.emit:
-        print(f"{len(runs)} runs in {directory}/configs; run them with {directory}/run_all.sh or "
-              f"sbatch {directory}/slurm_array.sh, then: mixer sweep report {directory}")  # fmt: skip
+        print(
+            f"{len(runs)} runs in {directory}/configs; run them with {directory}/run_all.sh or "
+            f"sbatch {directory}/slurm_array.sh, then: mixer sweep report {directory}"
+        )
         return
     for entry in runs:
         run_point(entry, extra)
@@ -90,8 +110,12 @@ def run_point_command(args: Namespace) -> None:
     checkpoints/last.ckpt if killed, else fit it; then test. What run_all.sh and slurm_array.sh call."""
     manifest = read_manifest(args.directory, "directory")
     names = [entry.get("name") or Path(entry["config"]).stem for entry in manifest["runs"]]
-    require(args.name in names, "name", f"{args.name!r} is not a run of {args.directory!r}",
-            f"give one of {', '.join(n for n in names[:6] if n)}{', …' if len(names) > 6 else ''}")  # fmt: skip
+    require(
+        args.name in names,
+        "name",
+        f"{args.name!r} is not a run of {args.directory!r}",
+        f"give one of {', '.join(n for n in names[:6] if n)}{', …' if len(names) > 6 else ''}",
+    )
     run_point(manifest["runs"][names.index(args.name)])
 
 

@@ -100,15 +100,19 @@ def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]
         canvases.append(_tile(tiles, columns=2 * min(8, len(pairs)), gap=1, pair_gap=2))
     width = 7.0
     heights = [width * c.shape[0] / c.shape[1] + 0.55 for c in canvases]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(width + 1.3, sum(heights) + 0.4), squeeze=False,
-                             gridspec_kw={"height_ratios": heights})  # fmt: skip
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(width + 1.3, sum(heights) + 0.4), squeeze=False, gridspec_kw={"height_ratios": heights}
+    )
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="white")  # the gaps between tiles (NaN)
     image = None
     for ax, (block, images, pairs), canvas in zip(axes[:, 0], panels, canvases, strict=True):
         image = ax.imshow(canvas.numpy(), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         side = images.shape[-1]
-        ax.set_title(f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse "
-                     f"({side}×{side} patch grid, low frequency first)", fontsize=9)  # fmt: skip
+        ax.set_title(
+            f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse "
+            f"({side}×{side} patch grid, low frequency first)",
+            fontsize=9,
+        )
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.02, label="weight / max |weight| of the unit")
@@ -146,8 +150,14 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
     for ax, (label, weight) in zip(axes[0], panels, strict=True):
         density = float((weight != 0).float().mean())
         rows, cols = weight.shape
-        ax.imshow(pattern_image(weight).numpy(), cmap="Greys", vmin=0, vmax=1, interpolation="nearest",
-                  extent=(0, cols, rows, 0))  # fmt: skip
+        ax.imshow(
+            pattern_image(weight).numpy(),
+            cmap="Greys",
+            vmin=0,
+            vmax=1,
+            interpolation="nearest",
+            extent=(0, cols, rows, 0),
+        )
         ax.set_title(f"{label}\n{rows}×{cols}, non-zeros {density:.3g}", fontsize=9)
         ax.set_xlabel("input unit", fontsize=8)
         ax.set_ylabel("output unit", fontsize=8)
@@ -177,8 +187,10 @@ def network_patterns(net: torch.nn.Module, max_width: int) -> tuple[list[tuple[s
         for layer in layers:
             m_in, m_out = layer.tokens_in * layer.channels, layer.tokens * layer.channels
             if max(m_in, m_out) > max_width:
-                notes.append(f"{layer.axis} mixing: the effective weight is {m_out:,}×{m_in:,} (m = S·C > --max_width "
-                             f"{max_width}); its pattern is the same at any size: see --demo")  # fmt: skip
+                notes.append(
+                    f"{layer.axis} mixing: the effective weight is {m_out:,}×{m_in:,} (m = S·C > --max_width "
+                    f"{max_width}); its pattern is the same at any size: see --demo"
+                )
                 continue
             weight = first_effective_weight(layer)
             block = net.mixing_layers().index(layer) // 2 + 1
@@ -238,8 +250,12 @@ def run(args: Namespace) -> None:
         require(args.what in (None, "sparsity"), "what", "--demo draws the sparsity patterns only", "drop --what")
         panels = demo_patterns(args.tokens, args.channels, args.seed)
         path = out / FILES["sparsity"]
-        draw_patterns(panels, f"Effective weights at initialisation, S = {args.tokens}, C = {args.channels}, "
-                              f"m = S·C = {args.tokens * args.channels} (Hayase & Karakida Fig. S.9)", path)  # fmt: skip
+        draw_patterns(
+            panels,
+            f"Effective weights at initialisation, S = {args.tokens}, C = {args.channels}, "
+            f"m = S·C = {args.tokens * args.channels} (Hayase & Karakida Fig. S.9)",
+            path,
+        )
         written.append(str(path))
     else:
         require(args.ckpt is not None, "ckpt", "no checkpoint given", "give --ckpt CKPT, or --demo")

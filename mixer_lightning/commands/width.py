@@ -49,11 +49,16 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--sparsity", type=str, default=None, help="comma-separated SW-MLP sparsities 1-p")
-    parser.add_argument("--width", type=str, default=None,
-                        help="fix the width m = S·C and vary γ instead (eq. S.46), e.g. 4096")  # fmt: skip
+    parser.add_argument(
+        "--width", type=str, default=None, help="fix the width m = S·C and vary γ instead (eq. S.46), e.g. 4096"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--plot", type=str, default=None,
-                        help="draw Figure 3 (m and p against C), or with --width γ against C, to this PNG")  # fmt: skip
+    parser.add_argument(
+        "--plot",
+        type=str,
+        default=None,
+        help="draw Figure 3 (m and p against C), or with --width γ against C, to this PNG",
+    )
 
 
 def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsity: list[float] | None = None) -> dict:
@@ -78,8 +83,12 @@ def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsit
 def compute_at_width(omega: int, width: int, channels: list[int] | None = None) -> dict:
     """γ at fixed (Ω, m) for each C (eq. S.46), as `mixer width --width M --json` prints them."""
     points = gamma_points(omega, width, channels)
-    return {"omega": omega, "width": width, "gamma_grid": [p.as_dict() for p in points],
-            "optimum": gamma_optimum(omega, width)}  # fmt: skip
+    return {
+        "omega": omega,
+        "width": width,
+        "gamma_grid": [p.as_dict() for p in points],
+        "optimum": gamma_optimum(omega, width),
+    }
 
 
 def _pyplot():
@@ -132,8 +141,12 @@ def plot_at_width(result: dict, path: str) -> None:
     grid = result["gamma_grid"]
     ax.scatter([p["C"] for p in grid], [p["gamma"] for p in grid], color="C2", s=14, zorder=3)
     ax.axvline(best["C"], color="gray", linestyle="--", label=f"C* = S* = √m = {best['C']:.4g}")
-    ax.set(xscale="log", xlabel="C (S = m/C)", ylabel="expansion factor γ",
-           title=f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}")  # fmt: skip
+    ax.set(
+        xscale="log",
+        xlabel="C (S = m/C)",
+        ylabel="expansion factor γ",
+        title=f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
@@ -143,8 +156,12 @@ def run(args: Namespace) -> None:
     omega = parse_int_expression(args.omega, "omega")
     channels = integers(args.channels, "channels") if args.channels else None
     if args.width is not None:
-        require(args.sparsity is None, "sparsity", "--sparsity is for the SW-MLP at fixed Ω, not at fixed width",
-                "drop --sparsity or --width")  # fmt: skip
+        require(
+            args.sparsity is None,
+            "sparsity",
+            "--sparsity is for the SW-MLP at fixed Ω, not at fixed width",
+            "drop --sparsity or --width",
+        )
         width = parse_int_expression(args.width, "width")
         result = compute_at_width(omega, width, channels)
         if args.plot:

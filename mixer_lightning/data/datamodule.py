@@ -309,11 +309,19 @@ class ImageDataModule(LightningDataModule):
             )
         require(all(s > 0 for s in self.std), "data.std", f"must be positive, got {self.std}")
         self.augmentation = Augmentation.for_dataset(
-            info.natural, info.small, train_crop, hflip, crop_padding=crop_padding, crop_scale=crop_scale,
-            auto_augment=auto_augment, color_jitter=color_jitter, interpolation=interpolation,
-            random_erasing=random_erasing, random_erasing_mode=random_erasing_mode,
+            info.natural,
+            info.small,
+            train_crop,
+            hflip,
+            crop_padding=crop_padding,
+            crop_scale=crop_scale,
+            auto_augment=auto_augment,
+            color_jitter=color_jitter,
+            interpolation=interpolation,
+            random_erasing=random_erasing,
+            random_erasing_mode=random_erasing_mode,
             random_erasing_count=random_erasing_count,
-        )  # fmt: skip
+        )
         if self.source.in_memory:
             self.augmentation.refuse_image_augmentation(dataset)
         self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
@@ -407,19 +415,21 @@ class ImageDataModule(LightningDataModule):
             return None
         if self.source.in_memory:
             require(
-                pipeline != "tensor", "data.pipeline",
+                pipeline != "tensor",
+                "data.pipeline",
                 f"{self.dataset} is already a tensor dataset without augmentation (no decoding to save)",
                 "use data.pipeline: auto",
-            )  # fmt: skip
+            )
             return None
         try:
             return batched_plan(self._image_transform(train=True)), batched_plan(self._image_transform(train=False))
         except NoBatchedForm as missing:
             require(
-                pipeline != "tensor", "data.pipeline",
+                pipeline != "tensor",
+                "data.pipeline",
                 f"the tensor path has no batched form of {missing.what} ({missing.field})",
                 f"use data.pipeline: auto or pil with {missing.field}, or drop it",
-            )  # fmt: skip
+            )
             return None
 
     def _decoded_sets(
@@ -430,8 +440,10 @@ class ImageDataModule(LightningDataModule):
         no single shape (``auto``; ``tensor`` says so in one line)."""
         assert self.plans is not None
         forced = self.requested_pipeline == "tensor"
-        side = {True: self.image_size if self.plans[0].prefix else self.info.image_size,
-                False: self.image_size if self.plans[1].prefix else self.info.image_size}  # fmt: skip
+        side = {
+            True: self.image_size if self.plans[0].prefix else self.info.image_size,
+            False: self.image_size if self.plans[1].prefix else self.info.image_size,
+        }
         needed: dict[tuple[str, str], int] = {}
         for _, base, split, _, train in requests:
             plan = self.plans[0 if train else 1]
@@ -441,10 +453,11 @@ class ImageDataModule(LightningDataModule):
         size_gb = (sum(needed.values()) + sum(d.images.numel() for d in self._decoded.values())) / 2**30
         if size_gb > self.tensor_limit_gb:
             require(
-                not forced, "data.tensor_limit_gb",
+                not forced,
+                "data.tensor_limit_gb",
                 f"the decoded images would take {size_gb:.1f} GiB, more than {self.tensor_limit_gb} GiB",
                 "raise data.tensor_limit_gb, or use data.pipeline: pil",
-            )  # fmt: skip
+            )
             rank_zero_info(f"data.pipeline: pil (the decoded images would take {size_gb:.1f} GiB > tensor_limit_gb)")
             return None
         cache_dir = Path(self.cache_dir) if self.cache_dir else default_cache_dir(self.hparams.root)
@@ -458,16 +471,19 @@ class ImageDataModule(LightningDataModule):
                     self._decoded[key] = DecodedSplit(*load_or_decode(base, plan.prefix, path))
                 except NotDecodable as problem:
                     require(
-                        not forced, "data.pipeline",
+                        not forced,
+                        "data.pipeline",
                         f"the tensor path cannot hold the {split} split: {problem}",
                         "use data.pipeline: pil, or a data.image_size other than the first image's (all are then resized to it)",
-                    )  # fmt: skip
+                    )
                     rank_zero_info(f"data.pipeline: pil ({split} split: {problem})")
                     return None
             sets.append(DecodedImages(self._decoded[key], plan, indices, self.permutation, role))
         if self.pipeline != "tensor":
-            rank_zero_info(f"data.pipeline: tensor (uint8 splits decoded once, cached in {cache_dir}; "
-                           "batches cropped, flipped and normalised on the training device)")  # fmt: skip
+            rank_zero_info(
+                f"data.pipeline: tensor (uint8 splits decoded once, cached in {cache_dir}; "
+                "batches cropped, flipped and normalised on the training device)"
+            )
         self.pipeline = "tensor"
         return sets
 
@@ -498,10 +514,12 @@ class ImageDataModule(LightningDataModule):
                 )
             decoded = None
             if self.plans is not None:
-                decoded = self._decoded_sets([
-                    ("train", train, "train", train_idx, True),
-                    ("val", val_base, val_split, val_idx, False),
-                ])  # fmt: skip
+                decoded = self._decoded_sets(
+                    [
+                        ("train", train, "train", train_idx, True),
+                        ("val", val_base, val_split, val_idx, False),
+                    ]
+                )
             if decoded is not None:
                 self.train_set, self.val_set = decoded
             else:
@@ -521,12 +539,17 @@ class ImageDataModule(LightningDataModule):
         assert dataset is not None, "setup() has not been called"
         tensor = isinstance(dataset, DecodedImages)
         # The tensor path needs no workers (a key batch costs microseconds), unless asked for.
-        workers = self._num_workers_given if tensor and self._num_workers_given is not None else (
-            0 if tensor else self.num_workers)  # fmt: skip
+        workers = (
+            self._num_workers_given
+            if tensor and self._num_workers_given is not None
+            else (0 if tensor else self.num_workers)
+        )
         common: dict[str, Any] = dict(
-            num_workers=workers, pin_memory=self.pin_memory, persistent_workers=self._persistent_workers and workers > 0,
+            num_workers=workers,
+            pin_memory=self.pin_memory,
+            persistent_workers=self._persistent_workers and workers > 0,
             prefetch_factor=self._prefetch_factor if workers > 0 else None,
-        )  # fmt: skip
+        )
         length = len(dataset)
         if tensor:
             # Under a trainer, key batches go to the device and `on_after_batch_transfer` makes the
@@ -543,8 +566,9 @@ class ImageDataModule(LightningDataModule):
         trainer = self.trainer
         if trainer is not None and trainer.fit_loop.restarting:  # resuming: go on where the checkpoint was taken
             done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-            resume = resume_point(trainer.current_epoch, done, length, self.batch_size, drop_last,
-                                  trainer.limit_train_batches)  # fmt: skip
+            resume = resume_point(
+                trainer.current_epoch, done, length, self.batch_size, drop_last, trainer.limit_train_batches
+            )
         batches = KeyedBatchSampler(EpochRandomSampler(dataset, seed), self.batch_size, drop_last, seed, resume)
         # Its own generator: the workers' base seed never draws from (so never shifts) the global RNG.
         generator = torch.Generator().manual_seed(seed)

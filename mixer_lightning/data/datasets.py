@@ -199,8 +199,10 @@ def image_files(folder: Path, extensions: tuple[str, ...]) -> list[str]:
             if entry.is_dir():  # follows links
                 target = os.path.realpath(entry.path)
                 if entry.is_symlink() and (real == target or real.startswith(target + os.sep)):
-                    warnings.warn(f"data.root: {entry.path!r} links to {target!r}, a folder it lies in: not followed",
-                                  stacklevel=2)  # fmt: skip
+                    warnings.warn(
+                        f"data.root: {entry.path!r} links to {target!r}, a folder it lies in: not followed",
+                        stacklevel=2,
+                    )
                     continue
                 stack.append(entry.path)
             elif entry.is_file() and entry.name.lower().endswith(extensions):
@@ -220,12 +222,20 @@ class RGBImageFolder(Dataset):
 
         self.root = Path(root)
         self.classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
-        require(bool(self.classes), "data.root", f"{root!r} holds no class folders",
-                "put each class's images in a folder of its own under it")  # fmt: skip
+        require(
+            bool(self.classes),
+            "data.root",
+            f"{root!r} holds no class folders",
+            "put each class's images in a folder of its own under it",
+        )
         files = [image_files(self.root / name, IMG_EXTENSIONS) for name in self.classes]
         kinds = ", ".join(IMG_EXTENSIONS)
-        require(any(files), "data.root", f"{root!r} holds no images ({kinds}) in its class folders",
-                "point data.root at the image folders")  # fmt: skip
+        require(
+            any(files),
+            "data.root",
+            f"{root!r} holds no images ({kinds}) in its class folders",
+            "point data.root at the image folders",
+        )
         self.samples: list[tuple[str, int]] = []
         for index, (name, found) in enumerate(zip(self.classes, files, strict=True)):
             require(
@@ -272,12 +282,20 @@ class Folder(DatasetSource):
             "point data.root at the folder holding train/ and val/ (download is not possible for folders)",
         )
         self.classes = sorted(entry.name for entry in os.scandir(train) if entry.is_dir())
-        require(len(self.classes) > 1, "data.root", f"{str(train)!r} holds {len(self.classes)} class folders, need at least 2",
-                "put each class's images in a folder of its own under it")  # fmt: skip
+        require(
+            len(self.classes) > 1,
+            "data.root",
+            f"{str(train)!r} holds {len(self.classes)} class folders, need at least 2",
+            "put each class's images in a folder of its own under it",
+        )
         self.info = DatasetInfo(
-            num_classes=len(self.classes), image_size=self.default_size, in_chans=3,
-            mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD, small=False,
-        )  # fmt: skip
+            num_classes=len(self.classes),
+            image_size=self.default_size,
+            in_chans=3,
+            mean=IMAGENET_DEFAULT_MEAN,
+            std=IMAGENET_DEFAULT_STD,
+            small=False,
+        )
 
     def load(self, split: str) -> Dataset:
         folder = Path(self.root) / split
@@ -394,10 +412,16 @@ class HuggingFace(DatasetSource):
         if self.split_names["test"] is None:
             self.split_names["test"] = self.split_names["val"]
         if self.split_names["test"] is None:
-            why = (f"its split {unlabelled_test!r} has no labels (column {self.label_column!r})"
-                   if unlabelled_test else f"it has {', '.join(self.splits)}")  # fmt: skip
-            raise ConfigError("data.root", f"{root!r} has no labelled test or validation split ({why})",
-                              "give a dataset with a labelled test (or validation) split")  # fmt: skip
+            why = (
+                f"its split {unlabelled_test!r} has no labels (column {self.label_column!r})"
+                if unlabelled_test
+                else f"it has {', '.join(self.splits)}"
+            )
+            raise ConfigError(
+                "data.root",
+                f"{root!r} has no labelled test or validation split ({why})",
+                "give a dataset with a labelled test (or validation) split",
+            )
         for split in dict.fromkeys(name for name in self.split_names.values() if name is not None):
             self._check_labels(split, num_classes)
         self.has_val = self.split_names["val"] is not None and self.split_names["val"] != self.split_names["test"]
@@ -434,8 +458,11 @@ class HuggingFace(DatasetSource):
         data = self.splits[split]
         where = f"split {split!r} of {self.root!r}, column {self.label_column!r}"
         if self.label_column not in data.column_names:
-            raise ConfigError("data.label_column", f"{where}: no such column (it has {', '.join(data.column_names)})",
-                              "label every split, or name the label column with data.label_column")  # fmt: skip
+            raise ConfigError(
+                "data.label_column",
+                f"{where}: no such column (it has {', '.join(data.column_names)})",
+                "label every split, or name the label column with data.label_column",
+            )
         feature = data.features[self.label_column]
         if isinstance(feature, datasets.ClassLabel):
             return
@@ -452,7 +479,11 @@ class HuggingFace(DatasetSource):
         import pyarrow.compute as pc
 
         data = self.splits[split]
-        values = data.data.column(self.label_column) if data._indices is None else data.with_format("arrow")[self.label_column]
+        values = (
+            data.data.column(self.label_column)
+            if data._indices is None
+            else data.with_format("arrow")[self.label_column]
+        )
         found = pc.min_max(values)
         return found["min"].as_py(), found["max"].as_py()
 
@@ -465,8 +496,11 @@ class HuggingFace(DatasetSource):
         require(missing == 0, "data.label_column", f"{where}: {missing} rows have no label", "label them or drop them")
         low, high = self._label_range(split)
         if low is not None and low < 0:
-            raise ConfigError("data.label_column", f"{where} holds the label {low}; labels are 0..{num_classes - 1}",
-                              "drop or label those rows (-1 marks an unlabelled image)")  # fmt: skip
+            raise ConfigError(
+                "data.label_column",
+                f"{where} holds the label {low}; labels are 0..{num_classes - 1}",
+                "drop or label those rows (-1 marks an unlabelled image)",
+            )
         if high is not None and high >= num_classes:
             raise ConfigError(
                 "data.label_column",

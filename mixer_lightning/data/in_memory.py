@@ -176,9 +176,12 @@ def batched_plan(transform: Callable) -> BatchedPlan:
         if isinstance(step, (T.Resize, T.CenterCrop)) and crop_size is None and flip is None:
             prefix.append(step)
         elif isinstance(step, T.RandomCrop) and crop_size is None and flip is None:
-            if step.padding_mode != "constant" or step.fill != 0 or step.pad_if_needed or not isinstance(
-                step.padding, int
-            ):  # fmt: skip
+            if (
+                step.padding_mode != "constant"
+                or step.fill != 0
+                or step.pad_if_needed
+                or not isinstance(step.padding, int)
+            ):
                 raise NoBatchedForm("data.crop_padding", f"{step!r}")
             crop_size, padding = tuple(step.size), step.padding
         elif isinstance(step, T.RandomHorizontalFlip) and flip is None:
@@ -190,9 +193,15 @@ def batched_plan(transform: Callable) -> BatchedPlan:
     if normalize is None:
         raise NoBatchedForm("data.pipeline", "a transform without the normalisation")
     return BatchedPlan(
-        prefix=tuple(prefix), crop_size=crop_size, padding=padding, flip=flip, mean=normalize.mean,
-        std=normalize.std, scale=torch.from_numpy(normalize.scale.copy()), shift=torch.from_numpy(normalize.shift.copy()),
-    )  # fmt: skip
+        prefix=tuple(prefix),
+        crop_size=crop_size,
+        padding=padding,
+        flip=flip,
+        mean=normalize.mean,
+        std=normalize.std,
+        scale=torch.from_numpy(normalize.scale.copy()),
+        shift=torch.from_numpy(normalize.shift.copy()),
+    )
 
 
 # ------------------------------------------------------------------------------------- decoding
@@ -278,8 +287,13 @@ def source_fingerprint(base: Dataset, root: str) -> dict[str, Any]:
 
 
 def cache_key(base: Dataset, root: str, split: str, plan: BatchedPlan) -> str:
-    content = {"version": LOADER_VERSION, "split": split, "prefix": plan.prefix_key(),
-               "source": source_fingerprint(base, root), "type": type(base).__name__}  # fmt: skip
+    content = {
+        "version": LOADER_VERSION,
+        "split": split,
+        "prefix": plan.prefix_key(),
+        "source": source_fingerprint(base, root),
+        "type": type(base).__name__,
+    }
     return hashlib.sha256(json.dumps(content, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
@@ -359,8 +373,14 @@ class DecodedImages(Dataset):
     loaders read `key_view` instead, whose batches `materialize` turns into images on the device.
     """
 
-    def __init__(self, decoded: DecodedSplit, plan: BatchedPlan, indices: Sequence[int] | None,
-                 permutation: InputPermutation | None, split: str):  # fmt: skip
+    def __init__(
+        self,
+        decoded: DecodedSplit,
+        plan: BatchedPlan,
+        indices: Sequence[int] | None,
+        permutation: InputPermutation | None,
+        split: str,
+    ):
         self.decoded, self.plan, self.permutation, self.split = decoded, plan, permutation, split
         self.indices = None if indices is None else list(indices)
         self._index = None if indices is None else torch.as_tensor(self.indices, dtype=torch.long)

@@ -39,6 +39,11 @@ def build_mixup(
         f"use an even data.batch_size (e.g. {batch_size + 1})",
     )
     return Mixup(
-        mixup_alpha=mixup, cutmix_alpha=cutmix, prob=prob, switch_prob=switch_prob, mode=mode,
-        label_smoothing=0.0, num_classes=num_classes,
-    )  # fmt: skip
+        mixup_alpha=mixup,
+        cutmix_alpha=cutmix,
+        prob=prob,
+        switch_prob=switch_prob,
+        mode=mode,
+        label_smoothing=0.0,
+        num_classes=num_classes,
+    )

@@ -29,8 +29,21 @@ from mixer_lightning.errors import ConfigError, require
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # The facts a checkpoint carries about its data (the checkpoint's ``data`` entry), all plain values.
-FACT_KEYS = ("dataset", "num_classes", "class_names", "image_size", "in_chans", "mean", "std", "eval_crop",
-             "eval_crop_pct", "interpolation", "input_permutation", "permutation_patch_size", "permutation_seed")  # fmt: skip
+FACT_KEYS = (
+    "dataset",
+    "num_classes",
+    "class_names",
+    "image_size",
+    "in_chans",
+    "mean",
+    "std",
+    "eval_crop",
+    "eval_crop_pct",
+    "interpolation",
+    "input_permutation",
+    "permutation_patch_size",
+    "permutation_seed",
+)
 
 
 def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> tuple[list[str], list[str]]:
@@ -56,8 +69,12 @@ def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> 
             names.append(entry)
         else:
             raise ConfigError(field, f"no such file or folder {entry!r}", "give a folder of images or image files")
-    require(bool(paths), field, f"{entries[0]!r} holds no images ({', '.join(IMAGE_EXTENSIONS)})",
-            "give a folder that holds images")  # fmt: skip
+    require(
+        bool(paths),
+        field,
+        f"{entries[0]!r} holds no images ({', '.join(IMAGE_EXTENSIONS)})",
+        "give a folder that holds images",
+    )
     return paths, names
 
 
@@ -80,8 +97,9 @@ class ImageFiles(Dataset):
                 image = image.convert(self.mode)
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ConfigError("data.predict_root", f"cannot read image {path!r} ({reason})",
-                              "delete or replace that file") from None  # fmt: skip
+            raise ConfigError(
+                "data.predict_root", f"cannot read image {path!r} ({reason})", "delete or replace that file"
+            ) from None
         return self.transform(image), index
 
 
@@ -90,11 +108,23 @@ def prediction_transform(facts: dict[str, Any]) -> Callable:
     file's size), then the input permutation the model was trained with, if any."""
     size = int(facts["image_size"])
     # native size 0: the files have any size, so the "resize" crop always resizes to size × size.
-    steps: list[Callable] = [eval_transform(size, 0, facts["eval_crop"], float(facts["eval_crop_pct"]),
-                                            facts["interpolation"], facts["mean"], facts["std"])]  # fmt: skip
+    steps: list[Callable] = [
+        eval_transform(
+            size,
+            0,
+            facts["eval_crop"],
+            float(facts["eval_crop_pct"]),
+            facts["interpolation"],
+            facts["mean"],
+            facts["std"],
+        )
+    ]
     if facts.get("input_permutation", "none") not in (None, "none"):
-        steps.append(InputPermutation(facts["input_permutation"], size, int(facts["permutation_patch_size"]),
-                                      int(facts["permutation_seed"])))  # fmt: skip
+        steps.append(
+            InputPermutation(
+                facts["input_permutation"], size, int(facts["permutation_patch_size"]), int(facts["permutation_seed"])
+            )
+        )
     return steps[0] if len(steps) == 1 else T.Compose(steps)
 
 
@@ -163,8 +193,13 @@ def files_loader(datamodule: Any, root: str | Sequence[str]) -> DataLoader:
     assert facts is not None
     datamodule.predict_set = files_dataset(facts, root)
     workers = getattr(datamodule, "num_workers", 0) or 0
-    return DataLoader(datamodule.predict_set, batch_size=datamodule.eval_batch_size, shuffle=False,
-                      num_workers=workers, pin_memory=bool(getattr(datamodule, "pin_memory", False)))  # fmt: skip
+    return DataLoader(
+        datamodule.predict_set,
+        batch_size=datamodule.eval_batch_size,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=bool(getattr(datamodule, "pin_memory", False)),
+    )
 
 
 class PredictionData(LightningDataModule):
@@ -216,16 +251,28 @@ class PredictionData(LightningDataModule):
         require(image_size > 0, "data.image_size", f"must be positive, got {image_size}")
         require(in_chans in (1, 3), "data.in_chans", f"must be 1 or 3, got {in_chans}")
         require(batch_size > 0, "data.batch_size", f"must be positive, got {batch_size}")
-        require(interpolation in INTERPOLATIONS, "data.interpolation", f"unknown interpolation {interpolation!r}",
-                f"choose one of {', '.join(INTERPOLATIONS)}")  # fmt: skip
+        require(
+            interpolation in INTERPOLATIONS,
+            "data.interpolation",
+            f"unknown interpolation {interpolation!r}",
+            f"choose one of {', '.join(INTERPOLATIONS)}",
+        )
         mean = tuple(mean) if mean is not None else (0.5,) * in_chans
         std = tuple(std) if std is not None else (0.5,) * in_chans
         for name, values in (("mean", mean), ("std", std)):
-            require(len(values) == in_chans, f"data.{name}", f"has {len(values)} values for {in_chans} channels",
-                    f"give {in_chans}")  # fmt: skip
+            require(
+                len(values) == in_chans,
+                f"data.{name}",
+                f"has {len(values)} values for {in_chans} channels",
+                f"give {in_chans}",
+            )
         if class_names is not None:
-            require(len(class_names) == num_classes, "data.class_names",
-                    f"has {len(class_names)} names for {num_classes} classes", f"give {num_classes} names")  # fmt: skip
+            require(
+                len(class_names) == num_classes,
+                "data.class_names",
+                f"has {len(class_names)} names for {num_classes} classes",
+                f"give {num_classes} names",
+            )
         self.predict_root = predict_root
         self.dataset = dataset
         self.batch_size = batch_size
@@ -233,13 +280,20 @@ class PredictionData(LightningDataModule):
         self.num_workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
         self.class_names = [str(name) for name in class_names] if class_names is not None else None
         self.facts = {
-            "dataset": dataset, "num_classes": num_classes,
+            "dataset": dataset,
+            "num_classes": num_classes,
             "class_names": self.class_names or [str(i) for i in range(num_classes)],
-            "image_size": image_size, "in_chans": in_chans, "mean": list(mean), "std": list(std),
-            "eval_crop": eval_crop, "eval_crop_pct": eval_crop_pct, "interpolation": interpolation,
-            "input_permutation": input_permutation, "permutation_patch_size": permutation_patch_size,
+            "image_size": image_size,
+            "in_chans": in_chans,
+            "mean": list(mean),
+            "std": list(std),
+            "eval_crop": eval_crop,
+            "eval_crop_pct": eval_crop_pct,
+            "interpolation": interpolation,
+            "input_permutation": input_permutation,
+            "permutation_patch_size": permutation_patch_size,
             "permutation_seed": permutation_seed,
-        }  # fmt: skip
+        }
         self.predict_set: ImageFiles | None = None
 
     # Linked into the model by the CLI, as ImageDataModule's.

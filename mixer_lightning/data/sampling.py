@@ -67,9 +67,13 @@ class KeyedBatchSampler(BatchSampler):
     """
 
     def __init__(
-        self, sampler: Sampler[int], batch_size: int, drop_last: bool, seed: int = 0,
+        self,
+        sampler: Sampler[int],
+        batch_size: int,
+        drop_last: bool,
+        seed: int = 0,
         resume: tuple[int, int] | None = None,
-    ):  # fmt: skip
+    ):
         super().__init__(sampler, batch_size, drop_last)
         self.seed = seed
         self.resume = resume

@@ -121,9 +121,16 @@ def check_policy(policy: str | None, field: str = "data.auto_augment") -> None:
 def build_policy(policy: str, image_size: int, mean: Sequence[float], interpolation: str) -> Any:
     """timm's transform for an AutoAugment / RandAugment / AugMix policy string, posterize fixed."""
     _, secondary, _ = create_transform(
-        image_size, is_training=True, auto_augment=policy, interpolation=interpolation, mean=tuple(mean),
-        std=(1.0,) * len(mean), separate=True, hflip=0.0, color_jitter=None,
-    )  # fmt: skip
+        image_size,
+        is_training=True,
+        auto_augment=policy,
+        interpolation=interpolation,
+        mean=tuple(mean),
+        std=(1.0,) * len(mean),
+        separate=True,
+        hflip=0.0,
+        color_jitter=None,
+    )
     return fix_posterize(secondary)
 
 
@@ -162,25 +169,46 @@ class Augmentation:
         checks = [
             ("hflip", 0 <= self.hflip <= 1, f"must be a probability in [0, 1], got {self.hflip}", None),
             ("crop_padding", self.crop_padding >= 0, f"must be >= 0, got {self.crop_padding}", None),
-            ("crop_scale", 0 < self.crop_scale[0] <= self.crop_scale[1] <= 1,
-             f"must be an area range 0 < lo <= hi <= 1, got {self.crop_scale}", None),
-            ("random_erasing", 0 <= self.random_erasing <= 1, f"must be a probability, got {self.random_erasing}",
-             None),
-            ("random_erasing_mode", self.random_erasing_mode in ("const", "rand", "pixel"),
-             f"unknown mode {self.random_erasing_mode!r}", "choose const, rand or pixel"),
-            ("random_erasing_count", self.random_erasing_count >= 1, f"must be >= 1, got {self.random_erasing_count}",
-             None),
+            (
+                "crop_scale",
+                0 < self.crop_scale[0] <= self.crop_scale[1] <= 1,
+                f"must be an area range 0 < lo <= hi <= 1, got {self.crop_scale}",
+                None,
+            ),
+            (
+                "random_erasing",
+                0 <= self.random_erasing <= 1,
+                f"must be a probability, got {self.random_erasing}",
+                None,
+            ),
+            (
+                "random_erasing_mode",
+                self.random_erasing_mode in ("const", "rand", "pixel"),
+                f"unknown mode {self.random_erasing_mode!r}",
+                "choose const, rand or pixel",
+            ),
+            (
+                "random_erasing_count",
+                self.random_erasing_count >= 1,
+                f"must be >= 1, got {self.random_erasing_count}",
+                None,
+            ),
             ("color_jitter", self.color_jitter >= 0, f"must be >= 0, got {self.color_jitter}", None),
-            ("interpolation", self.interpolation in INTERPOLATIONS, f"unknown interpolation {self.interpolation!r}",
-             f"choose one of {', '.join(INTERPOLATIONS)}"),
-        ]  # fmt: skip
+            (
+                "interpolation",
+                self.interpolation in INTERPOLATIONS,
+                f"unknown interpolation {self.interpolation!r}",
+                f"choose one of {', '.join(INTERPOLATIONS)}",
+            ),
+        ]
         for name, holds, problem, fix in checks:
             require(holds, f"data.{name}", problem, fix)
         check_policy(self.auto_augment)
 
     @classmethod
-    def for_dataset(cls, natural: bool, small: bool, crop: TrainCrop | None = None, hflip: float | None = None,
-                    **settings: Any) -> Augmentation:  # fmt: skip
+    def for_dataset(
+        cls, natural: bool, small: bool, crop: TrainCrop | None = None, hflip: float | None = None, **settings: Any
+    ) -> Augmentation:
         """The dataset's default crop (pad-and-crop for small natural images, a resize for small
         others such as digits, the random-resized crop above 96 px) and flip (0.5 for natural images,
         none for digits), unless given; the other settings as given."""
@@ -192,9 +220,12 @@ class Augmentation:
         """A `ConfigError` naming the first image augmentation set, for a dataset of decoded tensors
         (no PIL images to augment)."""
         for name, off in (("auto_augment", None), ("random_erasing", 0.0), ("color_jitter", 0.0), ("hflip", 0.0)):
-            require(getattr(self, name) == off, f"data.{name}",
-                    f"{dataset} is an in-memory tensor dataset without image augmentation",
-                    f"remove data.{name}, or train on mnist")  # fmt: skip
+            require(
+                getattr(self, name) == off,
+                f"data.{name}",
+                f"{dataset} is an in-memory tensor dataset without image augmentation",
+                f"remove data.{name}, or train on mnist",
+            )
 
 
 def train_transform(
@@ -207,11 +238,21 @@ def train_transform(
     """PIL image → normalised (C, image_size, image_size) tensor, augmented as `augmentation` says."""
     a = augmentation
     primary, secondary, final = create_transform(
-        image_size, is_training=True, train_crop_mode="rrc", scale=a.crop_scale, hflip=a.hflip,
-        color_jitter=a.color_jitter or None, auto_augment=a.auto_augment, interpolation=a.interpolation,
-        mean=tuple(mean), std=tuple(std), re_prob=a.random_erasing, re_mode=a.random_erasing_mode,
-        re_count=a.random_erasing_count, separate=True,
-    )  # fmt: skip
+        image_size,
+        is_training=True,
+        train_crop_mode="rrc",
+        scale=a.crop_scale,
+        hflip=a.hflip,
+        color_jitter=a.color_jitter or None,
+        auto_augment=a.auto_augment,
+        interpolation=a.interpolation,
+        mean=tuple(mean),
+        std=tuple(std),
+        re_prob=a.random_erasing,
+        re_mode=a.random_erasing_mode,
+        re_count=a.random_erasing_count,
+        separate=True,
+    )
     if a.crop != "random_resized_crop":
         steps: list[Callable] = []
         if native_size != image_size:
@@ -237,9 +278,14 @@ def eval_transform(
     """PIL image → normalised (C, image_size, image_size) tensor, pre-processed for evaluation."""
     if crop in TIMM_CROP_MODE:
         timm_eval = create_transform(
-            image_size, is_training=False, crop_pct=crop_pct, crop_mode=TIMM_CROP_MODE[crop],
-            interpolation="bicubic" if interpolation == "random" else interpolation, mean=tuple(mean), std=tuple(std),
-        )  # fmt: skip
+            image_size,
+            is_training=False,
+            crop_pct=crop_pct,
+            crop_mode=TIMM_CROP_MODE[crop],
+            interpolation="bicubic" if interpolation == "random" else interpolation,
+            mean=tuple(mean),
+            std=tuple(std),
+        )
         return T.Compose(_fuse_normalization(timm_eval.transforms, mean, std))
     steps: list[Callable] = []
     if native_size != image_size:
@@ -281,8 +327,13 @@ class InputPermutation:
             patch_order = torch.randperm(grid * grid, generator=generator)
             pixel_order = torch.randperm(patch_size * patch_size, generator=generator)
             # Flat pixel index of (patch k, pixel q within it), in raster order of patches and pixels.
-            by_patch = rearrange(torch.arange(image_size * image_size), "(gh ph gw pw) -> (gh gw) (ph pw)",
-                                 gh=grid, ph=patch_size, gw=grid)  # fmt: skip
+            by_patch = rearrange(
+                torch.arange(image_size * image_size),
+                "(gh ph gw pw) -> (gh gw) (ph pw)",
+                gh=grid,
+                ph=patch_size,
+                gw=grid,
+            )
             # Output patch k, pixel q comes from input patch patch_order[k], pixel pixel_order[q].
             source = by_patch[patch_order][:, pixel_order]
             index = torch.empty(image_size * image_size, dtype=torch.long)

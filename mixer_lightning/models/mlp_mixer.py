@@ -78,10 +78,18 @@ class MLPMixer(PKMixer):
         self._gamma, self._hidden = gamma, {"token": token_hidden, "channel": channel_hidden}
         self._act, self._drop = act, drop_rate
         super().__init__(
-            num_classes=num_classes, image_size=image_size, in_chans=in_chans, patch_size=patch_size,
-            tokens=resolve_tokens(tokens, omega, channels, gamma), channels=channels, num_blocks=num_blocks,
-            permute=permute, skip_layer=skip_layer, drop_path=drop_path, norm_eps=norm_eps,
-        )  # fmt: skip
+            num_classes=num_classes,
+            image_size=image_size,
+            in_chans=in_chans,
+            patch_size=patch_size,
+            tokens=resolve_tokens(tokens, omega, channels, gamma),
+            channels=channels,
+            num_blocks=num_blocks,
+            permute=permute,
+            skip_layer=skip_layer,
+            drop_path=drop_path,
+            norm_eps=norm_eps,
+        )
         self.gamma = gamma
         self.token_hidden = self._hidden["token"] or hidden_width(gamma, self.tokens)
         self.channel_hidden = self._hidden["channel"] or hidden_width(gamma, self.channels)
@@ -118,14 +126,38 @@ register_preset("mixer_h14", "mlp_mixer", f"{_TABLE1} (Mixer-H/14)", image_size=
 # (Sec. 4.3, eq. S.39); Tolstikhin's presets above keep flax's ε = 1e-6 and the JAX code's init.
 _HAYASE = dict(norm_eps=1e-5, init="normal")
 register_preset(
-    "mixer_ss8", "mlp_mixer", "Hayase & Karakida 2024, Table 1 (Mixer-SS/8, CIFAR)",
-    image_size=32, patch_size=8, tokens=16, channels=986, gamma=4.0, num_blocks=2, **_HAYASE,
-)  # fmt: skip
+    "mixer_ss8",
+    "mlp_mixer",
+    "Hayase & Karakida 2024, Table 1 (Mixer-SS/8, CIFAR)",
+    image_size=32,
+    patch_size=8,
+    tokens=16,
+    channels=986,
+    gamma=4.0,
+    num_blocks=2,
+    **_HAYASE,
+)
 register_preset(
-    "mixer_ss_w", "mlp_mixer", "Hayase & Karakida 2024, Table 1 (Mixer-SS-W, CIFAR)",
-    image_size=32, patch_size=4, tokens=64, channels=487, gamma=4.0, num_blocks=2, **_HAYASE,
-)  # fmt: skip
+    "mixer_ss_w",
+    "mlp_mixer",
+    "Hayase & Karakida 2024, Table 1 (Mixer-SS-W, CIFAR)",
+    image_size=32,
+    patch_size=4,
+    tokens=64,
+    channels=487,
+    gamma=4.0,
+    num_blocks=2,
+    **_HAYASE,
+)
 register_preset(
-    "mixer_b_w", "mlp_mixer", "Hayase & Karakida 2024, Table 1 (Mixer-B-W, ImageNet)",
-    image_size=224, patch_size=14, tokens=256, channels=588, gamma=4.57, num_blocks=8, **_HAYASE,
-)  # fmt: skip
+    "mixer_b_w",
+    "mlp_mixer",
+    "Hayase & Karakida 2024, Table 1 (Mixer-B-W, ImageNet)",
+    image_size=224,
+    patch_size=14,
+    tokens=256,
+    channels=588,
+    gamma=4.57,
+    num_blocks=8,
+    **_HAYASE,
+)

@@ -247,13 +247,24 @@ class PKMixer(nn.Module):
             skip = SkipLayer(tokens_in, tokens, channels, norm_eps) if i == 0 and skip_layer else None
             common = dict(permute=flags[i], norm_eps=norm_eps)
             token_mixing = MixingLayer(
-                "token", self.make_mlp("token", s_in, tokens), s_in, tokens, channels,
-                skip=skip, drop_path=rates[2 * i], **common,
-            )  # fmt: skip
+                "token",
+                self.make_mlp("token", s_in, tokens),
+                s_in,
+                tokens,
+                channels,
+                skip=skip,
+                drop_path=rates[2 * i],
+                **common,
+            )
             channel_mixing = MixingLayer(
-                "channel", self.make_mlp("channel", channels, channels), tokens, tokens, channels,
-                drop_path=rates[2 * i + 1], **common,
-            )  # fmt: skip
+                "channel",
+                self.make_mlp("channel", channels, channels),
+                tokens,
+                tokens,
+                channels,
+                drop_path=rates[2 * i + 1],
+                **common,
+            )
             blocks.append(MixerBlock(token_mixing, channel_mixing))
         self.blocks = nn.Sequential(*blocks)
         self.norm = nn.LayerNorm(channels, eps=norm_eps)

@@ -58,10 +58,18 @@ class SMixer(PKMixer):
         check_rate(drop_rate=drop_rate)
         self._act, self._drop = act, drop_rate
         super().__init__(
-            num_classes=num_classes, image_size=image_size, in_chans=in_chans, patch_size=patch_size,
-            tokens=resolve_tokens(tokens, omega, channels, 1.0), channels=channels, num_blocks=num_blocks,
-            permute=permute, skip_layer=skip_layer, drop_path=drop_path, norm_eps=norm_eps,
-        )  # fmt: skip
+            num_classes=num_classes,
+            image_size=image_size,
+            in_chans=in_chans,
+            patch_size=patch_size,
+            tokens=resolve_tokens(tokens, omega, channels, 1.0),
+            channels=channels,
+            num_blocks=num_blocks,
+            permute=permute,
+            skip_layer=skip_layer,
+            drop_path=drop_path,
+            norm_eps=norm_eps,
+        )
         self.gamma = 1.0
         init_mixer_weights(self, init)
 

@@ -261,9 +261,15 @@ class SparseLinear(_StaticSparseLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         y = _CsrMatmul.apply(
-            x.reshape(-1, self.in_features), self.values.view(-1), self.crow, self.col, self.perm, self.crow_t,
-            self.in_features, self.out_features,
-        )  # fmt: skip
+            x.reshape(-1, self.in_features),
+            self.values.view(-1),
+            self.crow,
+            self.col,
+            self.perm,
+            self.crow_t,
+            self.in_features,
+            self.out_features,
+        )
         if self.scale != 1.0:
             y = y * self.scale
         if self.bias is not None:

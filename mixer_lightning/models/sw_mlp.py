@@ -49,8 +49,16 @@ BlockKind = Literal["fc", "mlp"]
 class SparseFcBlock(nn.Module):
     """x ↦ x + σ((M ⊙ W) LN(x)) (eq. S.16)."""
 
-    def __init__(self, width: int, density: float, impl: SparseImpl, init: SparseInit, act: Activation,
-                 norm_eps: float, bias: bool):  # fmt: skip
+    def __init__(
+        self,
+        width: int,
+        density: float,
+        impl: SparseImpl,
+        init: SparseInit,
+        act: Activation,
+        norm_eps: float,
+        bias: bool,
+    ):
         super().__init__()
         self.norm = nn.LayerNorm(width, eps=norm_eps)
         self.fc = static_sparse_linear(impl, width, width, density, bias=bias, init=init, init_width=width)
@@ -73,8 +81,18 @@ class SparseMlpBlock(nn.Module):
     (App. C.1: the SW-MLP of Fig. 2 replaces the Mixer's I_C⊗W1, I_C⊗W2, W3ᵀ⊗I_S, W4ᵀ⊗I_S by M ⊙ A).
     """
 
-    def __init__(self, width: int, hidden: int, density: float, impl: SparseImpl, init: SparseInit,
-                 act: Activation, norm_eps: float, bias: bool, out_act: bool):  # fmt: skip
+    def __init__(
+        self,
+        width: int,
+        hidden: int,
+        density: float,
+        impl: SparseImpl,
+        init: SparseInit,
+        act: Activation,
+        norm_eps: float,
+        bias: bool,
+        out_act: bool,
+    ):
         super().__init__()
         self.norm = nn.LayerNorm(width, eps=norm_eps)
         self.fc1 = static_sparse_linear(impl, width, hidden, density, bias=bias, init=init, init_width=width)
@@ -181,8 +199,12 @@ class SWMLP(nn.Module):
         if block not in ("fc", "mlp"):
             raise ConfigError("block", f"unknown block {block!r}", "choose 'mlp' (eq. S.17) or 'fc' (eq. S.16)")
         if block == "fc":
-            require(gamma in (None, 1), "gamma", f"a single-FC block has no hidden layer (got gamma={gamma})",
-                    "drop gamma or use block: mlp")  # fmt: skip
+            require(
+                gamma in (None, 1),
+                "gamma",
+                f"a single-FC block has no hidden layer (got gamma={gamma})",
+                "drop gamma or use block: mlp",
+            )
             gamma = 1.0
         gamma = 2.0 if gamma is None else float(gamma)
         check_positive(num_classes=num_classes, num_blocks=num_blocks, gamma=gamma, norm_eps=norm_eps)

@@ -40,8 +40,15 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
     from mixer_lightning.commands.cka import compute_matrix
 
     a, b = _checkpoint(reference), _checkpoint(entry)
-    key = {"reference": str(a), "reference_mtime": a.stat().st_mtime_ns, "ckpt": str(b), "ckpt_mtime": b.stat().st_mtime_ns,
-           "batches": batches, "batch_size": batch_size, "split": "test"}  # fmt: skip
+    key = {
+        "reference": str(a),
+        "reference_mtime": a.stat().st_mtime_ns,
+        "ckpt": str(b),
+        "ckpt_mtime": b.stat().st_mtime_ns,
+        "batches": batches,
+        "batch_size": batch_size,
+        "split": "test",
+    }
     cache = Path(entry["run_dir"], CACHE)
     if cache.is_file():
         try:
@@ -50,8 +57,9 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
                 return stored["result"]
         except (json.JSONDecodeError, UnicodeDecodeError):
             pass  # a damaged cache is recomputed
-    result = compute_matrix(str(a), str(b), [entry["config"]], batch_size=batch_size, batches=batches,
-                            accelerator=accelerator, devices=1)  # fmt: skip
+    result = compute_matrix(
+        str(a), str(b), [entry["config"]], batch_size=batch_size, batches=batches, accelerator=accelerator, devices=1
+    )
     result.pop("main_process", None)
     if "diagonal_mean" not in result:
         raise ConfigError(
@@ -64,8 +72,16 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
     return result
 
 
-def cka_report(directories: list[str], names: list[str], manifests: list[dict], out: Path, plot: bool,
-               batches: int | None = None, batch_size: int | None = None, accelerator: str = "auto") -> dict:  # fmt: skip
+def cka_report(
+    directories: list[str],
+    names: list[str],
+    manifests: list[dict],
+    out: Path,
+    plot: bool,
+    batches: int | None = None,
+    batch_size: int | None = None,
+    accelerator: str = "auto",
+) -> dict:
     """CKA diagonals of every finished SW-MLP run against its seed's finished reference run."""
     rows, references = [], {}
     for series, manifest in zip(names, manifests, strict=True):
@@ -77,18 +93,35 @@ def cka_report(directories: list[str], names: list[str], manifests: list[dict], 
             result = pair_cka(reference, entry, batches, batch_size, accelerator)
             diagonal = [result["cka"][i][i] for i in range(len(result["cka"]))]
             references[series] = result.get("mixing_a")
-            rows.append({"series": series, "point": entry["point"], "p": entry["p"], "m": entry["m"],
-                         "seed": entry["seed"], "cka_diagonal_mean": result["diagonal_mean"],
-                         "cka_diagonal": " ".join(f"{v:.6f}" for v in diagonal), "examples": result["examples"]})  # fmt: skip
+            rows.append(
+                {
+                    "series": series,
+                    "point": entry["point"],
+                    "p": entry["p"],
+                    "m": entry["m"],
+                    "seed": entry["seed"],
+                    "cka_diagonal_mean": result["diagonal_mean"],
+                    "cka_diagonal": " ".join(f"{v:.6f}" for v in diagonal),
+                    "examples": result["examples"],
+                }
+            )
     summary = []
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
         groups.setdefault((row["series"], row["point"]), []).append(row)
     for (series, point), members in groups.items():
         values = [r["cka_diagonal_mean"] for r in members]
-        summary.append({"series": series, "point": point, "p": members[0]["p"], "m": members[0]["m"],
-                        "seeds": len(values), "cka_mean": statistics.fmean(values),
-                        "cka_std": statistics.stdev(values) if len(values) > 1 else 0.0})  # fmt: skip
+        summary.append(
+            {
+                "series": series,
+                "point": point,
+                "p": members[0]["p"],
+                "m": members[0]["m"],
+                "seeds": len(values),
+                "cka_mean": statistics.fmean(values),
+                "cka_std": statistics.stdev(values) if len(values) > 1 else 0.0,
+            }
+        )
     summary.sort(key=lambda r: (r["series"], -r["p"]))
     outcome = {"rows": rows, "summary": summary, "csv": None, "plots": []}
     if not rows:
@@ -112,13 +145,24 @@ def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
         rows = sorted((r for r in summary if r["series"] == series), key=lambda r: r["p"])
         mixing = references.get(series)
         label = series + (f" (Mixer S = {mixing['S']}, C = {mixing['C']})" if mixing else "")
-        ax.errorbar([r["p"] for r in rows], [r["cka_mean"] for r in rows], yerr=[r["cka_std"] for r in rows],
-                    marker="o", ms=4, capsize=3, color=f"C{i}", label=label)  # fmt: skip
+        ax.errorbar(
+            [r["p"] for r in rows],
+            [r["cka_mean"] for r in rows],
+            yerr=[r["cka_std"] for r in rows],
+            marker="o",
+            ms=4,
+            capsize=3,
+            color=f"C{i}",
+            label=label,
+        )
         if mixing:
             ax.axvline((1 / mixing["S"] + 1 / mixing["C"]) / 2, color=f"C{i}", linestyle="--", alpha=0.6)
     ax.set_xscale("log", base=2)
-    ax.set(xlabel="density p of the SW-MLP (dashed: the Mixer's (1/S + 1/C)/2)", ylabel="average diagonal CKA",
-           title="CKA between the Mixer and SW-MLPs (Fig. 2(a))")  # fmt: skip
+    ax.set(
+        xlabel="density p of the SW-MLP (dashed: the Mixer's (1/S + 1/C)/2)",
+        ylabel="average diagonal CKA",
+        title="CKA between the Mixer and SW-MLPs (Fig. 2(a))",
+    )
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)

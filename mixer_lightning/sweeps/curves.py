@@ -33,8 +33,13 @@ from mixer_lightning.sweeps.runs import MANIFEST, check_output_directory, read_m
 
 def add_curves_arguments(parser) -> None:
     parser.add_argument("directories", nargs="+", help="one series each: sweep directories, or directories of runs")
-    parser.add_argument("--metric", type=str, action="append", default=None,
-                        help="a logged metric (repeatable; default val/loss, the test loss of D.7)")  # fmt: skip
+    parser.add_argument(
+        "--metric",
+        type=str,
+        action="append",
+        default=None,
+        help="a logged metric (repeatable; default val/loss, the test loss of D.7)",
+    )
     parser.add_argument("--points", type=str, default=None, help="comma-separated grid points to draw (default: all)")
     parser.add_argument("--out", type=str, default=None, help="where to write (default: the first directory)")
     parser.add_argument("--json", action="store_true", help="print the curves as JSON")
@@ -49,8 +54,12 @@ def groups(directory: str) -> dict[str, list[str]]:
             if has_logs(entry["run_dir"]):
                 found.setdefault(entry.get("point") or Path(entry["run_dir"]).parent.name, []).append(entry["run_dir"])
         return found
-    require(root.is_dir(), "directories", f"{directory!r} is not a directory",
-            "give sweep directories or directories of runs (runs/NAME)")  # fmt: skip
+    require(
+        root.is_dir(),
+        "directories",
+        f"{directory!r} is not a directory",
+        "give sweep directories or directories of runs (runs/NAME)",
+    )
     runs = [str(p) for p in sorted(root.iterdir()) if p.is_dir() and has_logs(p)]
     if not runs and has_logs(root):
         runs = [str(root)]
@@ -62,8 +71,12 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
     curves = []
     for directory, series in zip(directories, series_names(directories), strict=True):
         found = groups(directory)
-        require(bool(found), "directories", f"{directory!r} holds no runs with logs yet",
-                "run the sweep (or give runs/NAME of `mixer fit` runs)")  # fmt: skip
+        require(
+            bool(found),
+            "directories",
+            f"{directory!r} holds no runs with logs yet",
+            "run the sweep (or give runs/NAME of `mixer fit` runs)",
+        )
         for point, run_dirs in sorted(found.items()):
             if points and point not in points:
                 continue
@@ -71,11 +84,22 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
             for metric in metrics:
                 logged = [c[metric] for c in per_run if c[metric]]
                 if logged:
-                    curves.append({"series": series, "point": point, "metric": metric, "runs": len(logged),
-                                   "rows": spread(logged)})  # fmt: skip
+                    curves.append(
+                        {
+                            "series": series,
+                            "point": point,
+                            "metric": metric,
+                            "runs": len(logged),
+                            "rows": spread(logged),
+                        }
+                    )
     for metric in metrics:
-        require(any(c["metric"] == metric for c in curves), "metric", f"no run logged {metric!r}",
-                "give a metric the runs log, e.g. val/loss, val/acc1, train/loss_epoch")  # fmt: skip
+        require(
+            any(c["metric"] == metric for c in curves),
+            "metric",
+            f"no run logged {metric!r}",
+            "give a metric the runs log, e.g. val/loss, val/acc1, train/loss_epoch",
+        )
     return curves
 
 
@@ -91,8 +115,13 @@ def plot(curves: list[dict], metric: str, path: Path) -> Path:
         style = styles[series.index(curve["series"]) % len(styles)]
         rows = curve["rows"]
         epochs = [r["epoch"] for r in rows]
-        ax.plot(epochs, [r["mean"] for r in rows], style, color=color,
-                label=f"{curve['series']} {curve['point']} ({curve['runs']} seeds)")  # fmt: skip
+        ax.plot(
+            epochs,
+            [r["mean"] for r in rows],
+            style,
+            color=color,
+            label=f"{curve['series']} {curve['point']} ({curve['runs']} seeds)",
+        )
         ax.fill_between(epochs, [r["min"] for r in rows], [r["max"] for r in rows], color=color, alpha=0.18, lw=0)
     ax.set(xlabel="epoch", ylabel=metric, title=f"{metric}: mean over seeds, min–max shaded")
     ax.legend(fontsize=7)
@@ -108,7 +137,9 @@ def run_curves(args) -> None:
     out = check_output_directory(args.out or args.directories[0], "out")
     curves = compute(args.directories, metrics, points)
     out.mkdir(parents=True, exist_ok=True)
-    table = [{"series": c["series"], "point": c["point"], "metric": c["metric"], **row} for c in curves for row in c["rows"]]
+    table = [
+        {"series": c["series"], "point": c["point"], "metric": c["metric"], **row} for c in curves for row in c["rows"]
+    ]
     write_csv(out / "curves.csv", table)
     plots = [str(plot(curves, metric, out / f"curves_{metric.replace('/', '_')}.png")) for metric in metrics]
     if args.json:
@@ -116,6 +147,8 @@ def run_curves(args) -> None:
         return
     for c in curves:
         last = c["rows"][-1]
-        print(f"{c['series']:<24} {c['point']:<16} {c['metric']:<18} {c['runs']} seeds, {len(c['rows'])} epochs; "
-              f"last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]")  # fmt: skip
+        print(
+            f"{c['series']:<24} {c['point']:<16} {c['metric']:<18} {c['runs']} seeds, {len(c['rows'])} epochs; "
+            f"last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]"
+        )
     print(f"written: {out / 'curves.csv'}, " + ", ".join(plots))

@@ -68,8 +68,16 @@ class GridPoint:
     width_point: str | None = None  # the id of the width point alone (without the axes)
 
     def figures(self) -> dict:
-        return {"C": self.C, "S": self.S, "P": self.P, "m": self.m, "p": self.p, "gamma": self.gamma,
-                "axes": dict(self.axes), "width_point": self.width_point or self.id}  # fmt: skip
+        return {
+            "C": self.C,
+            "S": self.S,
+            "P": self.P,
+            "m": self.m,
+            "p": self.p,
+            "gamma": self.gamma,
+            "axes": dict(self.axes),
+            "width_point": self.width_point or self.id,
+        }
 
     def describe(self) -> str:
         parts = []
@@ -103,8 +111,13 @@ class Grid:
 
     def signature(self) -> dict:
         """What an extended sweep directory must share with the sweep already there."""
-        return {"kind": self.kind, "omega": self.omega, "gamma": self.gamma, "width": self.width,
-                "axes": [a.key for a in self.axes]}  # fmt: skip
+        return {
+            "kind": self.kind,
+            "omega": self.omega,
+            "gamma": self.gamma,
+            "width": self.width,
+            "axes": [a.key for a in self.axes],
+        }
 
 
 # ------------------------------------------------------------------------------------- the config
@@ -116,8 +129,12 @@ def model_family(config: dict, required: bool = True) -> tuple[str | None, float
     name = class_path.rsplit(".", 1)[-1]
     if name in FAMILIES:
         return FAMILIES[name]
-    require(not required, "config", f"model {class_path or '(none)'} has no width grid",
-            f"sweep a config whose model is one of {', '.join(FAMILIES)} (or vary it with --grid only)")  # fmt: skip
+    require(
+        not required,
+        "config",
+        f"model {class_path or '(none)'} has no width grid",
+        f"sweep a config whose model is one of {', '.join(FAMILIES)} (or vary it with --grid only)",
+    )
     return None, None
 
 
@@ -133,8 +150,12 @@ def normalise_key(key: str, base: dict) -> str:
     inserted where the key enters a class (as jsonargparse's command line allows), then checked
     against the base config: a grid axis varies a value the config sets, so a typo cannot emit a
     sweep whose every run fails."""
-    require(bool(re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key)), "grid", f"{key!r} is not a dotted config key",
-            "write e.g. model.init_args.optimizer.init_args.lr=0.01,0.02")  # fmt: skip
+    require(
+        bool(re.fullmatch(r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*", key)),
+        "grid",
+        f"{key!r} is not a dotted config key",
+        "write e.g. model.init_args.optimizer.init_args.lr=0.01,0.02",
+    )
     parts, out, node = key.split("."), [], base
     for i, part in enumerate(parts):
         if isinstance(node, dict) and "class_path" in node and part not in ("class_path", "init_args", "dict_kwargs"):
@@ -144,10 +165,16 @@ def normalise_key(key: str, base: dict) -> str:
             where = ".".join(out) or "the top level"
             known = sorted(node) if isinstance(node, dict) else []
             close = difflib.get_close_matches(part, known, n=1)
-            hint = f"did you mean {'.'.join([*out, close[0]])}?" if close else (
-                f"{where} sets {', '.join(known)}" if known else "set it in the config first")
-            raise ConfigError("grid", f"{'.'.join([*out, part])} is not set in the base config (a grid axis varies a "
-                              "value the config sets)", hint)  # fmt: skip
+            hint = (
+                f"did you mean {'.'.join([*out, close[0]])}?"
+                if close
+                else (f"{where} sets {', '.join(known)}" if known else "set it in the config first")
+            )
+            raise ConfigError(
+                "grid",
+                f"{'.'.join([*out, part])} is not set in the base config (a grid axis varies a value the config sets)",
+                hint,
+            )
         out.append(part)
         node = node[part]
         if i < len(parts) - 1 and not isinstance(node, dict):
@@ -160,17 +187,24 @@ def parse_axes(texts: list[str] | None, base: dict) -> list[Axis]:
     axes: list[Axis] = []
     for text in texts or []:
         key, sep, values = str(text).partition("=")
-        require(bool(sep) and bool(key.strip()), "grid", f"cannot read {text!r}",
-                "write KEY=V1,V2,..., e.g. model.init_args.optimizer.init_args.lr=0.01,0.02,0.04")  # fmt: skip
+        require(
+            bool(sep) and bool(key.strip()),
+            "grid",
+            f"cannot read {text!r}",
+            "write KEY=V1,V2,..., e.g. model.init_args.optimizer.init_args.lr=0.01,0.02,0.04",
+        )
         key = normalise_key(key.strip(), base)
         for reserved, owner in RESERVED.items():
-            require(key != reserved and not key.startswith(reserved + "."), "grid",
-                    f"{key} is set by {owner}", "drop this axis")  # fmt: skip
+            require(
+                key != reserved and not key.startswith(reserved + "."),
+                "grid",
+                f"{key} is set by {owner}",
+                "drop this axis",
+            )
         require(all(a.key != key for a in axes), "grid", f"{key} is given twice", "give each axis once")
         axes.append(Axis(key, _axis_values(values, key), key.rsplit(".", 1)[-1]))
     names = [a.name for a in axes]
-    return [Axis(a.key, a.values, ".".join(a.key.split(".")[-2:]) if names.count(a.name) > 1 else a.name)
-            for a in axes]  # fmt: skip
+    return [Axis(a.key, a.values, ".".join(a.key.split(".")[-2:]) if names.count(a.name) > 1 else a.name) for a in axes]
 
 
 def _axis_values(text: str, key: str) -> tuple:
@@ -189,8 +223,12 @@ def _axis_values(text: str, key: str) -> tuple:
         raise ConfigError("grid", f"cannot read {text!r} as a YAML list ({str(error).splitlines()[0]})", fix) from None
     require(isinstance(values, list) and len(values) > 0, "grid", f"{text!r} is not a non-empty list", fix)
     require(all(not isinstance(v, dict) for v in values), "grid", f"{text!r} holds mappings", fix)
-    require(len({repr(v) for v in values}) == len(values), "grid", f"{text!r} repeats a value (the same run twice)",
-            "give each value once")  # fmt: skip
+    require(
+        len({repr(v) for v in values}) == len(values),
+        "grid",
+        f"{text!r} repeats a value (the same run twice)",
+        "give each value once",
+    )
     return tuple(values)
 
 
@@ -234,9 +272,17 @@ def _gamma_grid(args, omega: int, width: int) -> list[GridPoint]:
     channels = integers(args.channels, "channels") if args.channels else None
     points = []
     for point in gamma_points(omega, width, channels):
-        points.append(GridPoint(f"C{point.C}_S{point.S}_g{point.gamma:.4g}",
-                                {"channels": point.C, "tokens": point.S, "gamma": point.gamma, "omega": None},
-                                C=point.C, S=point.S, m=width, p=point.p, gamma=point.gamma))  # fmt: skip
+        points.append(
+            GridPoint(
+                f"C{point.C}_S{point.S}_g{point.gamma:.4g}",
+                {"channels": point.C, "tokens": point.S, "gamma": point.gamma, "omega": None},
+                C=point.C,
+                S=point.S,
+                m=width,
+                p=point.p,
+                gamma=point.gamma,
+            )
+        )
     return points
 
 
@@ -246,12 +292,18 @@ def _sw_mlp_gamma(args, init_args: dict) -> tuple[str, float]:
     from mixer_lightning.models import get_entry
     from mixer_lightning.models.sw_mlp import SWMLP
 
-    settings = {**(get_entry(init_args["preset"]).defaults if init_args.get("preset") else {}),
-                **{k: v for k, v in init_args.items() if v is not None}}  # fmt: skip
+    settings = {
+        **(get_entry(init_args["preset"]).defaults if init_args.get("preset") else {}),
+        **{k: v for k, v in init_args.items() if v is not None},
+    }
     block = settings.get("block") or inspect.signature(SWMLP).parameters["block"].default
     if block == "fc":
-        require(args.gamma in (None, 1, 1.0), "gamma", "a single-FC SW-MLP block has γ = 1",
-                "drop --gamma (or use block: mlp)")  # fmt: skip
+        require(
+            args.gamma in (None, 1, 1.0),
+            "gamma",
+            "a single-FC SW-MLP block has γ = 1",
+            "drop --gamma (or use block: mlp)",
+        )
         return block, 1.0
     return block, float(args.gamma or settings.get("gamma") or 2.0)
 
@@ -271,41 +323,77 @@ def _sw_mlp_width(args, config_paths: list[str], init_args: dict) -> tuple[int, 
         return width, {"width": width, "channels": None}
     if init_args.get("width"):
         return int(init_args["width"]), {}
-    require(bool(init_args.get("channels")), "width", "the base config sets neither width nor channels",
-            "give --width M (the SW-MLP's width m)")  # fmt: skip
+    require(
+        bool(init_args.get("channels")),
+        "width",
+        "the base config sets neither width nor channels",
+        "give --width M (the SW-MLP's width m)",
+    )
     from mixer_lightning.analysis.features import datamodule_from_config
 
     data = datamodule_from_config(config_paths)
     patch = int(init_args.get("patch_size") or 4)
-    require(data.image_size % patch == 0, "width", f"patch_size {patch} does not divide the image size "
-            f"{data.image_size}", "give --width M")  # fmt: skip
+    require(
+        data.image_size % patch == 0,
+        "width",
+        f"patch_size {patch} does not divide the image size {data.image_size}",
+        "give --width M",
+    )
     return (data.image_size // patch) ** 2 * int(init_args["channels"]), {}
 
 
-def _sw_mlp_grid(args, config_paths: list[str], init_args: dict, omega: int | None) -> tuple[str, list[GridPoint], float, int | None]:  # fmt: skip
+def _sw_mlp_grid(
+    args, config_paths: list[str], init_args: dict, omega: int | None
+) -> tuple[str, list[GridPoint], float, int | None]:
     from mixer_lightning.models.sw_mlp import resolve_width_density
 
-    require(not args.channels and not args.patch_sizes, "channels",
-            "an SW-MLP sweep is over densities, not channels or patch sizes", "use --densities")  # fmt: skip
+    require(
+        not args.channels and not args.patch_sizes,
+        "channels",
+        "an SW-MLP sweep is over densities, not channels or patch sizes",
+        "use --densities",
+    )
     block, gamma = _sw_mlp_gamma(args, init_args)
     keep_gamma = {} if block == "fc" else {"gamma": gamma}  # the γ its width was solved with
     points = []
     if omega is not None:  # Fig. 5 / Fig. S.1 left: each p at m = √(Ω/(γp)), the same Ω
-        require(args.width is None, "width", "give --omega (the width follows from p) or --width, not both",
-                "drop one of them")  # fmt: skip
+        require(
+            args.width is None,
+            "width",
+            "give --omega (the width follows from p) or --width, not both",
+            "drop one of them",
+        )
         for p in _densities(args.densities, PAPER_DENSITIES_AT_OMEGA):
             m, p = resolve_width_density(1, gamma, None, None, p, float(omega))
-            points.append(GridPoint(f"p{p:g}_m{m}", {"omega": omega, "density": p, "width": None, "channels": None,
-                                                     **keep_gamma}, P=init_args.get("patch_size"), m=m, p=p, gamma=gamma))  # fmt: skip
+            points.append(
+                GridPoint(
+                    f"p{p:g}_m{m}",
+                    {"omega": omega, "density": p, "width": None, "channels": None, **keep_gamma},
+                    P=init_args.get("patch_size"),
+                    m=m,
+                    p=p,
+                    gamma=gamma,
+                )
+            )
         return "densities_at_omega", points, gamma, None
     width, keep_width = _sw_mlp_width(args, config_paths, init_args)  # Fig. 2(a): every p at one width
     for p in _densities(args.densities, PAPER_DENSITIES_AT_WIDTH):
-        points.append(GridPoint(f"p{p:.4g}_m{width}", {"density": p, "omega": None, **keep_width, **keep_gamma},
-                                P=init_args.get("patch_size"), m=width, p=p, gamma=gamma))  # fmt: skip
+        points.append(
+            GridPoint(
+                f"p{p:.4g}_m{width}",
+                {"density": p, "omega": None, **keep_width, **keep_gamma},
+                P=init_args.get("patch_size"),
+                m=width,
+                p=p,
+                gamma=gamma,
+            )
+        )
     return "densities_at_width", points, gamma, width
 
 
-def width_grid(args, base: dict, config_paths: list[str]) -> tuple[str, list[GridPoint], int | None, float | None, int | None]:  # fmt: skip
+def width_grid(
+    args, base: dict, config_paths: list[str]
+) -> tuple[str, list[GridPoint], int | None, float | None, int | None]:
     """(kind, points, Ω, γ, fixed width) of the flags' width grid; the overrides are model init args."""
     omega = None
     if args.omega is not None:
@@ -320,22 +408,42 @@ def width_grid(args, base: dict, config_paths: list[str]) -> tuple[str, list[Gri
     if family == "sw_mlp":
         kind, points, gamma, width = _sw_mlp_grid(args, config_paths, init_args, omega)
         return kind, points, omega, gamma, width
-    require(args.densities is None, "densities", f"the {family} family is swept over channels, not densities",
-            "drop --densities (or sweep an SW-MLP config)")  # fmt: skip
+    require(
+        args.densities is None,
+        "densities",
+        f"the {family} family is swept over channels, not densities",
+        "drop --densities (or sweep an SW-MLP config)",
+    )
     if fixed_gamma is not None and args.gamma not in (None, fixed_gamma):
         raise ConfigError("gamma", f"the {family} family has γ = {fixed_gamma:g}", "drop --gamma")
     if args.width is not None:
-        require(family == "mlp_mixer", "width", f"the {family} family has γ = 1, so a fixed width cannot keep Ω "
-                "(eq. S.46 varies γ)", "sweep an MLP-Mixer config")  # fmt: skip
-        require(omega is not None, "omega", "a γ grid at fixed width needs --omega (γ = 2Ω/(m(C + m/C)), eq. S.46)",
-                "give e.g. --omega 2**20 --width 4096")  # fmt: skip
-        require(not args.patch_sizes and args.gamma is None, "width", "a fixed-width grid takes --channels only "
-                "(γ follows from Ω, m and C)", "drop --patch_sizes / --gamma")  # fmt: skip
+        require(
+            family == "mlp_mixer",
+            "width",
+            f"the {family} family has γ = 1, so a fixed width cannot keep Ω (eq. S.46 varies γ)",
+            "sweep an MLP-Mixer config",
+        )
+        require(
+            omega is not None,
+            "omega",
+            "a γ grid at fixed width needs --omega (γ = 2Ω/(m(C + m/C)), eq. S.46)",
+            "give e.g. --omega 2**20 --width 4096",
+        )
+        require(
+            not args.patch_sizes and args.gamma is None,
+            "width",
+            "a fixed-width grid takes --channels only (γ follows from Ω, m and C)",
+            "drop --patch_sizes / --gamma",
+        )
         width = parse_int_expression(args.width, "width")
         return "gamma_at_width", _gamma_grid(args, omega, width), omega, None, width
     if omega is None:
-        require(not sizes, "omega", "a channel or patch-size grid needs --omega (S is solved at fixed Ω)",
-                "give e.g. --omega 2**18")  # fmt: skip
+        require(
+            not sizes,
+            "omega",
+            "a channel or patch-size grid needs --omega (S is solved at fixed Ω)",
+            "give e.g. --omega 2**18",
+        )
         require(args.gamma is None, "gamma", "γ belongs to a width grid", "vary it with --grid model.init_args.gamma=…")
         return "base", [GridPoint("base")], None, None, None
     gamma = fixed_gamma or args.gamma or init_args.get("gamma") or 4.0
@@ -352,8 +460,12 @@ def build(args, base: dict, config_paths: list[str]) -> Grid:
     if kind != "base":
         for axis in axes:
             for name in MODEL_SIZE_KEYS:
-                require(axis.key != f"model.init_args.{name}", "grid", f"{axis.key} is set by the width grid",
-                        "drop this axis, or the width grid's flags")  # fmt: skip
+                require(
+                    axis.key != f"model.init_args.{name}",
+                    "grid",
+                    f"{axis.key} is set by the width grid",
+                    "drop this axis, or the width grid's flags",
+                )
     if axes:
         crossed = []
         for point, values in itertools.product(points, itertools.product(*(a.values for a in axes))):
@@ -361,15 +473,29 @@ def build(args, base: dict, config_paths: list[str]) -> Grid:
             overrides = point.overrides
             for axis, value in zip(axes, values, strict=True):
                 overrides = deep_merge(overrides, _nested(axis.key, value))
-            crossed.append(GridPoint(suffix if kind == "base" else f"{point.id}_{suffix}", overrides, point.C,
-                                     point.S, point.P, point.m, point.p, point.gamma,
-                                     {a.name: v for a, v in zip(axes, values, strict=True)}, point.id))  # fmt: skip
+            crossed.append(
+                GridPoint(
+                    suffix if kind == "base" else f"{point.id}_{suffix}",
+                    overrides,
+                    point.C,
+                    point.S,
+                    point.P,
+                    point.m,
+                    point.p,
+                    point.gamma,
+                    {a.name: v for a, v in zip(axes, values, strict=True)},
+                    point.id,
+                )
+            )
         points = crossed
     seen: dict[str, GridPoint] = {}
     flag = {"channels": "channels", "patch_sizes": "patch_sizes", "gamma_at_width": "channels"}.get(kind, "densities")
     for point in points:
         if point.id in seen:
-            raise ConfigError("grid" if kind == "base" else flag, f"two values give the same grid point {point.id} "
-                              f"({seen[point.id].describe()})", "give values that differ")  # fmt: skip
+            raise ConfigError(
+                "grid" if kind == "base" else flag,
+                f"two values give the same grid point {point.id} ({seen[point.id].describe()})",
+                "give values that differ",
+            )
         seen[point.id] = point
     return Grid(kind, points, omega, gamma, width, axes)

@@ -57,9 +57,16 @@ def collect(directory: str, series: str) -> tuple[dict, list[dict]]:
             continue
         metrics = json.loads(metrics_path.read_text())
         point = entry.get("point") or Path(entry["run_dir"]).parent.name
-        row = {"series": series, "point": point, "width_point": entry.get("width_point") or point,
-               **{k: entry.get(k) for k in FIGURES}, **(entry.get("axes") or {}),
-               "seed": entry["seed"], "test_acc1": metrics["test/acc1"], "test_error": 1.0 - metrics["test/acc1"]}  # fmt: skip
+        row = {
+            "series": series,
+            "point": point,
+            "width_point": entry.get("width_point") or point,
+            **{k: entry.get(k) for k in FIGURES},
+            **(entry.get("axes") or {}),
+            "seed": entry["seed"],
+            "test_acc1": metrics["test/acc1"],
+            "test_error": 1.0 - metrics["test/acc1"],
+        }
         if density_grid:
             row["train_loss"] = _final_train_loss(entry["run_dir"])
         rows.append(row)
@@ -76,11 +83,16 @@ def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
     for (series, point), members in groups.items():
         errors = [r["test_error"] for r in members]
         first = members[0]
-        entry = {"series": series, "point": point, "width_point": first["width_point"],
-                 **{k: first.get(k) for k in FIGURES},
-                 **{name: first.get(name) for name in axis_names}, "seeds": len(members),
-                 "test_error_mean": statistics.fmean(errors),
-                 "test_error_std": statistics.stdev(errors) if len(errors) > 1 else 0.0}  # fmt: skip
+        entry = {
+            "series": series,
+            "point": point,
+            "width_point": first["width_point"],
+            **{k: first.get(k) for k in FIGURES},
+            **{name: first.get(name) for name in axis_names},
+            "seeds": len(members),
+            "test_error_mean": statistics.fmean(errors),
+            "test_error_std": statistics.stdev(errors) if len(errors) > 1 else 0.0,
+        }
         losses = [r["train_loss"] for r in members if r.get("train_loss") is not None]
         if "train_loss" in first:
             entry["train_loss_mean"] = statistics.fmean(losses) if losses else None
@@ -98,9 +110,16 @@ def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
     best = []
     for (series, point), members in groups.items():
         winner = min(members, key=lambda r: r["test_error_mean"])
-        best.append({"series": series, "point": point, **{name: winner[name] for name in axis_names},
-                     "test_error_mean": winner["test_error_mean"], "test_error_std": winner["test_error_std"],
-                     "seeds": winner["seeds"]})  # fmt: skip
+        best.append(
+            {
+                "series": series,
+                "point": point,
+                **{name: winner[name] for name in axis_names},
+                "test_error_mean": winner["test_error_mean"],
+                "test_error_std": winner["test_error_std"],
+                "seeds": winner["seeds"],
+            }
+        )
     return best
 
 
@@ -151,8 +170,15 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
     plt = pyplot()
     manifest = manifests[0]
     kind, omega, gamma, width = (manifest.get(k) for k in ("kind", "omega", "gamma", "width"))
-    context = ", ".join(t for t in (f"Ω = {omega:,}" if omega else "", f"γ = {gamma:g}" if gamma else "",
-                                    f"m = {width:,}" if width else "") if t)  # fmt: skip
+    context = ", ".join(
+        t
+        for t in (
+            f"Ω = {omega:,}" if omega else "",
+            f"γ = {gamma:g}" if gamma else "",
+            f"m = {width:,}" if width else "",
+        )
+        if t
+    )
 
     def series_label(row: dict) -> str:
         extra = ", ".join(f"{n} = {row[n]}" for n in axis_names)
@@ -185,8 +211,9 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         axes[0, 0].legend(fontsize=8)
         if losses:
             _plot_lines(axes[0, 1], summary, lambda r: 1 - r["p"], series_label, "train_loss_mean", None)
-            axes[0, 1].set(xlabel="sparsity 1 − p", ylabel="final training loss",
-                           title="trainability (App. D.1, Fig. S.1 left)")  # fmt: skip
+            axes[0, 1].set(
+                xlabel="sparsity 1 − p", ylabel="final training loss", title="trainability (App. D.1, Fig. S.1 left)"
+            )
             axes[0, 1].legend(fontsize=8)
         fig.tight_layout()
         save_figure(fig, out / "error_vs_sparsity.png", dpi=120)
@@ -197,11 +224,19 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
             continue
         fig, ax = plt.subplots(figsize=(6.2, 4.2))
         others = [n for n in axis_names if n != axis]
-        _plot_lines(ax, summary, lambda r, a=axis: r[a], lambda r, o=tuple(others): " ".join(
-            [r["series"], r["width_point"]] + [f"{n}={r[n]}" for n in o]))  # fmt: skip
+        _plot_lines(
+            ax,
+            summary,
+            lambda r, a=axis: r[a],
+            lambda r, o=tuple(others): " ".join([r["series"], r["width_point"]] + [f"{n}={r[n]}" for n in o]),
+        )
         positive = all(v > 0 for v in values)
-        ax.set(xscale="log" if positive and max(values) / min(values) >= 8 else "linear", xlabel=axis,
-               ylabel="test error", title=context or "sweep")  # fmt: skip
+        ax.set(
+            xscale="log" if positive and max(values) / min(values) >= 8 else "linear",
+            xlabel=axis,
+            ylabel="test error",
+            title=context or "sweep",
+        )
         ax.legend(fontsize=8)
         fig.tight_layout()
         name = f"error_vs_{axis.replace('/', '_')}.png"
@@ -213,8 +248,9 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
 # ----------------------------------------------------------------------------------------- report
 
 
-def report_directories(directories: list[str], plot: bool = True, out: str | None = None,
-                       cka_options: dict | None = None) -> dict:  # fmt: skip
+def report_directories(
+    directories: list[str], plot: bool = True, out: str | None = None, cka_options: dict | None = None
+) -> dict:
     """Collect, summarise, write the CSVs and plots; compute the CKA diagonals where a sweep has a
     reference. Returns what `mixer sweep report --json` prints."""
     out_dir = check_output_directory(out or directories[0], "out")
@@ -227,11 +263,21 @@ def report_directories(directories: list[str], plot: bool = True, out: str | Non
     for manifest in manifests:
         axis_names += [a["name"] for a in manifest.get("axes") or [] if a["name"] not in axis_names]
     has_reference = any(any(r.get("role") == REFERENCE for r in m["runs"]) for m in manifests)
-    require(bool(rows) or has_reference, "directories", "no finished runs (test_metrics.json) yet", "run the sweep first")
+    require(
+        bool(rows) or has_reference, "directories", "no finished runs (test_metrics.json) yet", "run the sweep first"
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
-    result = {"omega": manifests[0].get("omega"), "gamma": manifests[0].get("gamma"),
-              "kind": manifests[0].get("kind"), "width": manifests[0].get("width"), "axes": axis_names,
-              "summary": [], "best": [], "plots": [], "csv": None}  # fmt: skip
+    result = {
+        "omega": manifests[0].get("omega"),
+        "gamma": manifests[0].get("gamma"),
+        "kind": manifests[0].get("kind"),
+        "width": manifests[0].get("width"),
+        "axes": axis_names,
+        "summary": [],
+        "best": [],
+        "plots": [],
+        "csv": None,
+    }
     if rows:
         summary = summarise(rows, axis_names)
         write_csv(out_dir / "report.csv", rows)
@@ -251,8 +297,12 @@ def add_report_arguments(parser) -> None:
     parser.add_argument("directories", nargs="+", help="sweep directories (one series each: e.g. normal and RP)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--out", type=str, default=None, help="where to write the CSVs and plots (default: the first)")
-    parser.add_argument("--cka_batches", type=int, default=None,
-                        help="CKA reference sweeps: minibatches of the test split per CKA (default: all)")  # fmt: skip
+    parser.add_argument(
+        "--cka_batches",
+        type=int,
+        default=None,
+        help="CKA reference sweeps: minibatches of the test split per CKA (default: all)",
+    )
     parser.add_argument("--cka_batch_size", type=int, default=None, help="CKA minibatch size (default: the data's)")
     parser.add_argument("--accelerator", type=str, default="auto", help="for the CKA: auto, cpu, gpu, …")
 
@@ -267,7 +317,9 @@ def run_report(args) -> None:
         return
     axes = result["axes"]
     if result["summary"]:
-        header = f"{'series':<20} {'point':<24} {'C':>6} {'S':>6} {'γ':>7} {'p':>8} {'m':>8} {'seeds':>5} {'test error':>16}"
+        header = (
+            f"{'series':<20} {'point':<24} {'C':>6} {'S':>6} {'γ':>7} {'p':>8} {'m':>8} {'seeds':>5} {'test error':>16}"
+        )
         print(header)
     for r in result["summary"]:
         error = f"{r['test_error_mean']:.4f} ± {r['test_error_std']:.4f}"
@@ -278,16 +330,20 @@ def run_report(args) -> None:
         print(f"{r['series']:<20} {r['point']:<24} {c:>6} {s:>6} {g:>7} {p:>8} {m:>8} {r['seeds']:>5} {error:>16}")
     for b in result["best"]:
         values = ", ".join(f"{name} = {b[name]}" for name in axes)
-        print(f"best for {b['series']} {b['point']}: {values} (test error {b['test_error_mean']:.4f} ± "
-              f"{b['test_error_std']:.4f}, {b['seeds']} seeds)")  # fmt: skip
+        print(
+            f"best for {b['series']} {b['point']}: {values} (test error {b['test_error_mean']:.4f} ± "
+            f"{b['test_error_std']:.4f}, {b['seeds']} seeds)"
+        )
     if result["summary"]:
         best = min(result["summary"], key=lambda r: r["test_error_mean"])["point"]
         print(f"lowest error: {best}; written: {result['csv']}")
     cka = result.get("cka")
     if cka:
         for row in cka["summary"]:
-            print(f"CKA {row['series']} {row['point']}: p = {row['p']:.4g}, mean diagonal {row['cka_mean']:.4f} ± "
-                  f"{row['cka_std']:.4f} ({row['seeds']} seeds)")  # fmt: skip
+            print(
+                f"CKA {row['series']} {row['point']}: p = {row['p']:.4g}, mean diagonal {row['cka_mean']:.4f} ± "
+                f"{row['cka_std']:.4f} ({row['seeds']} seeds)"
+            )
         print(f"written: {cka['csv']}")
     if result["plots"]:
         print("plots: " + ", ".join(result["plots"]))

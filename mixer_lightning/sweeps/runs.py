@@ -69,8 +69,14 @@ def fit_arguments(entry: dict, state: str, extra: list[str] = ()) -> list[str] |
 
 
 def test_arguments(entry: dict, extra: list[str] = ()) -> list[str]:
-    return ["test", "--config", entry["config"], "--ckpt_path", str(Path(entry["run_dir"], "checkpoints", "last.ckpt")),
-            *extra]  # fmt: skip
+    return [
+        "test",
+        "--config",
+        entry["config"],
+        "--ckpt_path",
+        str(Path(entry["run_dir"], "checkpoints", "last.ckpt")),
+        *extra,
+    ]
 
 
 def extra_arguments() -> list[str]:
@@ -126,35 +132,62 @@ def check_output_directory(directory: str, field: str) -> Path:
     directory, and holding nothing of the wrong kind where the sweep writes."""
     require(bool(str(directory).strip()), field, "is empty", "give a directory for the sweep")
     root = Path(directory)
-    require(not root.exists() or root.is_dir(), field, f"{directory!r} is a file, not a directory",
-            "give a directory for the sweep (it is created if missing)")  # fmt: skip
+    require(
+        not root.exists() or root.is_dir(),
+        field,
+        f"{directory!r} is a file, not a directory",
+        "give a directory for the sweep (it is created if missing)",
+    )
     probe = root
     while not probe.exists():
         probe = probe.parent
-    require(probe.is_dir(), field, f"{str(probe)!r} is a file, so {directory!r} cannot be created",
-            "give a directory path")  # fmt: skip
-    require(os.access(probe, os.W_OK | os.X_OK), field, f"cannot write in {str(probe)!r} (permission denied)",
-            "give a directory you can write to")  # fmt: skip
+    require(
+        probe.is_dir(), field, f"{str(probe)!r} is a file, so {directory!r} cannot be created", "give a directory path"
+    )
+    require(
+        os.access(probe, os.W_OK | os.X_OK),
+        field,
+        f"cannot write in {str(probe)!r} (permission denied)",
+        "give a directory you can write to",
+    )
     for sub in ("configs", "runs"):
-        require(not (root / sub).exists() or (root / sub).is_dir(), field, f"{str(root / sub)!r} is a file",
-                "move it away or give another directory")  # fmt: skip
+        require(
+            not (root / sub).exists() or (root / sub).is_dir(),
+            field,
+            f"{str(root / sub)!r} is a file",
+            "move it away or give another directory",
+        )
     for name in (MANIFEST, *SCRIPTS):
-        require(not (root / name).is_dir(), field, f"{str(root / name)!r} is a directory",
-                "move it away or give another directory")  # fmt: skip
+        require(
+            not (root / name).is_dir(),
+            field,
+            f"{str(root / name)!r} is a directory",
+            "move it away or give another directory",
+        )
     return root
 
 
 def read_manifest(directory: str | Path, field: str = "directories") -> dict:
     """The manifest of a sweep directory (a one-line error if there is none or it is damaged)."""
     path = Path(directory, MANIFEST)
-    require(path.is_file(), field, f"{str(directory)!r} is not a sweep directory (no {MANIFEST})",
-            "give a directory written by `mixer sweep --emit/--run`")  # fmt: skip
+    require(
+        path.is_file(),
+        field,
+        f"{str(directory)!r} is not a sweep directory (no {MANIFEST})",
+        "give a directory written by `mixer sweep --emit/--run`",
+    )
     try:
         manifest = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ConfigError(field, f"{str(path)!r} is damaged ({error})", "emit the sweep again into a new directory") from None
-    require(isinstance(manifest, dict) and isinstance(manifest.get("runs"), list), field,
-            f"{str(path)!r} is not a sweep manifest", "emit the sweep again into a new directory")  # fmt: skip
+        raise ConfigError(
+            field, f"{str(path)!r} is damaged ({error})", "emit the sweep again into a new directory"
+        ) from None
+    require(
+        isinstance(manifest, dict) and isinstance(manifest.get("runs"), list),
+        field,
+        f"{str(path)!r} is not a sweep manifest",
+        "emit the sweep again into a new directory",
+    )
     return manifest
 
 
@@ -194,19 +227,34 @@ def plan(args, directory: str, field: str) -> tuple[dict, dict[Path, str]]:
     grid: Grid = build(args, base, list(args.config))
     reference = load_configs(args.cka_reference, "cka_reference") if args.cka_reference else None
     if reference is not None:
-        require(grid.kind in ("densities_at_width", "densities_at_omega", "base"), "cka_reference",
-                "the CKA reference is compared with the SW-MLP runs of a density grid (Fig. 2(a))",
-                "sweep an SW-MLP config with --densities / --width")  # fmt: skip
-        require(isinstance(reference.get("model"), dict), "cka_reference", "the reference config has no model",
-                "give the Mixer's config, e.g. configs/cifar10_fig2_mixer.yaml")  # fmt: skip
-    manifest = {"version": 2, **grid.signature(),
-                "axes": [{"key": a.key, "name": a.name, "values": list(a.values)} for a in grid.axes],
-                "base": list(args.config), "cka_reference": list(args.cka_reference or []) or None}  # fmt: skip
+        require(
+            grid.kind in ("densities_at_width", "densities_at_omega", "base"),
+            "cka_reference",
+            "the CKA reference is compared with the SW-MLP runs of a density grid (Fig. 2(a))",
+            "sweep an SW-MLP config with --densities / --width",
+        )
+        require(
+            isinstance(reference.get("model"), dict),
+            "cka_reference",
+            "the reference config has no model",
+            "give the Mixer's config, e.g. configs/cifar10_fig2_mixer.yaml",
+        )
+    manifest = {
+        "version": 2,
+        **grid.signature(),
+        "axes": [{"key": a.key, "name": a.name, "values": list(a.values)} for a in grid.axes],
+        "base": list(args.config),
+        "cka_reference": list(args.cka_reference or []) or None,
+    }
     earlier = read_manifest(root, field) if (root / MANIFEST).is_file() else None
     if earlier is not None:
         mine, theirs = grid.signature(), _signature_of(earlier)
-        require(mine == theirs, field, f"{directory!r} holds a sweep of another grid ({describe(theirs)}; this one: "
-                f"{describe(mine)})", "write this one to another directory")  # fmt: skip
+        require(
+            mine == theirs,
+            field,
+            f"{directory!r} holds a sweep of another grid ({describe(theirs)}; this one: {describe(mine)})",
+            "write this one to another directory",
+        )
         if earlier.get("cka_reference") and not manifest["cka_reference"]:
             manifest["cka_reference"] = earlier["cka_reference"]
     files: dict[Path, str] = {}
@@ -218,21 +266,41 @@ def plan(args, directory: str, field: str) -> tuple[dict, dict[Path, str]]:
         for seed in seeds:
             name = f"{point.id}_seed{seed}"
             logger = {"save_dir": str(root / "runs"), "name": point.id, "version": f"seed{seed}"}
-            config = deep_merge(deep_merge(config_base, point.overrides), {
-                "seed_everything": seed,
-                "trainer": {"logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": logger}},
-            })  # fmt: skip
+            config = deep_merge(
+                deep_merge(config_base, point.overrides),
+                {
+                    "seed_everything": seed,
+                    "trainer": {
+                        "logger": {"class_path": "lightning.pytorch.loggers.TensorBoardLogger", "init_args": logger}
+                    },
+                },
+            )
             path = root / "configs" / f"{name}.yaml"
-            what = "CKA reference (compared with every SW-MLP run of this seed)" if point.id == REFERENCE else (
-                f"Ω = {grid.omega:,}, " if grid.omega else "") + point.describe()
+            what = (
+                "CKA reference (compared with every SW-MLP run of this seed)"
+                if point.id == REFERENCE
+                else (f"Ω = {grid.omega:,}, " if grid.omega else "") + point.describe()
+            )
             text = _config_text(f"# Sweep point {point.id} (seed {seed}): {what}\n# From: {origin}\n", config)
             run_dir = root / "runs" / point.id / f"seed{seed}"
             if path.is_file() and path.read_text() != text and run_state(run_dir) != FRESH:
-                raise ConfigError(field, f"{name} has started ({run_dir}) and this sweep would change its config",
-                                  "emit to a new directory, or delete that run directory to restart it")  # fmt: skip
+                raise ConfigError(
+                    field,
+                    f"{name} has started ({run_dir}) and this sweep would change its config",
+                    "emit to a new directory, or delete that run directory to restart it",
+                )
             files[path] = text
-            runs.append({"name": name, "point": point.id, "role": REFERENCE if point.id == REFERENCE else "grid",
-                         **point.figures(), "seed": seed, "config": str(path), "run_dir": str(run_dir)})  # fmt: skip
+            runs.append(
+                {
+                    "name": name,
+                    "point": point.id,
+                    "role": REFERENCE if point.id == REFERENCE else "grid",
+                    **point.figures(),
+                    "seed": seed,
+                    "config": str(path),
+                    "run_dir": str(run_dir),
+                }
+            )
     if earlier is not None:  # extend: earlier runs keep their place (and SLURM array index), new ones follow
         new = {r["name"]: r for r in runs}
         merged = [new.pop(r.get("name") or Path(r["config"]).stem, r) for r in earlier["runs"]]
@@ -249,7 +317,7 @@ def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
     workdir = shlex.quote(os.getcwd())
     names = " ".join(shlex.quote(r.get("name") or Path(r["config"]).stem) for r in runs)
     sweep = shlex.quote(str(root))
-    common = (f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-{workdir}}}"\nRUNS=({names})\n')
+    common = f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-{workdir}}}"\nRUNS=({names})\n'
     shell = (
         "#!/usr/bin/env bash\n"
         "# Every run of this sweep in turn: `mixer sweep point` skips a finished run, resumes a killed one from\n"

@@ -140,9 +140,13 @@ class ClassifierModule(LightningModule):
                     "initialisation (as it should when a checkpoint (--ckpt_path) supplies its weights)"
                 )
             net, messages = build_initialised(
-                lambda size: entry.build(num_classes=self.num_classes, image_size=size, in_chans=self.in_chans, **given),
-                self.image_size, weights, self.upscale,
-            )  # fmt: skip
+                lambda size: entry.build(
+                    num_classes=self.num_classes, image_size=size, in_chans=self.in_chans, **given
+                ),
+                self.image_size,
+                weights,
+                self.upscale,
+            )
             for message in messages:
                 rank_zero_info(f"model.{message}")
             return net
@@ -180,9 +184,11 @@ class ClassifierModule(LightningModule):
         CPU) nor the progress bar's read of the loss (a host sync on a GPU). A loss is checked
         (`check_finite`) before it is logged."""
         trainer = self.trainer
-        logs = bool(trainer.fast_dev_run) or batch_idx + 1 >= trainer.num_training_batches or (
-            trainer._logger_connector.should_update_logs
-        )  # fmt: skip
+        logs = (
+            bool(trainer.fast_dev_run)
+            or batch_idx + 1 >= trainer.num_training_batches
+            or (trainer._logger_connector.should_update_logs)
+        )
         if logs or len(self._pending_losses) >= (trainer.log_every_n_steps or 50):
             self.check_finite()
         if logs and self._last_loss is not None:
@@ -270,9 +276,10 @@ class ClassifierModule(LightningModule):
             total = self.trainer.estimated_stepping_batches
             if not math.isfinite(total):
                 raise ConfigError(
-                    "trainer.max_epochs", "a decaying learning-rate schedule needs a finite training length",
+                    "trainer.max_epochs",
+                    "a decaying learning-rate schedule needs a finite training length",
                     "set trainer.max_epochs or trainer.max_steps",
-                )  # fmt: skip
+                )
             batches = self.trainer.num_training_batches
             per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
             scheduler.set_training_length(int(total), max(1, int(per_epoch)))

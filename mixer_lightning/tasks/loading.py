@@ -127,7 +127,9 @@ def load_classifier(path: str | Path, field: str = "ckpt_path"):
     unknown = sorted(set(hparams) - set(accepted))
     if unknown:
         raise ConfigError(
-            field, f"{str(path)!r} has hyper-parameters {cls.__name__} does not take: {', '.join(unknown)}", "check the file"
+            field,
+            f"{str(path)!r} has hyper-parameters {cls.__name__} does not take: {', '.join(unknown)}",
+            "check the file",
         )
     module = cls(**hparams)
     module.on_load_checkpoint(checkpoint)  # what Lightning's loading does first (fills absent metric states)

@@ -61,10 +61,24 @@ class MLPMixerModule(ClassifierModule):
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
         self.net = self.build_network(
-            "mlp_mixer", preset, patch_size=patch_size, tokens=tokens, channels=channels, omega=omega, gamma=gamma,
-            token_hidden=token_hidden, channel_hidden=channel_hidden, num_blocks=num_blocks, permute=permute,
-            skip_layer=skip_layer, drop_rate=drop_rate, drop_path=drop_path, norm_eps=norm_eps, act=act, init=init,
-        )  # fmt: skip
+            "mlp_mixer",
+            preset,
+            patch_size=patch_size,
+            tokens=tokens,
+            channels=channels,
+            omega=omega,
+            gamma=gamma,
+            token_hidden=token_hidden,
+            channel_hidden=channel_hidden,
+            num_blocks=num_blocks,
+            permute=permute,
+            skip_layer=skip_layer,
+            drop_rate=drop_rate,
+            drop_path=drop_path,
+            norm_eps=norm_eps,
+            act=act,
+            init=init,
+        )
 
 
 class SMixerModule(ClassifierModule):
@@ -108,7 +122,18 @@ class SMixerModule(ClassifierModule):
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
         self.net = self.build_network(
-            "s_mixer", preset, patch_size=patch_size, tokens=tokens, channels=channels, omega=omega,
-            num_blocks=num_blocks, permute=permute, skip_layer=skip_layer, drop_rate=drop_rate, drop_path=drop_path,
-            norm_eps=norm_eps, act=act, init=init,
-        )  # fmt: skip
+            "s_mixer",
+            preset,
+            patch_size=patch_size,
+            tokens=tokens,
+            channels=channels,
+            omega=omega,
+            num_blocks=num_blocks,
+            permute=permute,
+            skip_layer=skip_layer,
+            drop_rate=drop_rate,
+            drop_path=drop_path,
+            norm_eps=norm_eps,
+            act=act,
+            init=init,
+        )

@@ -58,10 +58,23 @@ class SWMLPModule(ClassifierModule):
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
         self.net = self.build_network(
-            "sw_mlp", preset, patch_size=patch_size, channels=channels, width=width, num_blocks=num_blocks,
-            block=block, gamma=gamma, density=density, omega=omega, impl=impl, init=init, out_act=out_act,
-            bias=bias, norm_eps=norm_eps, act=act,
-        )  # fmt: skip
+            "sw_mlp",
+            preset,
+            patch_size=patch_size,
+            channels=channels,
+            width=width,
+            num_blocks=num_blocks,
+            block=block,
+            gamma=gamma,
+            density=density,
+            omega=omega,
+            impl=impl,
+            init=init,
+            out_act=out_act,
+            bias=bias,
+            norm_eps=norm_eps,
+            act=act,
+        )
 
 
 class _ShallowModule(ClassifierModule):

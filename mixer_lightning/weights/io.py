@@ -160,9 +160,10 @@ def _read_jax(path: Path, field: str) -> WeightsFile:
         ours = from_jax_key(key)
         if ours is None:
             raise ConfigError(
-                field, about(str(path), f"{key!r} is not a parameter of the official MLP-Mixer"),
+                field,
+                about(str(path), f"{key!r} is not a parameter of the official MLP-Mixer"),
                 "give a Mixer checkpoint (keys stem/kernel, MixerBlock_0/..., pre_head_layer_norm/..., head/...)",
-            )  # fmt: skip
+            )
         state_dict[ours] = jax_to_torch(key, array, field, str(path))
     # flax nn.gelu defaults to the tanh approximation: the official models compute that function.
     return WeightsFile(str(path), "jax", state_dict, {"act": "gelu_tanh"})
@@ -178,7 +179,10 @@ def _refuse_glu(
             if fc2 is not None and weight.ndim == 2 and fc2.ndim == 2 and weight.shape[0] == 2 * fc2.shape[1]:
                 raise ConfigError(
                     field,
-                    about(source, f"{spell(key)} is twice as wide as {spell(key.replace('fc1', 'fc2'))}'s input: a "
-                                  "gated (GLU, gmixer) MLP, which an MLP-Mixer does not have"),
+                    about(
+                        source,
+                        f"{spell(key)} is twice as wide as {spell(key.replace('fc1', 'fc2'))}'s input: a "
+                        "gated (GLU, gmixer) MLP, which an MLP-Mixer does not have",
+                    ),
                     "convert a plain MLP-Mixer",
-                )  # fmt: skip
+                )

@@ -24,19 +24,27 @@ from mixer_lightning.errors import ConfigError, require
 
 _OUR_BLOCK = re.compile(r"blocks\.(\d+)\.(token_mixing|channel_mixing)\.(norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)")
 
-_TIMM_PART = {"norm1": "token_mixing.norm", "mlp_tokens": "token_mixing.mlp", "norm2": "channel_mixing.norm",
-              "mlp_channels": "channel_mixing.mlp"}  # fmt: skip
+_TIMM_PART = {
+    "norm1": "token_mixing.norm",
+    "mlp_tokens": "token_mixing.mlp",
+    "norm2": "channel_mixing.norm",
+    "mlp_channels": "channel_mixing.mlp",
+}
 _TIMM_PART_INV = {ours: timm for timm, ours in _TIMM_PART.items()}
 _TIMM_BLOCK = re.compile(r"blocks\.(\d+)\.(norm1|norm2|mlp_tokens|mlp_channels)\.(fc1\.|fc2\.)?(weight|bias)")
 
 # Keys of timm's other MlpMixer block types, and what in them a plain Mixer lacks.
 _TIMM_UNSUPPORTED = [
-    (re.compile(r"\.(linear_tokens|ls1|ls2)\b|\.(alpha|beta)$"),
-     "ResMLP blocks (affine 'norm', layer scale, a single linear token-mixing layer)"),
-    (re.compile(r"\.gate\.|^blocks\.\d+\.norm\.|mlp_channels\.gate"),
-     "gMLP blocks (spatial gating unit instead of token mixing)"),
+    (
+        re.compile(r"\.(linear_tokens|ls1|ls2)\b|\.(alpha|beta)$"),
+        "ResMLP blocks (affine 'norm', layer scale, a single linear token-mixing layer)",
+    ),
+    (
+        re.compile(r"\.gate\.|^blocks\.\d+\.norm\.|mlp_channels\.gate"),
+        "gMLP blocks (spatial gating unit instead of token mixing)",
+    ),
     (re.compile(r"^stem\.norm\."), "a LayerNorm after the stem (stem_norm=True)"),
-]  # fmt: skip
+]
 
 # Names only timm's MlpMixer family uses (Mixer, GLU-Mixer, ResMLP, gMLP blocks): a file with them is timm's.
 TIMM_NAMES = re.compile(r"^blocks\.\d+\.(norm1|norm2|mlp_tokens|mlp_channels|linear_tokens|ls1|ls2)\b")
@@ -63,9 +71,10 @@ def from_timm_key(key: str, field: str = "weights", source: str = "") -> str:
     for pattern, what in _TIMM_UNSUPPORTED:
         if pattern.search(key):
             raise ConfigError(
-                field, about(source, f"{key!r} belongs to {what}, which an MLP-Mixer does not have"),
+                field,
+                about(source, f"{key!r} belongs to {what}, which an MLP-Mixer does not have"),
                 "convert a plain MLP-Mixer",
-            )  # fmt: skip
+            )
     m = _TIMM_BLOCK.fullmatch(key)
     if m is not None:
         block, part, fc, kind = m.groups()
@@ -89,9 +98,14 @@ def jax_key(key: str) -> str:
 _JAX_BLOCK = re.compile(
     r"MixerBlock_(\d+)/(?:(LayerNorm_[01])/(scale|bias)|(token_mixing|channel_mixing)/(Dense_[01])/(kernel|bias))"
 )
-_JAX_TOP = {"stem/kernel": "stem.proj.weight", "stem/bias": "stem.proj.bias",
-            "pre_head_layer_norm/scale": "norm.weight", "pre_head_layer_norm/bias": "norm.bias",
-            "head/kernel": "head.weight", "head/bias": "head.bias"}  # fmt: skip
+_JAX_TOP = {
+    "stem/kernel": "stem.proj.weight",
+    "stem/bias": "stem.proj.bias",
+    "pre_head_layer_norm/scale": "norm.weight",
+    "pre_head_layer_norm/bias": "norm.bias",
+    "head/kernel": "head.weight",
+    "head/bias": "head.bias",
+}
 _JAX_TOP_INV = {ours: jax for jax, ours in _JAX_TOP.items()}
 
 

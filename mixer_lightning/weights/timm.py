@@ -38,7 +38,9 @@ def timm_architecture(timm_model: nn.Module, field: str = "timm_model", source: 
     from timm.models.mlp_mixer import MixerBlock, MlpMixer
 
     def refuse(what: str) -> ConfigError:
-        return ConfigError(field, about(source, f"{what}, which an MLP-Mixer does not have"), "convert a plain MLP-Mixer")
+        return ConfigError(
+            field, about(source, f"{what}, which an MLP-Mixer does not have"), "convert a plain MLP-Mixer"
+        )
 
     def require(condition: bool, problem: str, fix: str | None = None) -> None:
         if not condition:
@@ -62,8 +64,10 @@ def timm_architecture(timm_model: nn.Module, field: str = "timm_model", source: 
     for i, block in enumerate(blocks):
         if type(block) is not MixerBlock:
             kind = type(block).__name__
-            what = {"ResBlock": "ResMLP blocks (affine 'norm', layer scale, a single linear token-mixing layer)",
-                    "SpatialGatingBlock": "gMLP blocks (spatial gating unit instead of token mixing)"}.get(kind)  # fmt: skip
+            what = {
+                "ResBlock": "ResMLP blocks (affine 'norm', layer scale, a single linear token-mixing layer)",
+                "SpatialGatingBlock": "gMLP blocks (spatial gating unit instead of token mixing)",
+            }.get(kind)
             raise refuse(f"blocks[{i}] is {what or f'a {kind}, not a plain MixerBlock'}")
         for name in ("mlp_tokens", "mlp_channels"):
             mlp = getattr(block, name)
@@ -133,8 +137,9 @@ def _timm_state_dict(timm_model: nn.Module) -> dict[str, torch.Tensor]:
             else:
                 weight, bias = module.weight, module.bias
             if bias is None:
-                bias = torch.zeros(weight.shape[0] if weight.ndim > 1 else weight.shape, dtype=weight.dtype,
-                                   device=weight.device)  # fmt: skip
+                bias = torch.zeros(
+                    weight.shape[0] if weight.ndim > 1 else weight.shape, dtype=weight.dtype, device=weight.device
+                )
             for kind, tensor in (("weight", weight), ("bias", bias)):
                 out[from_timm_key(f"{name}.{kind}")] = tensor.detach().clone()
     return out
@@ -157,7 +162,6 @@ def from_timm(timm_model: nn.Module) -> MLPMixer:
     return model.train(timm_model.training)
 
 
-
 def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
     """Weights named on a hub, through timm and huggingface_hub (their cache, ``HF_HUB_CACHE``, and
     ``HF_HUB_OFFLINE=1`` apply): ``timm:mixer_b16_224.goog_in21k_ft_in1k`` (a timm model name with its
@@ -171,7 +175,9 @@ def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
         timm_model = timm.create_model(model_name, pretrained=True)
     except RuntimeError as error:
         if "Unknown model" in str(error) or "Invalid pretrained tag" in str(error):
-            raise ConfigError(field, f"timm knows no model {model_name!r}", "see timm.list_pretrained('mixer*')") from None
+            raise ConfigError(
+                field, f"timm knows no model {model_name!r}", "see timm.list_pretrained('mixer*')"
+            ) from None
         raise
     except Exception as error:  # huggingface_hub: LocalEntryNotFoundError, OfflineModeIsEnabled, connection errors
         cause = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__

@@ -24,8 +24,22 @@ def checkpoint(kind: str, factory: pytest.TempPathFactory) -> str:
     root = factory.getbasetemp() / "trained_checkpoints"
     path = root / kind / "version_0" / "checkpoints" / "last.ckpt"
     if not path.is_file():
-        main(["fit", "--config", str(TEST_CONFIGS / CONFIGS[kind]), "--trainer.max_epochs", "1",
-              "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
-              "--trainer.logger.init_args.save_dir", str(root), "--trainer.logger.init_args.name", kind])  # fmt: skip
+        main(
+            [
+                "fit",
+                "--config",
+                str(TEST_CONFIGS / CONFIGS[kind]),
+                "--trainer.max_epochs",
+                "1",
+                "--trainer.limit_train_batches",
+                "3",
+                "--trainer.limit_val_batches",
+                "1",
+                "--trainer.logger.init_args.save_dir",
+                str(root),
+                "--trainer.logger.init_args.name",
+                kind,
+            ]
+        )
     assert path.is_file(), f"no checkpoint at {path}"
     return str(path)
