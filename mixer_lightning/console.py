@@ -273,7 +273,9 @@ class LineProgress(ProgressBar):
             self._images += int(inputs.shape[0])
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if loss is not None and hasattr(loss, "item"):
-            self._loss_sum += float(loss.detach().float().item())
+            # Summed on the loss's device and read once per line: `.item()` every step would be a host
+            # sync per step on a GPU, in exactly the batch jobs these lines are for.
+            self._loss_sum = loss.detach().float() + self._loss_sum
             self._loss_count += 1
         step = trainer.global_step
         last_step = step >= self._total
@@ -306,7 +308,7 @@ class LineProgress(ProgressBar):
         total = self._total
         parts.append(f"step {step}/{int(total)}" if math.isfinite(total) else f"step {step}")
         if self._loss_count:
-            parts.append(f"loss {self._loss_sum / self._loss_count:.4f}")
+            parts.append(f"loss {float(self._loss_sum) / self._loss_count:.4f}")
         if accuracy is not None:
             parts.append(f"acc {accuracy:.3f}")
         if trainer.optimizers:

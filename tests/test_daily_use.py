@@ -354,6 +354,30 @@ def test_a_run_in_a_log_prints_what_runs_and_plain_progress_lines(tmp_path) -> N
     assert sum(line.startswith(("epoch 1 validation", "epoch 2 validation")) for line in lines) == 2
 
 
+def test_progress_lines_read_the_loss_once_per_line_not_once_per_step(capsys, monkeypatch) -> None:
+    """The loss of a line is the mean of the steps since the last line, summed where the loss lives and
+    read once per line: a per-step `.item()` would be a host sync per step on a GPU."""
+    from types import SimpleNamespace
+
+    from mixer_lightning.console import LineProgress
+
+    reads = []
+    original_item = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(1) or original_item(self))
+    progress = LineProgress(every_n_steps=3)
+    trainer = SimpleNamespace(
+        global_step=0, max_epochs=1, current_epoch=0, optimizers=[], world_size=1, is_global_zero=True
+    )
+    progress._total, progress._start = 6.0, 0.0
+    monkeypatch.setattr(LineProgress, "trainer", property(lambda self: trainer))
+    for step, loss in enumerate([1.0, 2.0, 6.0, 4.0, 4.0, 4.0], start=1):
+        trainer.global_step = step
+        progress.on_train_batch_end(trainer, SimpleNamespace(), torch.tensor(loss), (torch.zeros(2, 1),), step - 1)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("  ")[2] for line in lines] == ["loss 3.0000", "loss 4.0000"]
+    assert not reads  # float() once per line, no .item() per step
+
+
 def test_the_progress_bar_in_a_terminal_lines_in_a_log(monkeypatch) -> None:
     from mixer_lightning.console import LineProgress, progress_callback
 
