@@ -320,6 +320,8 @@ def test_bad_grids(config: str, args: list[str], message: str, capsys: pytest.Ca
         (["--omega", "3", "--channels", "8", "--emit", "x"], "omega: 3 is unreachable with channels=8"),
         (["--omega", "1000", "--gamma", "2", "--emit", "x"], "gamma: the s_mixer family has γ = 1"),
         (["--channels", "8", "--emit", "x"], "omega: a channel or patch-size grid needs --omega"),
+        (["--omega", "1000", "--run", "x", "--parallel", "0"], "parallel: must be >= 1, got 0"),
+        (["--omega", "1000", "--emit", "x", "--parallel", "2"], "parallel: runs the points here, so it needs --run"),
         (
             ["--omega", "2000", "--emit", "earlier"],
             "emit: 'earlier' holds a sweep of another grid (channels grid, Ω = 1,000",
@@ -472,6 +474,30 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     }
     assert all([r["epoch"] for r in c["rows"]] == [0, 1] for c in curves)  # the config's 2 epochs
     assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
+
+
+def test_points_side_by_side_through_the_sweep_and_its_script(
+    capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--run DIR --parallel 2 and PARALLEL=2 bash DIR/run_all.sh: two runs at a time, each its own
+    `mixer sweep point` process with one thread (the CPUs split between them), then the report."""
+    monkeypatch.setenv("MIXER_ARGS", SHORT)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    sweep = ["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8"]
+    main([*sweep, "--run", "together", "--parallel", "2"])
+    assert "sweep: 2 runs, 2 at a time, 1 thread(s) each" in capsys.readouterr().out
+    for point in ("C4_S20", "C8_S12"):
+        assert run_state(Path("together/runs", point, "seed0")) == TESTED
+    with open("together/summary.csv") as f:
+        assert [row["point"] for row in csv.DictReader(f)] == ["C4_S20", "C8_S12"]
+    main([*sweep, "--emit", "script"])
+    env = {**os.environ, "PARALLEL": "2", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run(["bash", "script/run_all.sh"], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    for point in ("C4_S20", "C8_S12"):
+        assert run_state(Path("script/runs", point, "seed0")) == TESTED
+    assert Path("script/summary.csv").is_file()
 
 
 def test_sw_mlp_sweep_runs_here_and_reports_against_width(

@@ -7,8 +7,8 @@
 #
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
 # relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
-# on one thread (OMP_NUM_THREADS=1): on a 2-core machine two single-threaded runs beat one run on two
-# threads. Re-running continues where it stopped: `mixer sweep point` skips finished runs and resumes
+# on one thread (OMP_NUM_THREADS=1): as fast as one two-thread run at a time on an idle 2-core machine
+# (benchmarks/sweep_lanes.sh: 1.02x), and a one-thread run does not stall when other work takes a core. Re-running continues where it stopped: `mixer sweep point` skips finished runs and resumes
 # killed ones from their own last.ckpt. Afterwards: docs/reproductions/report.sh writes the tables and plots.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

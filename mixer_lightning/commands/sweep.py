@@ -12,7 +12,8 @@ Generic axes (--grid KEY=V1,V2, repeatable) are crossed with the width grid (or 
 point runs once per seed. --cka_reference MIXER.yaml trains that Mixer once per seed as well, and the
 report draws the average diagonal CKA between it and each SW-MLP against p (Fig. 2(a)).
 
-Running: --emit DIR writes the configs and run_all.sh / slurm_array.sh; --run DIR also runs them here.
+Running: --emit DIR writes the configs and run_all.sh / slurm_array.sh; --run DIR also runs them here
+(--parallel N: N at a time, each in its own process; PARALLEL=N bash DIR/run_all.sh does the same).
 Both run each point through `mixer sweep point DIR NAME`, which skips a finished run, tests a fitted
 one, resumes a killed one from its own checkpoints/last.ckpt (`mixer fit --ckpt_path last`) and fits
 a new one: run the sweep (or the script, or the array) again after a kill and it continues.
@@ -38,10 +39,10 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
 
-from mixer_lightning.errors import require
+from mixer_lightning.errors import TrainingError, require
 from mixer_lightning.sweeps.curves import add_curves_arguments, run_curves
 from mixer_lightning.sweeps.report import add_report_arguments, report_directories, run_report
-from mixer_lightning.sweeps.runs import emit, extra_arguments, read_manifest, run_point
+from mixer_lightning.sweeps.runs import emit, extra_arguments, read_manifest, run_point, run_points_in_parallel
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -80,10 +81,24 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--seeds", type=str, default="0", help="comma-separated seeds")
     parser.add_argument("--emit", type=str, default=None, help="write configs and scripts to this directory")
     parser.add_argument("--run", type=str, default=None, help="write them there and run them here, one by one")
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="with --run: this many runs at a time, each its own process with the CPUs split between them "
+        "(2 on a 2-core CPU; several small models on one GPU)",
+    )
 
 
 def run(args: Namespace) -> None:
     require(bool(args.emit) != bool(args.run), "emit", "give exactly one of --emit DIR or --run DIR")
+    require(args.parallel >= 1, "parallel", f"must be >= 1, got {args.parallel}", "give 1 (one run at a time) or more")
+    require(
+        args.parallel == 1 or bool(args.run),
+        "parallel",
+        "runs the points here, so it needs --run DIR",
+        "give --run DIR, or run the emitted script as PARALLEL=N bash DIR/run_all.sh",
+    )
     directory, field = (args.emit, "emit") if args.emit else (args.run, "run")
     if args.run:
         extra = extra_arguments()  # before anything is written: a bad $MIXER_ARGS is a one-line error too
@@ -94,8 +109,16 @@ def run(args: Namespace) -> None:
             f"sbatch {directory}/slurm_array.sh, then: mixer sweep report {directory}"
         )
         return
-    for entry in runs:
-        run_point(entry, extra)
+    if args.parallel > 1:
+        failed = run_points_in_parallel(directory, runs, args.parallel)
+        if failed:
+            raise TrainingError(
+                f"sweep {directory}: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their output "
+                "is above; run the same command again to continue them"
+            )
+    else:
+        for entry in runs:
+            run_point(entry, extra)
     report_directories([directory], plot=True)
     print(f"sweep {directory}: {len(runs)} runs done; report: mixer sweep report {directory}")
 

@@ -124,6 +124,40 @@ def run_point(entry: dict, extra: list[str] | None = None, log=print) -> str:
     return state
 
 
+def threads_per_run(parallel: int) -> str:
+    """OMP threads for each of `parallel` runs side by side: the CPUs split between them (at least 1),
+    unless ``$OMP_NUM_THREADS`` says otherwise. On an idle 2-core CPU two one-thread runs take what two
+    two-thread runs in turn take (1.02×, `benchmarks/sweep_lanes.sh`); a one-thread run does not stall
+    when another process takes a core, where torch's second thread waits at every parallel op."""
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // parallel))
+
+
+def run_points_in_parallel(directory: str | Path, runs: list[dict], parallel: int, log=print) -> list[str]:
+    """Every run through ``mixer sweep point DIRECTORY NAME`` in its own process, `parallel` at a time
+    (several small models on one GPU, or one single-threaded run per core); returns the names of the
+    runs whose process failed. Each process decides, as `run_point` does, what its run still needs."""
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": threads_per_run(parallel)}
+    names = [entry.get("name") or Path(entry["config"]).stem for entry in runs]
+    pending, active, failed = list(names), {}, []
+    log(f"sweep: {len(names)} runs, {parallel} at a time, {env['OMP_NUM_THREADS']} thread(s) each")
+    while pending or active:
+        while pending and len(active) < parallel:
+            name = pending.pop(0)
+            command = [sys.executable, "-m", "mixer_lightning.cli", "sweep", "point", str(directory), name]
+            active[subprocess.Popen(command, env=env)] = name
+        time.sleep(0.2)
+        for process in [p for p in active if p.poll() is not None]:
+            name = active.pop(process)
+            if process.returncode != 0:
+                failed.append(name)
+                log(f"sweep: {name}: failed (exit {process.returncode}); run the sweep again to continue it")
+    return failed
+
+
 # ----------------------------------------------------------------------------------------- emit
 
 
@@ -323,8 +357,17 @@ def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
         "# Every run of this sweep in turn: `mixer sweep point` skips a finished run, resumes a killed one from\n"
         "# its own checkpoints/last.ckpt, fits a new one, then tests it. Run it again after a kill: it continues.\n"
         "# Extra flags for every fit and test: MIXER_ARGS='--config configs/trainer/gpu.yaml' bash run_all.sh\n"
+        "# PARALLEL=N runs N at a time (one per core of a CPU, or several small models on one GPU), each with\n"
+        "# the CPUs split between them unless OMP_NUM_THREADS is set.\n"
         + common
-        + f'for run in "${{RUNS[@]}}"; do\n  mixer sweep point {sweep} "$run"\ndone\nmixer sweep report {sweep}\n'
+        + "PARALLEL=${PARALLEL:-1}\n"
+        + 'if [ "$PARALLEL" -gt 1 ]; then\n'
+        + "  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / PARALLEL > 0 ? $(nproc) / PARALLEL : 1 ))}\n"
+        + f'  printf \'%s\\n\' "${{RUNS[@]}}" | xargs -P "$PARALLEL" -I{{}} mixer sweep point {sweep} {{}}\n'
+        + "else\n"
+        + f'  for run in "${{RUNS[@]}}"; do\n    mixer sweep point {sweep} "$run"\n  done\n'
+        + "fi\n"
+        + f"mixer sweep report {sweep}\n"
     )
     slurm = (
         f"#!/usr/bin/env bash\n#SBATCH --job-name=mixer-sweep\n#SBATCH --array=0-{len(runs) - 1}\n"
