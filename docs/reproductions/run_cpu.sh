@@ -80,16 +80,20 @@ budget() {  # how Fig. 6's claim moves with the budget: C = 16, 64, 173 at 5 and
   run budget_5ep budget_20ep
 }
 
-gap() {  # the independent S-Mixer's recipe (8 epochs) through ours, beside docs/reproductions/independent_s_mixer.py
+gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) beside ours, 8 epochs, 2 seeds:
+  # ours (init normal, the paper's; xavier, the earlier default), the script as the issue ran it (PyTorch's
+  # default init, no SkipLayer at S = S0) and as ours is built (N(0, 1/fan_in), zero head, SkipLayer always)
   emit gap_ours configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 64,173 --seeds "$SEEDS" \
     --grid trainer.max_epochs=8 --grid model.init_args.init=normal,xavier
   run gap_ours
   mkdir -p "$OUT/independent"
-  for init in torch paper; do
+  for variant in torch paper_skip; do
+    local flags="--init torch"
+    [ "$variant" = torch ] || flags="--init paper --skip_always"
     for c in 64 173; do
       for seed in ${SEEDS//,/ }; do
-        out="$OUT/independent/C${c}_seed${seed}_${init}.json"
-        [ -s "$out" ] || echo "$PYTHON docs/reproductions/independent_s_mixer.py --data $DATA --channels $c --seed $seed --epochs 8 --init $init > $out.tmp && mv $out.tmp $out"
+        out="$OUT/independent/C${c}_seed${seed}_${variant}.json"
+        [ -s "$out" ] || echo "$PYTHON docs/reproductions/independent_s_mixer.py --data $DATA --channels $c --seed $seed --epochs 8 $flags > $out.tmp && mv $out.tmp $out"
       done
     done
   done | xargs -P "$LANES" -I{} sh -c "{}"
