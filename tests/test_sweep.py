@@ -216,6 +216,17 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
     assert Path("lr/error_vs_lr.png").stat().st_size > 5000 and Path("lr/error_vs_sparsity.png").is_file()
     main(["sweep", "report", "lr"])  # the series is the directory's name
     assert "best for lr p0.5_m64: lr = 0.02" in capsys.readouterr().out
+    # Beside a sweep without the axis: its points had no choice, so they get no "best" row.
+    main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--densities", "0.5", "--emit", "plain"])
+    (run,) = manifest("plain")["runs"]
+    Path(run["run_dir"]).mkdir(parents=True)
+    Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": 0.9}))
+    capsys.readouterr()
+    main(["sweep", "report", "lr", "plain", "--out", "both", "--json"])
+    assert sorted((b["series"], b["point"]) for b in json.loads(capsys.readouterr().out)["best"]) == [
+        ("lr", "p0.25_m91"),
+        ("lr", "p0.5_m64"),
+    ]
 
 
 def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:

@@ -101,7 +101,8 @@ def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
 
 
 def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
-    """Per series and width point, the axis values of the lowest mean test error."""
+    """Per series and width point, the axis values of the lowest mean test error, where there is a choice
+    (a point run at one setting only, e.g. a series without the axis beside one that has it, has none)."""
     if not axis_names:
         return []
     groups: dict[tuple, list[dict]] = {}
@@ -109,6 +110,8 @@ def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
         groups.setdefault((row["series"], row["width_point"]), []).append(row)
     best = []
     for (series, point), members in groups.items():
+        if len(members) < 2:
+            continue
         winner = min(members, key=lambda r: r["test_error_mean"])
         best.append(
             {
