@@ -229,6 +229,32 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
     ]
 
 
+def test_mirror_points_are_drawn_as_two_branches_against_the_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """(C, S) and (S, C) share m at a fixed Ω: against m a series is its C ≤ S and C ≥ S branches, both
+    through S = C; a series without a generic axis is labelled without it (no "impl = None")."""
+    from mixer_lightning.sweeps import report
+
+    drawn = {}
+
+    def capture(ax, summary, x, label, **kwargs):
+        for row in summary:
+            drawn.setdefault(label(row), []).append((x(row), row["C"]))
+        return True
+
+    monkeypatch.setattr(report, "_plot_lines", capture)
+    row = {"test_error_mean": 0.5, "test_error_std": 0.0, "p": None, "gamma": 1.0}
+    summary = [
+        {**row, "series": "s", "point": "C16_S173", "C": 16, "S": 173, "m": 2768, "impl": None},
+        {**row, "series": "s", "point": "C64_S64", "C": 64, "S": 64, "m": 4096, "impl": None},
+        {**row, "series": "s", "point": "C173_S16", "C": 173, "S": 16, "m": 2768, "impl": None},
+        {**row, "series": "sw", "point": "p0.5", "C": None, "S": None, "m": 724, "p": 0.5, "impl": "dense"},
+    ]
+    report.plot_summary(summary, [{"kind": "channels", "omega": 2**18, "gamma": 1.0}], ["impl"], Path("."))
+    assert sorted(drawn) == ["s", "s, C ≤ S", "s, C ≥ S", "sw (impl = dense)"]  # "s": the plot against C
+    assert sorted(drawn["s, C ≤ S"]) == [(2768, 16), (4096, 64)]
+    assert sorted(drawn["s, C ≥ S"]) == [(2768, 173), (4096, 64)]
+
+
 def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     """Fig. S.3 (left): γ varied at a fixed Mixer (S = C = 16 here), no width grid; the report plots
     the error against γ and names the best."""

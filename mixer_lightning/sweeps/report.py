@@ -184,8 +184,26 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
     )
 
     def series_label(row: dict) -> str:
-        extra = ", ".join(f"{n} = {row[n]}" for n in axis_names)
-        return f"{row['series']} ({extra})" if extra else row["series"]
+        extra = ", ".join(f"{n} = {row[n]}" for n in axis_names if row.get(n) is not None)
+        label = f"{row['series']} ({extra})" if extra else row["series"]
+        return f"{label}, {row['_branch']}" if row.get("_branch") else label
+
+    # At a fixed Ω the mirror points (C, S) and (S, C) share their width m (App. C.4's pairs): against m,
+    # such a series is drawn as its two branches, C ≤ S and C ≥ S, meeting at S = C.
+    mirrored = {
+        series
+        for series in {r["series"] for r in summary}
+        if len(ms := [r["m"] for r in summary if r["series"] == series and r["C"] is not None]) > len(set(ms))
+    }
+    by_branch = []
+    for row in summary:
+        if row["series"] not in mirrored:
+            by_branch.append(row)
+            continue
+        if row["C"] <= row["S"]:
+            by_branch.append({**row, "_branch": "C ≤ S"})
+        if row["C"] >= row["S"]:
+            by_branch.append({**row, "_branch": "C ≥ S"})
 
     figures = []
     if len({r["m"] for r in summary if r["m"] is not None}) > 1:
@@ -197,7 +215,7 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
     paths = []
     for name, x, xlabel, scale in figures:
         fig, ax = plt.subplots(figsize=(6.2, 4.2))
-        _plot_lines(ax, summary, x, series_label)
+        _plot_lines(ax, by_branch if name == "error_vs_width.png" else summary, x, series_label)
         if name == "error_vs_channels.png" and (omega or width):
             c_star = width**0.5 if width else optimum(omega, gamma or 1.0)["C"]
             ax.axvline(c_star, color="gray", linestyle="--", label=f"S = C = {c_star:.4g}")
