@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers import ROOT, TEST_CONFIGS, read_json, run_dirs
 from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.models import create_model
@@ -236,5 +237,8 @@ def test_bench_fit_against_the_step_through_the_cli(tmp_path: Path, capsys: pyte
         assert ratios["cifar_fit_speedup"][i] == pytest.approx(rounds["tensor"][i] / rounds["pil"][i])
     assert report["cifar_fit_vs_step"] == pytest.approx(sum(ratios["cifar_fit_vs_step"]) / 2)
     assert report["cifar_fit_speedup"] == pytest.approx(sum(ratios["cifar_fit_speedup"]) / 2)
-    assert report["setting"]["workers"] == {"tensor": 1, "pil": 1} and report["setting"]["data"] == str(root)
+    assert report["setting"]["workers"] == {"tensor": 1, "pil": 1} and report["setting"]["data"] == os.path.relpath(
+        root.resolve(), ROOT
+    )
+    assert not os.path.isabs(report["setting"]["config"])  # a committed JSON names no machine directory
     assert all(0 <= share < 1 for share in report["waiting_share"].values())

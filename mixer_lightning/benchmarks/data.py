@@ -179,6 +179,12 @@ if __name__ == "__main__":
 # ------------------------------------------------------------------ end-to-end fit against the step
 
 
+def checkout_relative(path: str | Path) -> str:
+    """`path` as the results file records it: relative to the checkout (``../shared/data/cifar10``,
+    ``configs/x.yaml``), so that a committed benchmark JSON names no machine's directories."""
+    return os.path.relpath(Path(path).resolve(), REPO)
+
+
 def data_root() -> Path:
     """``$MIXER_DATA_ROOT``, else ``<checkout>/../shared/data`` (where the project's real datasets live)."""
     return Path(os.environ.get("MIXER_DATA_ROOT") or REPO.parent / "shared" / "data")
@@ -458,11 +464,11 @@ def fit_vs_step(
         "rounds_ratios": {"cifar_fit_vs_step": vs_step, "cifar_fit_speedup": speedup, "pil_fit_vs_step": pil_vs_step},
         "waiting_share": {name: statistics.median(values) for name, values in waiting.items()},
         "setting": {
-            "config": str(config),
+            "config": checkout_relative(config),
             "overrides": " ".join(extra),
             "device": device,
             "step_timing": "paired with the tensor fit" if paired else "separate runs",
-            "data": "synthetic CIFAR-shaped set" if synthetic else str(real),
+            "data": "synthetic CIFAR-shaped set" if synthetic else checkout_relative(real),
             "batch_size": facts["batch_size"],
             "warmup_batches": warmup,
             "timed_batches": batches,
