@@ -295,6 +295,22 @@ def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFix
     assert names == ["permutetf_seed0", "permuteft_seed0", "permutefalse_seed0"]
     config = yaml.safe_load(Path("d5/configs/permuteft_seed0.yaml").read_text())
     assert config["model"]["init_args"]["permute"] == [False, True]
+    # The report of such an axis (list values are unhashable, not numbers): a bar per value, in the grid's
+    # order, and the position of the lowest error named.
+    accuracy = {"permutetf_seed0": 0.5, "permuteft_seed0": 0.6, "permutefalse_seed0": 0.7}
+    capsys.readouterr()
+    for run in manifest("d5")["runs"]:
+        Path(run["run_dir"]).mkdir(parents=True)
+        Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": accuracy[run["name"]]}))
+    main(["sweep", "report", "d5", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert [(r["point"], round(r["test_error_mean"], 2)) for r in report["summary"]] == [
+        ("permutefalse", 0.3),
+        ("permuteft", 0.4),
+        ("permutetf", 0.5),
+    ]
+    assert [b["permute"] for b in report["best"]] == [False]
+    assert report["plots"] == ["d5/error_by_permute.png"] and Path("d5/error_by_permute.png").stat().st_size > 5000
     err = one_line_error(
         capsys, ["sweep", "--config", digits_rp, "--grid", "model.init_args.permute=[[true],[true]]", "--emit", "x"]
     )

@@ -232,11 +232,12 @@ def _axis_values(text: str, key: str) -> tuple:
     return tuple(values)
 
 
-def _format(value: Any) -> str:
+def format_value(value: Any) -> str:
+    """A grid value as the run names spell it."""
     if isinstance(value, list):  # [true, false, false] → tff; [1, 2] → 1-2
         if all(isinstance(v, bool) for v in value):
             return "".join("t" if v else "f" for v in value)
-        return "-".join(_format(v) for v in value)
+        return "-".join(format_value(v) for v in value)
     text = f"{value:g}" if isinstance(value, float) else str(value).lower() if isinstance(value, bool) else str(value)
     return re.sub(r"[^A-Za-z0-9.+\-]", "-", text)
 
@@ -469,7 +470,7 @@ def build(args, base: dict, config_paths: list[str]) -> Grid:
     if axes:
         crossed = []
         for point, values in itertools.product(points, itertools.product(*(a.values for a in axes))):
-            suffix = "_".join(f"{a.name}{_format(v)}" for a, v in zip(axes, values, strict=True))
+            suffix = "_".join(f"{a.name}{format_value(v)}" for a, v in zip(axes, values, strict=True))
             overrides = point.overrides
             for axis, value in zip(axes, values, strict=True):
                 overrides = deep_merge(overrides, _nested(axis.key, value))

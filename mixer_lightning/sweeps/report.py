@@ -8,6 +8,7 @@ per series and grid point, one column per generic axis), and the paper's plots o
 - ``error_vs_sparsity.png``: an SW-MLP density grid against the sparsity 1 − p, with the final
   training loss beside the test error (Fig. S.1 left: trainability falls as 1 − p grows);
 - ``error_vs_<axis>.png``: against each numeric generic axis (``--grid``), one line per width point;
+- ``error_by_<axis>.png``: bars per value of a non-numeric one (App. D.5's ``permute`` lists);
 - with a CKA reference (``--cka_reference``): ``cka.csv`` and ``cka_vs_density.png`` (Fig. 2(a),
   `mixer_lightning.sweeps.cka`).
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from mixer_lightning.atomic import atomic_write, save_figure
 from mixer_lightning.errors import require
+from mixer_lightning.sweeps.grid import format_value
 from mixer_lightning.sweeps.runs import REFERENCE, check_output_directory, read_manifest
 from mixer_lightning.width import optimum
 
@@ -240,9 +242,13 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         save_figure(fig, out / "error_vs_sparsity.png", dpi=120)
         paths.append(out / "error_vs_sparsity.png")
     for axis in axis_names:
-        values = {r[axis] for r in summary}
-        if len(values) < 2 or not _numeric(values):
+        values = [r[axis] for r in summary]
+        if len({format_value(v) for v in values}) < 2:
             continue
+        if not _numeric(values):  # e.g. App. D.5's permute lists: one bar per value, in the grid's order
+            paths.append(_plot_bars(plt, summary, manifests, axis, [n for n in axis_names if n != axis], context, out))
+            continue
+        values = set(values)
         fig, ax = plt.subplots(figsize=(6.2, 4.2))
         others = [n for n in axis_names if n != axis]
         _plot_lines(
@@ -264,6 +270,39 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         save_figure(fig, out / name, dpi=120)
         paths.append(out / name)
     return paths
+
+
+def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, others: list[str], context, out: Path):
+    """``error_by_<axis>.png``: test error (mean ± std over seeds) per value of a non-numeric axis, the values
+    in the order the grid gave them and spelled as the run names spell them (``[true, false]`` → ``tf``),
+    one bar per series (and width point and other axes)."""
+    order = []
+    for manifest in manifests:
+        for entry in manifest.get("axes") or []:
+            if entry["name"] == axis:
+                order += [format_value(v) for v in entry["values"] if format_value(v) not in order]
+    groups: dict[str, dict[str, tuple]] = {}
+    for row in summary:
+        label = " ".join([row["series"], row["width_point"]] + [f"{n}={row[n]}" for n in others])
+        groups.setdefault(label, {})[format_value(row[axis])] = (row["test_error_mean"], row["test_error_std"])
+    order += sorted({v for bars in groups.values() for v in bars} - set(order))
+    fig, ax = plt.subplots(figsize=(max(6.2, 0.9 * len(order) * len(groups)), 4.2))
+    width = 0.8 / len(groups)
+    for i, (label, bars) in enumerate(sorted(groups.items())):
+        xs = [j + (i - (len(groups) - 1) / 2) * width for j, v in enumerate(order) if v in bars]
+        ys, es = zip(*(bars[v] for v in order if v in bars), strict=True)
+        ax.bar(xs, ys, width=width, yerr=es, capsize=3, label=label)
+    low = min(r["test_error_mean"] - r["test_error_std"] for r in summary)
+    high = max(r["test_error_mean"] + r["test_error_std"] for r in summary)
+    margin = max(high - low, 0.01) * 0.5  # the differences, not the bars' common base, fill the axes
+    ax.set(xticks=range(len(order)), ylim=(max(0.0, low - margin), high + margin))
+    ax.set_xticklabels(order)
+    ax.set(xlabel=axis, ylabel="test error", title=context or "sweep")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / f"error_by_{axis.replace('/', '_')}.png"
+    save_figure(fig, path, dpi=120)
+    return path
 
 
 # ----------------------------------------------------------------------------------------- report
