@@ -59,8 +59,9 @@ d5() {  # App. D.5: a 4-block S-Mixer (S = C = 64) with one block RP, each posit
 }
 
 table1() {  # Table 1 upper, CIFAR-10: Mixer-SS/8 vs Mixer-SS-W at the same Ω (AdamW, AutoAugment: the PIL path).
-  # Each is ~1 GMAC per image: about 46 minutes per epoch on one thread here, so the CPU budget is
-  # $TABLE1_EPOCHS (default 1) epoch(s), one seed; the cosine schedule still runs to its end.
+  # Each is ~256M multiply-adds per image forward (Table 1's FLOPs column), about 46 minutes per epoch on
+  # one thread here, so the CPU budget is $TABLE1_EPOCHS (default 1) epoch(s), one seed; the cosine schedule
+  # still runs to its end.
   local epochs=${TABLE1_EPOCHS:-1}
   emit table1_ss8 configs/cifar10_mixer_ss8.yaml --seeds "${TABLE1_SEEDS:-0}" --grid "trainer.max_epochs=$epochs"
   emit table1_ss_w configs/cifar10_mixer_ss_w.yaml --seeds "${TABLE1_SEEDS:-0}" --grid "trainer.max_epochs=$epochs"
