@@ -264,7 +264,7 @@ def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatc
     import huggingface_hub.constants as hub
     from test_pretrained_hub import place_in_cache
 
-    from helpers.fakedata import write_hf
+    from helpers.fakedata import write_fine_tune_config
     from mixer_lightning.preprocessing import hub_preprocessing
     from mixer_lightning.weights import read_weights
 
@@ -280,28 +280,7 @@ def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatc
     assert preprocessing == {k: v for k, v in read_weights("hf-hub:lab/tiny-mixer").preprocessing.items()}
     assert preprocessing["interpolation"] == "bicubic" and preprocessing["crop_pct"] == 0.9
 
-    write_hf(tmp_path / "hf5", train=16, test=8, size=32, classes=5)
-    config = {
-        "model": {
-            "class_path": "mixer_lightning.tasks.MLPMixerModule",
-            "init_args": {"init_from": "hf-hub:lab/tiny-mixer"},
-        },
-        "data": {
-            "class_path": "mixer_lightning.data.ImageDataModule",
-            "init_args": {"dataset": "hf", "root": str(tmp_path / "hf5"), "batch_size": 8, "val_split": 0},
-        },
-        "trainer": {
-            "max_epochs": 1,
-            "limit_train_batches": 1,
-            "limit_val_batches": 1,
-            "enable_progress_bar": False,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                "init_args": {"save_dir": "runs", "name": "hub"},
-            },
-        },
-    }
-    Path("finetune.yaml").write_text(yaml.safe_dump(config))
+    write_fine_tune_config(Path("finetune.yaml"), "hf-hub:lab/tiny-mixer", tmp_path / "hf5")
     capsys.readouterr()
     main(["fit", "--config", "finetune.yaml"])
     data = yaml.safe_load(Path("runs/hub/version_0/config.yaml").read_text())["data"]["init_args"]

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import timm
 import torch
-import yaml
 
-from helpers.fakedata import write_hf
+from helpers.fakedata import write_fine_tune_config
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
 from mixer_lightning.weights import read_weights
@@ -77,27 +76,7 @@ def test_convert_and_fine_tune_from_a_hub_name(tmp_path, offline_cache, capsys) 
     with torch.no_grad():
         assert torch.allclose(converted.net(images), model(images), atol=1e-5)
     # Fine-tuning: no preset or architecture given, the hub model's architecture is taken.
-    write_hf(tmp_path / "hf5", train=16, test=8, size=32, classes=5)
-    config = {
-        "model": {
-            "class_path": "mixer_lightning.tasks.MLPMixerModule",
-            "init_args": {"init_from": "hf-hub:lab/tiny-mixer"},
-        },
-        "data": {
-            "class_path": "mixer_lightning.data.ImageDataModule",
-            "init_args": {"dataset": "hf", "root": str(tmp_path / "hf5"), "batch_size": 8, "val_split": 0},
-        },
-        "trainer": {
-            "max_epochs": 1,
-            "limit_train_batches": 1,
-            "limit_val_batches": 1,
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                "init_args": {"save_dir": "runs", "name": "hub"},
-            },
-        },
-    }
-    Path("finetune.yaml").write_text(yaml.safe_dump(config))
+    write_fine_tune_config(Path("finetune.yaml"), "hf-hub:lab/tiny-mixer", tmp_path / "hf5")
     main(["fit", "--config", "finetune.yaml"])
     tuned = load_classifier(next(Path("runs/hub").glob("version_0/checkpoints/last.ckpt")))
     assert tuned.net.head.out_features == 5 and tuned.net.stem.proj.out_channels == 512

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 
@@ -121,6 +122,31 @@ WRITERS = {
     "folder": write_image_folder,
     "hf": write_hf,
 }
+
+
+def write_fine_tune_config(path: Path, init_from: str, data_root: Path) -> Path:
+    """A one-step fine-tuning config: the MLP-Mixer of ``init_from`` on a 5-class 32×32 HF dataset written
+    under ``data_root``, logged to runs/hub."""
+    write_hf(data_root, train=16, test=8, size=32, classes=5)
+    config = {
+        "model": {"class_path": "mixer_lightning.tasks.MLPMixerModule", "init_args": {"init_from": init_from}},
+        "data": {
+            "class_path": "mixer_lightning.data.ImageDataModule",
+            "init_args": {"dataset": "hf", "root": str(data_root), "batch_size": 8, "val_split": 0},
+        },
+        "trainer": {
+            "max_epochs": 1,
+            "limit_train_batches": 1,
+            "limit_val_batches": 1,
+            "enable_progress_bar": False,
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": "runs", "name": "hub"},
+            },
+        },
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def patch_torchvision_checks(monkeypatch: pytest.MonkeyPatch) -> None:
