@@ -223,10 +223,10 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
     Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": 0.9}))
     capsys.readouterr()
     main(["sweep", "report", "lr", "plain", "--out", "both", "--json"])
-    assert sorted((b["series"], b["point"]) for b in json.loads(capsys.readouterr().out)["best"]) == [
-        ("lr", "p0.25_m91"),
-        ("lr", "p0.5_m64"),
-    ]
+    both = json.loads(capsys.readouterr().out)
+    assert sorted((b["series"], b["point"]) for b in both["best"]) == [("lr", "p0.25_m91"), ("lr", "p0.5_m64")]
+    # The series without the axis (lr None) leaves the axis numeric: a line plot, not bars of "none".
+    assert "both/error_vs_lr.png" in both["plots"] and not Path("both/error_by_lr.png").exists()
 
 
 def test_mirror_points_are_drawn_as_two_branches_against_the_width(monkeypatch: pytest.MonkeyPatch) -> None:

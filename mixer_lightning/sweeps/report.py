@@ -242,7 +242,7 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         save_figure(fig, out / "error_vs_sparsity.png", dpi=120)
         paths.append(out / "error_vs_sparsity.png")
     for axis in axis_names:
-        values = [r[axis] for r in summary]
+        values = [r[axis] for r in summary if r.get(axis) is not None]  # a series without the axis has None
         if len({format_value(v) for v in values}) < 2:
             continue
         if not _numeric(values):  # e.g. App. D.5's permute lists: one bar per value, in the grid's order
@@ -283,6 +283,8 @@ def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, other
                 order += [format_value(v) for v in entry["values"] if format_value(v) not in order]
     groups: dict[str, dict[str, tuple]] = {}
     for row in summary:
+        if row.get(axis) is None:
+            continue
         label = " ".join([row["series"], row["width_point"]] + [f"{n}={row[n]}" for n in others])
         groups.setdefault(label, {})[format_value(row[axis])] = (row["test_error_mean"], row["test_error_std"])
     order += sorted({v for bars in groups.values() for v in bars} - set(order))
@@ -292,8 +294,9 @@ def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, other
         xs = [j + (i - (len(groups) - 1) / 2) * width for j, v in enumerate(order) if v in bars]
         ys, es = zip(*(bars[v] for v in order if v in bars), strict=True)
         ax.bar(xs, ys, width=width, yerr=es, capsize=3, label=label)
-    low = min(r["test_error_mean"] - r["test_error_std"] for r in summary)
-    high = max(r["test_error_mean"] + r["test_error_std"] for r in summary)
+    shown = [r for r in summary if r.get(axis) is not None]
+    low = min(r["test_error_mean"] - r["test_error_std"] for r in shown)
+    high = max(r["test_error_mean"] + r["test_error_std"] for r in shown)
     margin = max(high - low, 0.01) * 0.5  # the differences, not the bars' common base, fill the axes
     ax.set(xticks=range(len(order)), ylim=(max(0.0, low - margin), high + margin))
     ax.set_xticklabels(order)
