@@ -30,7 +30,8 @@ emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist:
   [ -f "$OUT/$dir/sweep.json" ] || "$MIXER" sweep --config "$config" "${BUDGET[@]}" "$@" --emit "$OUT/$dir" >/dev/null
 }
 
-run() {  # run DIR...: every run of the sweeps, $LANES at a time
+run() {  # run DIR...: every run of the sweeps, $LANES at a time (none with EMIT_ONLY set)
+  [ -z "${EMIT_ONLY:-}" ] || return 0
   for dir in "$@"; do
     "$PYTHON" -c 'import json, sys; [print(sys.argv[1], r["name"]) for r in json.load(open(sys.argv[1] + "/sweep.json"))["runs"]]' "$OUT/$dir"
   done | xargs -P "$LANES" -L 1 "$MIXER" sweep point
@@ -42,20 +43,20 @@ fig5() {  # Fig. 5 (and Fig. 6's claim): S-Mixer and RP S-Mixer over Ω = 2^18's
   # The SW-MLPs as masked dense weights (impl: dense, the same function as sparse): a CPU's sparse kernels
   # run at ~1 GFLOP/s, so the dense GEMM of m² entries beats p·m² sparse ones at every Fig. 5 density.
   emit fig5_sw_mlp configs/cifar10_fig5_sw_mlp.yaml --omega '2**18' --seeds "$SEEDS" --grid model.init_args.impl=dense
-  [ -n "${EMIT_ONLY:-}" ] || run fig5_s_mixer fig5_rp_s_mixer fig5_sw_mlp
+  run fig5_s_mixer fig5_rp_s_mixer fig5_sw_mlp
 }
 
 fig7() {  # Fig. 7 at S = C = 64 (the paper's 128 is 8x the compute): depth 4, 8, 12, normal and RP
   local axes=(--grid model.init_args.num_blocks=4,8,12 --grid model.init_args.channels=64 --grid model.init_args.tokens=64)
   emit fig7_s_mixer configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
   emit fig7_rp_s_mixer configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
-  [ -n "${EMIT_ONLY:-}" ] || run fig7_s_mixer fig7_rp_s_mixer
+  run fig7_s_mixer fig7_rp_s_mixer
 }
 
 d5() {  # App. D.5: a 4-block S-Mixer (S = C = 64) with one block RP, each position; none and all for reference
   emit d5_s_mixer configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" --grid \
     'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true],false,true]'
-  [ -n "${EMIT_ONLY:-}" ] || run d5_s_mixer
+  run d5_s_mixer
 }
 
 table1() {  # Table 1 upper, CIFAR-10: Mixer-SS/8 vs Mixer-SS-W at the same Ω (AdamW, AutoAugment: the PIL path).
@@ -65,7 +66,7 @@ table1() {  # Table 1 upper, CIFAR-10: Mixer-SS/8 vs Mixer-SS-W at the same Ω (
   local epochs=${TABLE1_EPOCHS:-1}
   emit table1_ss8 configs/cifar10_mixer_ss8.yaml --seeds "${TABLE1_SEEDS:-0}" --grid "trainer.max_epochs=$epochs"
   emit table1_ss_w configs/cifar10_mixer_ss_w.yaml --seeds "${TABLE1_SEEDS:-0}" --grid "trainer.max_epochs=$epochs"
-  [ -n "${EMIT_ONLY:-}" ] || run table1_ss8 table1_ss_w
+  run table1_ss8 table1_ss_w
 }
 
 fig2() {  # Fig. 2(b, c) at S = C = 32: CKA between the Mixer and SW-MLPs (m = 1,024) of matching sparsity
@@ -75,7 +76,7 @@ fig2() {  # Fig. 2(b, c) at S = C = 32: CKA between the Mixer and SW-MLPs (m = 1
     --grid model.init_args.impl=dense --seeds 0 --cka_reference configs/cifar10_fig2_mixer.yaml \
     --cka_reference configs/budget/cpu.yaml --cka_reference configs/data/cifar10_hf.yaml \
     --cka_reference configs/budget/fig2_s32.yaml
-  [ -n "${EMIT_ONLY:-}" ] || run fig2_cka
+  run fig2_cka
 }
 
 budget() {  # how Fig. 6's claim moves with the budget: C = 16, 64, 173 at 5 and 20 epochs (10 is fig5's)
@@ -83,7 +84,7 @@ budget() {  # how Fig. 6's claim moves with the budget: C = 16, 64, 173 at 5 and
     emit "budget_${epochs}ep" configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 16,64,173 --seeds "$SEEDS" \
       --grid "trainer.max_epochs=$epochs"
   done
-  [ -n "${EMIT_ONLY:-}" ] || run budget_5ep budget_20ep
+  run budget_5ep budget_20ep
 }
 
 gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) beside ours, 8 epochs, 2 seeds:
@@ -91,7 +92,8 @@ gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) b
   # default init, no SkipLayer at S = S0) and as ours is built (N(0, 1/fan_in), zero head, SkipLayer always)
   emit gap_ours configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 64,173 --seeds "$SEEDS" \
     --grid trainer.max_epochs=8 --grid model.init_args.init=normal,xavier
-  [ -n "${EMIT_ONLY:-}" ] || run gap_ours
+  run gap_ours
+  [ -z "${EMIT_ONLY:-}" ] || return 0  # the independent script has no sweep to emit
   mkdir -p "$OUT/independent"
   for variant in torch paper_skip; do
     local flags="--init torch"
