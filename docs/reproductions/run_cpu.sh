@@ -5,6 +5,10 @@
 #
 #   docs/reproductions/run_cpu.sh [ITEM ...]      items: fig5 fig7 d5 table1 fig2 budget gap (default: all)
 #
+# At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
+# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_d5 (not in the default set: ~10 hours
+# at 2^14). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points.
+#
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
 # relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
 # on one thread (OMP_NUM_THREADS=1): as fast as one two-thread run at a time on an idle 2-core machine
@@ -22,6 +26,8 @@ LANES=${LANES:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export MIXER_ARGS="--data.root $DATA --trainer.enable_progress_bar false ${MIXER_ARGS:-}"
 BUDGET=(--config configs/budget/cpu.yaml --config configs/data/cifar10_hf.yaml)
+OMEGA_EXP=${OMEGA_EXP:-14}
+NICE=${NICE:-}  # e.g. NICE="nice -n 10": the runs yield the CPU to interactive work
 SEEDS=${SEEDS:-0,1}
 
 emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist: a started sweep is never rewritten)
@@ -30,11 +36,19 @@ emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist:
   [ -f "$OUT/$dir/sweep.json" ] || "$MIXER" sweep --config "$config" "${BUDGET[@]}" "$@" --emit "$OUT/$dir" >/dev/null
 }
 
-run() {  # run DIR...: every run of the sweeps, $LANES at a time (none with EMIT_ONLY set)
+run() {  # run DIR...: every run of the sweeps, $LANES at a time (none with EMIT_ONLY set), the first seed of
+  # every sweep's points before the second (so a partial queue has whole curves), the sweeps interleaved
   [ -z "${EMIT_ONLY:-}" ] || return 0
-  for dir in "$@"; do
-    "$PYTHON" -c 'import json, sys; [print(sys.argv[1], r["name"]) for r in json.load(open(sys.argv[1] + "/sweep.json"))["runs"]]' "$OUT/$dir"
-  done | xargs -P "$LANES" -L 1 "$MIXER" sweep point
+  "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -P "$LANES" -L 1 $NICE "$MIXER" sweep point
+import json, re, sys
+queue = []
+for order, folder in enumerate(sys.argv[1:]):
+    for index, run in enumerate(json.load(open(folder + "/sweep.json"))["runs"]):
+        seed = re.search(r"seed(\d+)$", run["name"])
+        queue.append((int(seed.group(1)) if seed else 0, index, order, folder, run["name"]))
+for *_, folder, name in sorted(queue):
+    print(folder, name)
+PY
 }
 
 fig5() {  # Fig. 5 (and Fig. 6's claim): S-Mixer and RP S-Mixer over Ω = 2^18's (C, S) pairs with S = C = 64; SW-MLP arm
@@ -107,11 +121,55 @@ gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) b
   done | xargs -P "$LANES" -I{} sh -c "{}"
 }
 
+# At the paper's schedule: the config's 200 epochs, only Ω smaller (configs/budget/omega_2p$OMEGA_EXP.yaml).
+PAPER=(--config "configs/budget/omega_2p$OMEGA_EXP.yaml" --config configs/data/cifar10_hf.yaml)
+
+paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-Mixer and RP over C grids bracketing
+  # C* = Ω^(1/3) with mirror pairs (S and C swapped) and S ≈ C, and the SW-MLP arm at the same Ω
+  local -a BUDGET=("${PAPER[@]}")
+  local channels
+  case $OMEGA_EXP in
+    14) channels=8,12,16,20,25,32,38,47,60 ;;  # S = 60, 47, 38, 32, 26, 20, 16, 12, 8; C* = 25.4
+    12) channels=4,6,8,10,16,24,28,34,43 ;;    # S = 43, 34, 28, 24, 16, 10, 8, 6, 4; C* = 16
+    16) channels=16,40,83 ;;                   # S = 83, 41, 16 (C = S and the two extremes); C* = 40.3
+    *) echo "run_cpu.sh: no paper_fig5 grid for OMEGA_EXP=$OMEGA_EXP; choose 12, 14 or 16" >&2; exit 2 ;;
+  esac
+  local omega="2**$OMEGA_EXP" name="paper_2p${OMEGA_EXP}_fig5"
+  emit "${name}_s_mixer" configs/cifar10_fig5_s_mixer.yaml --omega "$omega" --channels "$channels" --seeds "$SEEDS"
+  emit "${name}_rp_s_mixer" configs/cifar10_fig5_rp_s_mixer.yaml --omega "$omega" --channels "$channels" --seeds "$SEEDS"
+  local sw=()
+  if [ "$OMEGA_EXP" != 16 ]; then
+    emit "${name}_sw_mlp" configs/cifar10_fig5_sw_mlp.yaml --omega "$omega" --seeds "$SEEDS" --grid model.init_args.impl=dense
+    sw=("${name}_sw_mlp")
+  fi
+  run "${name}_s_mixer" "${name}_rp_s_mixer" "${sw[@]}"
+}
+
+paper_fig7() {  # Fig. 7 at 200 epochs at S = C = round(Ω^(1/3)) (25 at 2^14): depth 4, 8, 16, normal and RP
+  local -a BUDGET=("${PAPER[@]}")
+  local width
+  width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
+  local axes=(--grid model.init_args.num_blocks=4,8,16 --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width")
+  emit "paper_2p${OMEGA_EXP}_fig7_s_mixer" configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+  emit "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer" configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+  run "paper_2p${OMEGA_EXP}_fig7_s_mixer" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer"
+}
+
+paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one RP block per position, none, all
+  local -a BUDGET=("${PAPER[@]}")
+  local width
+  width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
+  emit "paper_2p${OMEGA_EXP}_d5_s_mixer" configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" \
+    --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width" --grid \
+    'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true],false,true]'
+  run "paper_2p${OMEGA_EXP}_d5_s_mixer"
+}
+
 items=("$@")
 [ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 gap budget fig2 table1)
 for item in "${items[@]}"; do
   case "$item" in
-    fig5 | fig7 | d5 | table1 | fig2 | budget | gap) "$item" ;;
-    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap" >&2; exit 2 ;;
+    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_d5) "$item" ;;
+    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_d5" >&2; exit 2 ;;
   esac
 done
