@@ -112,6 +112,9 @@ def main(args: list[str] | None = None) -> None:
         unknown = _unknown_command(argv)
         if unknown is not None:
             raise unknown
+        from mixer_lightning.trust import enforce_import_policy
+
+        enforce_import_policy()  # before any config is parsed: nothing untrusted is imported from here on
         if argv[0] in COMMANDS:
             code = run_command(argv[0], argv[1:])
             if code:

@@ -111,6 +111,9 @@ def _argument_error(error: BaseException, command: str | None) -> ConfigError:
     message = str(error).strip()
     help_ = f"see `mixer {command} --help`" if command else "see `mixer --help`"
     keys = re.findall(r'Parser key "([^"]+)"', message)
+    denied = re.search(r"Importing '([\w.]+)' is not allowed", message)
+    if denied:  # jsonargparse's import-path policy (`mixer_lightning.trust.enforce_import_policy`)
+        return untrusted_import(".".join(keys) or "config", denied.group(1))
     if keys:
         field = ".".join(keys)
         inner = message[message.rindex(f'Parser key "{keys[-1]}"') :].split(":", 1)[1]
@@ -140,6 +143,16 @@ def _argument_error(error: BaseException, command: str | None) -> ConfigError:
     return ConfigError("arguments", _one_line(message), help_)
 
 
+def untrusted_import(field: str, name: str) -> ConfigError:
+    """The one line for a config that names `name` to import outside the trusted packages."""
+    return ConfigError(
+        field,
+        f"names {name!r}, outside the trusted packages; refused before importing it, since importing it would "
+        "run its code",
+        "if you trust it, add its package to MIXER_TRUSTED_MODULES (comma-separated)",
+    )
+
+
 def translate_library_error(error: BaseException, command: str | None = None) -> Exception | None:
     """The one-line error for `error` (raised by this project or a library it calls), or None when it is
     not one we can explain (then the traceback is the right answer: a bug)."""
@@ -150,6 +163,9 @@ def translate_library_error(error: BaseException, command: str | None = None) ->
         name, message = type(link).__name__, str(link)
         if name == "ArgumentError":
             return _argument_error(link, command)
+        if name == "ImportDenied":
+            denied = re.search(r"Importing '([\w.]+)' is not allowed", message)
+            return untrusted_import("config", denied.group(1) if denied else message)
         lowered = message.lower()
         if (
             name == "OutOfMemoryError"

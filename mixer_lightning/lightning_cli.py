@@ -380,9 +380,17 @@ class MixerCLI(LightningCLI):
                 args = completed
             given = completed
         files = []
-        for value in given if isinstance(given, (list, tuple)) else []:
-            name = str(value).split("=", 1)[-1]
-            if name.endswith((".yaml", ".yml", ".json")) and Path(name).is_file():
+        values = [str(value) for value in given] if isinstance(given, (list, tuple)) else []
+        for i, value in enumerate(values):
+            # Every --config file whatever its name, and any other YAML/JSON file given for a group
+            # (--model m.yaml), is read and checked here for the friendly early line. What guarantees
+            # that nothing untrusted is imported, from any file however named or nested, is
+            # jsonargparse's import-path policy (`mixer_lightning.trust.enforce_import_policy`).
+            is_config = value.startswith("--config=") or (i > 0 and values[i - 1] == "--config")
+            name = value.split("=", 1)[1] if value.startswith("--config=") else value
+            if is_config and Path(name).exists() and not Path(name).is_file():
+                raise ConfigError("config", f"{name!r} is not a regular file", "give the path of a YAML file")
+            if Path(name).is_file() and (is_config or name.lower().endswith((".yaml", ".yml", ".json"))):
                 check_class_paths(load_configs([name], "config"), "config", repr(name))
                 files.append(name)
         self._explicit_data = _explicit_data_arguments(files, list(given) if isinstance(given, (list, tuple)) else [])

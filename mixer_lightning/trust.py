@@ -12,6 +12,14 @@ manifests) is checked, before anything is imported, by `check_class_paths`: each
 in a trusted package (`TRUSTED_PACKAGES`), or in one the user names in ``MIXER_TRUSTED_MODULES``
 (comma-separated, e.g. ``MIXER_TRUSTED_MODULES=my_lab.callbacks``) for their own extensions.
 Importing a module runs its code, so a name outside these is refused before import, in one line.
+
+That file check gives the friendly early error; the guarantee is jsonargparse's own import-path policy
+(`enforce_import_policy`, set by ``mixer`` before it parses anything): every string jsonargparse would
+import (a ``class_path``, a bare dotted name such as ``callbacks: [this.Zen]``, a callable or type,
+from any config file of any name, a file named inside a config, the command line, a run's saved
+config.yaml, a sweep manifest's config) is checked against the same trusted packages before the import,
+and after it against where the object really lives (``torch.os.system`` is ``posix.system``: denied).
+Functions of trusted packages that load code or pickles by name (`DENIED_INSIDE_TRUSTED`) stay denied.
 """
 
 from __future__ import annotations
@@ -30,13 +38,58 @@ TRUSTED_PACKAGES = ("mixer_lightning", "torch", "torchvision", "lightning", "pyt
 TRUSTED_ENV = "MIXER_TRUSTED_MODULES"
 # The keys under which Lightning, jsonargparse and this project write class names into files.
 CLASS_KEYS = ("class_path", "_class_path", "_instantiator")
+# Inside the trusted packages, what loads code or pickled objects by name: denied even so (the most
+# specific entry of jsonargparse's policy decides, so these win over their trusted package).
+DENIED_INSIDE_TRUSTED = (
+    "torch.hub",
+    "torch.package",
+    "torch.load",
+    "torch.serialization",
+    "torch.utils.cpp_extension",
+    "torch.jit.load",
+    "torch.export.load",
+    "timm.models.load_checkpoint",
+    "lightning.fabric.utilities.cloud_io",
+)
 _DOTTED = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
 
 def trusted_prefixes() -> tuple[str, ...]:
-    """The trusted packages, with those named in ``MIXER_TRUSTED_MODULES``."""
+    """The trusted packages, with those named in ``MIXER_TRUSTED_MODULES`` (each a dotted module path;
+    anything else is a `ConfigError`, as is jsonargparse itself, whose settings decide what is allowed)."""
     extra = [name.strip() for name in os.environ.get(TRUSTED_ENV, "").split(",") if name.strip()]
+    for name in extra:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$", name):
+            raise ConfigError(
+                TRUSTED_ENV, f"{name!r} is not a module path", "give e.g. my_lab.callbacks (comma-separated)"
+            )
+        if name == "jsonargparse" or name.startswith("jsonargparse."):
+            raise ConfigError(
+                TRUSTED_ENV, f"{name!r} cannot be trusted (it decides what a config may import)", "remove it"
+            )
     return (*TRUSTED_PACKAGES, *extra)
+
+
+def enforce_import_policy() -> None:
+    """From now on, jsonargparse imports nothing a parsed value names outside `trusted_prefixes` (and
+    nothing in `DENIED_INSIDE_TRUSTED`): its ``import_path_denylist: ['*']`` with the trusted packages
+    as the allowlist (jsonargparse >= 4.52). Checked at every import it would make, whatever file,
+    flag or checkpoint the name came from; a refusal is jsonargparse's ``ImportDenied``, reported by
+    `mixer_lightning.errors.translate_library_error` as one line."""
+    from jsonargparse import set_parsing_settings
+
+    allowed = trusted_prefixes()
+    # jsonargparse's settings are global and only ever add entries: a package trusted by an earlier call
+    # in this process (``main`` called again with another MIXER_TRUSTED_MODULES) is denied again.
+    withdrawn = sorted(_allowed_before.difference(allowed))
+    set_parsing_settings(
+        import_path_denylist=["*", *DENIED_INSIDE_TRUSTED, *withdrawn],
+        import_path_allowlist=list(allowed),
+    )
+    _allowed_before.update(allowed)
+
+
+_allowed_before: set[str] = set()
 
 
 def is_trusted(class_path: str) -> bool:

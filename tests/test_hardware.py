@@ -112,9 +112,10 @@ class ArgvRecorder(Callback):
         ArgvRecorder.seen.append(list(sys.argv))
 
 
-def test_the_command_line_stays_in_sys_argv_for_the_ddp_launcher() -> None:
+def test_the_command_line_stays_in_sys_argv_for_the_ddp_launcher(monkeypatch) -> None:
     """Lightning starts DDP processes 1..N-1 as ``python sys.argv[0] *sys.argv[1:]``; `main` must leave
     the arguments there (the fast guard of the slow two-process test)."""
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "test_hardware")  # the recorder below
     args = [
         "fit",
         "--config",
@@ -236,8 +237,15 @@ def test_fsdp_overlay_wraps_every_mixer_block(checkpointing: bool, tmp_path: Pat
         "        print('FSDP_UNITS', len(units), 'BLOCK_UNITS', len(blocks), flush=True)\n"
         "main(sys.argv[1:] + ['--trainer.callbacks+=__main__.Check'])\n"
     )
+    env = {**os.environ, "MIXER_TRUSTED_MODULES": "__main__"}  # the Check callback of the script
     result = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, cwd=tmp_path, timeout=300, check=False
+        [sys.executable, "-c", script, *args],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+        check=False,
+        env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "BLOCK_UNITS 3" in result.stdout

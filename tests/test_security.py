@@ -8,6 +8,7 @@ command with a hostile file; the shell command it carries must not run, and the 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -111,3 +112,120 @@ def test_a_text_file_given_as_a_checkpoint_is_one_line(tmp_path, capsys) -> None
     path.write_text("hello world\n")
     refused(capsys, ["test", "--config", DATA, "--ckpt_path", str(path)], "not a PyTorch file")
     refused(capsys, ["fewshot", "--ckpt", str(path), "--config", DATA], "not a PyTorch file")
+
+
+# --- Second red-team round: every string jsonargparse would import is checked, however it arrives ---
+
+ZEN = "this.Zen"  # importing Python's `this` prints the Zen of Python: an import with a visible effect
+
+
+def assert_this_not_imported(capsys_output: str) -> None:
+    import sys
+
+    assert "this" not in sys.modules, "the config's module was imported"
+    assert "Zen of Python" not in capsys_output
+
+
+@pytest.fixture
+def no_this():
+    import sys
+
+    sys.modules.pop("this", None)
+    yield
+    sys.modules.pop("this", None)
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        {"c.txt": {"trainer": {"callbacks": [ZEN]}}},  # a bare dotted name, in a file not named .yaml
+        {"c.YAML": {"trainer": {"callbacks": [{"class_path": ZEN}]}}},
+        {"c": {"trainer": {"callbacks": [ZEN]}}},  # no extension
+        {"c.yaml": {"data": "dm.txt"}, "dm.txt": {"class_path": ZEN}},  # a file named inside a config
+        {"c.yaml": {"trainer": {"callbacks": ["cb.yaml"]}}, "cb.yaml": {"class_path": ZEN}},
+        {"c.yaml": {"model": {"init_args": {"optimizer": ZEN}}}},  # a callable
+    ],
+    ids=["bare-name-txt", "upper-YAML", "no-extension", "nested-data-file", "nested-callback-file", "callable"],
+)
+def test_a_name_to_import_is_refused_in_any_file_and_position(files, tmp_path, capsys, no_this) -> None:
+    for name, content in files.items():
+        (tmp_path / name).write_text(yaml.safe_dump(content))
+    first = next(iter(files))
+    err = refused(capsys, ["fit", "--config", DATA, "--config", first, "--trainer.fast_dev_run", "true"], ZEN)
+    assert "MIXER_TRUSTED_MODULES" in err and "outside the trusted packages" in err
+    assert_this_not_imported(err)
+    assert not Path("runs").exists()
+
+
+def test_a_name_on_the_command_line_is_refused(tmp_path, capsys, no_this) -> None:
+    err = refused(capsys, ["fit", "--config", DATA, "--trainer.callbacks", ZEN, "--trainer.fast_dev_run", "true"], ZEN)
+    assert_this_not_imported(err)
+
+
+def test_a_trusted_package_cannot_reach_an_untrusted_object_through_an_attribute(tmp_path, capsys) -> None:
+    # torch.os is the os module: the policy checks where the object really lives (posix.system).
+    hostile = tmp_path / "c.yaml"
+    hostile.write_text(yaml.safe_dump({"model": {"init_args": {"optimizer": "torch.os.system"}}}))
+    refused(capsys, ["fit", "--config", DATA, "--config", str(hostile), "--trainer.fast_dev_run", "true"], "refused")
+
+
+def test_a_run_s_saved_config_is_checked_before_test_imports_from_it(trained, tmp_path, capsys, no_this) -> None:
+    import shutil
+
+    run = Path(trained("mixer")).parent.parent
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["trainer"]["callbacks"] = [ZEN]
+    (copy / "config.yaml").write_text(yaml.safe_dump(config))
+    err = refused(capsys, ["test", "--ckpt_path", str(copy / "checkpoints" / "last.ckpt")], ZEN)
+    assert_this_not_imported(err)
+    assert not (copy / "test_metrics.json").exists()
+
+
+def test_a_sweep_manifest_naming_a_text_config_is_checked(tmp_path, capsys, no_this) -> None:
+    (tmp_path / "x.txt").write_text(yaml.safe_dump({"trainer": {"callbacks": [ZEN]}}))
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    run = {"name": "a", "config": str(tmp_path / "x.txt"), "run_dir": str(sweep / "runs" / "a" / "seed0")}
+    (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": [run]}))
+    err = refused(capsys, ["sweep", "point", str(sweep), "a"], ZEN)
+    assert_this_not_imported(err)
+
+
+@pytest.mark.parametrize("trusted", ["jsonargparse", "not a module"])
+def test_mixer_trusted_modules_refuses_what_it_cannot_trust(trusted, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", trusted)
+    refused(capsys, ["fit", "--config", DATA, "--trainer.fast_dev_run", "true"], "MIXER_TRUSTED_MODULES")
+
+
+def test_a_package_trusted_earlier_in_the_process_is_not_trusted_later(tmp_path, capsys, monkeypatch) -> None:
+    hostile = tmp_path / "c.yaml"
+    hostile.write_text(yaml.safe_dump({"model": {"init_args": {"optimizer": "os.system"}}}))
+    args = ["fit", "--config", DATA, "--config", str(hostile), "--trainer.fast_dev_run", "true"]
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "os,posix")
+    with pytest.raises(SystemExit):
+        main(args)  # trusted: jsonargparse may import it (then it fails as an optimiser, or not at all)
+    capsys.readouterr()
+    monkeypatch.delenv("MIXER_TRUSTED_MODULES")
+    refused(capsys, args, "os.system", "outside the trusted packages")
+
+
+def test_parallel_sweep_children_never_import_from_the_working_directory(tmp_path, capsys) -> None:
+    # A module in the working directory named like a package the children import: `python -m` (what
+    # the children were started with) puts the working directory first on sys.path and runs it.
+    (tmp_path / "yaml.py").write_text(f"open({PWNED!r}, 'w').write('ran')\nraise SystemExit('shadowed')\n")
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    runs = []
+    for name in ("a", "b"):
+        run_dir = sweep / "runs" / name / "seed0"
+        (run_dir).mkdir(parents=True)
+        (run_dir / "test_metrics.json").write_text("{}")  # finished: the child only has to start and say so
+        runs.append({"name": name, "config": str(TEST_CONFIGS / "digits_mixer.yaml"), "run_dir": str(run_dir)})
+    (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": runs}))
+    from mixer_lightning.sweeps.runs import run_points_in_parallel
+
+    failed = run_points_in_parallel(sweep, runs, parallel=2, log=lambda line: None)
+    assert not Path(PWNED).exists(), "a child imported yaml.py from the working directory"
+    assert failed == []

@@ -132,6 +132,19 @@ def threads_per_run(parallel: int) -> str:
     return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // parallel))
 
 
+# How a child of `run_points_in_parallel` starts: as the `mixer` console script does, with nothing of
+# the working directory on sys.path. ``python -m`` and ``-c`` put it first, so a ``timm.py`` or
+# ``yaml.py`` lying there would be imported in place of the real package and run (``-P`` would do
+# this too, from Python 3.11 on).
+CHILD = (
+    "import sys\n"
+    "if sys.path and sys.path[0] in ('', '.'):\n"
+    "    del sys.path[0]\n"
+    "from mixer_lightning.cli import main\n"
+    "main()"
+)
+
+
 def run_points_in_parallel(directory: str | Path, runs: list[dict], parallel: int, log=print) -> list[str]:
     """Every run through ``mixer sweep point DIRECTORY NAME`` in its own process, `parallel` at a time
     (several small models on one GPU, or one single-threaded run per core); returns the names of the
@@ -147,7 +160,7 @@ def run_points_in_parallel(directory: str | Path, runs: list[dict], parallel: in
     while pending or active:
         while pending and len(active) < parallel:
             name = pending.pop(0)
-            command = [sys.executable, "-m", "mixer_lightning.cli", "sweep", "point", str(directory), name]
+            command = [sys.executable, "-c", CHILD, "sweep", "point", str(directory), name]
             active[subprocess.Popen(command, env=env)] = name
         time.sleep(0.2)
         for process in [p for p in active if p.poll() is not None]:
