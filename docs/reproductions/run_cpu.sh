@@ -155,13 +155,14 @@ paper_fig7() {  # Fig. 7 at 200 epochs at S = C = round(Ω^(1/3)) (25 at 2^14): 
   run "paper_2p${OMEGA_EXP}_fig7_s_mixer" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer"
 }
 
-paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one RP block per position, none, all
+paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one RP block per position; "none" and
+  # "all" are paper_fig7's L = 4 runs (the same configs), so they are not trained twice
   local -a BUDGET=("${PAPER[@]}")
   local width
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
   emit "paper_2p${OMEGA_EXP}_d5_s_mixer" configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" \
     --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width" --grid \
-    'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true],false,true]'
+    'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true]]'
   run "paper_2p${OMEGA_EXP}_d5_s_mixer"
 }
 
