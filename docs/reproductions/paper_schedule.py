@@ -1,0 +1,375 @@
+"""The tables, curves and plots of docs/reproductions.md's "At the paper's schedule" section, from the runs
+of `docs/reproductions/run_cpu.sh paper_fig5 | paper_fig7 | paper_d5` (200 epochs at Ω = 2^12, 2^14, 2^16).
+
+    .venv/bin/python docs/reproductions/paper_schedule.py [--runs runs/repro] [--out docs/reproductions/paper]
+
+Every run validates on the CIFAR-10 test split once per epoch (`val_split: 0`), so its `val/acc1` curve is
+the test error at every epoch; the final figure is `mixer test` of `last.ckpt` (test_metrics.json), the
+paper's "last checkpoint". Unfinished runs contribute their curves up to where they are (marked), never a
+final figure. Writes into --out:
+
+- ``fig5_runs.csv``: one row per run (sweep, family, Ω, C, S, m, p, seed, epochs logged, final test error);
+- ``fig5_error.png``: test error against m and against C, one line per (family, Ω), mean ± sd over seeds;
+- ``fig5_curves_2p<E>.png``: test error against the epoch, one line per C (S-Mixer solid, RP dashed);
+- ``claims.csv`` and ``claims.md``: at chosen epochs, each claim's statistic (below), so the budget question
+  of the 10-epoch sections is answered from the same runs;
+- ``fig7_gap.png`` / ``fig7.csv``: RP − normal against depth L (final, and at chosen epochs);
+- ``d5.csv``: App. D.5's one-RP-block runs beside none/all (Fig. 7's L = 4 runs).
+
+Claims and their statistics (H&K 2024):
+- Fig. 5 "error falls as the effective width m grows": Spearman ρ(m, error) over the S-Mixer's points
+  (negative: the claim's direction), and the same on each branch (C ≤ S and C ≥ S);
+- Fig. 6 "the lowest error near S = C": the C of the lowest mean error, and error(S ≈ C) minus the lower
+  of the two extremes of the grid (negative: S = C wins);
+- Fig. 5 / Sec. 5.3 "RP tracks the normal Mixer": mean over C of RP − normal;
+- Fig. 7 "RP catches up with depth": RP − normal at each L.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from mixer_lightning.analysis.curves import epoch_curves, has_logs  # noqa: E402
+
+EPOCHS = (5, 10, 20, 50, 100, 150, 200)
+FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"}
+
+
+def read_runs(runs_root: Path) -> list[dict]:
+    """Every run of the paper-schedule sweeps: its grid facts, its test-error curve and final figure."""
+    rows = []
+    for manifest in sorted(runs_root.glob("paper_2p*_*/sweep.json")):
+        sweep = manifest.parent.name  # paper_2p14_fig5_rp_s_mixer
+        exponent = int(sweep.split("_")[1][2:])
+        item = sweep.split("_")[2]
+        family = sweep.split("_", 3)[3]
+        for entry in json.loads(manifest.read_text())["runs"]:
+            run_dir = Path(entry["run_dir"])  # relative to the checkout the sweep ran in (run from there)
+            curve = epoch_curves(run_dir, ["val/acc1"])["val/acc1"] if has_logs(run_dir) else {}
+            final = None
+            if (run_dir / "test_metrics.json").is_file():
+                metrics = json.loads((run_dir / "test_metrics.json").read_text())
+                final = 1.0 - metrics["test/acc1"]
+            axes = entry.get("axes", {})
+            rows.append(
+                {
+                    "sweep": sweep,
+                    "item": item,
+                    "family": family,
+                    "omega_exp": exponent,
+                    "point": entry.get("point"),
+                    "C": entry.get("C") or axes.get("model.init_args.channels"),
+                    "S": entry.get("S") or axes.get("model.init_args.tokens"),
+                    "m": entry.get("m"),
+                    "p": entry.get("p"),
+                    "L": axes.get("model.init_args.num_blocks"),
+                    "permute": axes.get("model.init_args.permute"),
+                    "seed": entry["seed"],
+                    "epochs": len(curve),
+                    "error_curve": {epoch + 1: 1.0 - acc for epoch, acc in curve.items()},  # epoch 1 = after one epoch
+                    "final": final,
+                }
+            )
+    return rows
+
+
+def mean_sd(values: list[float]) -> tuple[float, float, int]:
+    values = [v for v in values if v is not None]
+    if not values:
+        return math.nan, math.nan, 0
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan, len(values)
+
+
+def fmt(mean: float, sd: float, n: int, scale: float = 100.0) -> str:
+    if n == 0 or math.isnan(mean):
+        return "–"
+    spread = f" ± {scale * sd:.2f}" if n > 1 else ""
+    return f"{scale * mean:.2f}{spread} ({n})"
+
+
+def error_at(run: dict, epoch: int | None) -> float | None:
+    """The run's test error after `epoch` epochs (None: the final figure, only for finished runs)."""
+    if epoch is None:
+        return run["final"]
+    return run["error_curve"].get(epoch)
+
+
+def spearman(xs: list[float], ys: list[float]) -> float:
+    def ranks(values):
+        order = sorted(range(len(values)), key=lambda i: values[i])
+        r = [0.0] * len(values)
+        for rank, i in enumerate(order):
+            r[i] = rank
+        return r
+
+    if len(xs) < 3:
+        return math.nan
+    rx, ry = ranks(xs), ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    num = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    den = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return num / den if den else math.nan
+
+
+def by_point(runs: list[dict], epoch: int | None) -> dict[tuple, tuple[float, float, int]]:
+    """(C, S, m) -> mean, sd, seeds of the error at `epoch` (points where every run reached it)."""
+    grouped = defaultdict(list)
+    for run in runs:
+        grouped[(run["C"], run["S"], run["m"])].append(error_at(run, epoch))
+    return {k: mean_sd(v) for k, v in grouped.items() if all(e is not None for e in v)}
+
+
+def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
+    rows = []
+    for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
+        normal = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] == "s_mixer"]
+        rp = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] == "rp_s_mixer"]
+        for epoch in epochs:
+            points = by_point(normal, epoch)
+            if len(points) < 3:
+                continue
+            keys = sorted(points, key=lambda k: k[0])
+            errors = [points[k][0] for k in keys]
+            rho = spearman([k[2] for k in keys], errors)
+            left = [k for k in keys if k[0] <= k[1]]
+            right = [k for k in keys if k[0] >= k[1]]
+            rho_left = spearman([k[2] for k in left], [points[k][0] for k in left])
+            rho_right = spearman([k[2] for k in right], [points[k][0] for k in right])
+            best = min(keys, key=lambda k: points[k][0])
+            centre = min(keys, key=lambda k: abs(math.log(k[0] / k[1])))
+            extremes = min(points[keys[0]][0], points[keys[-1]][0])
+            rp_points = by_point(rp, epoch)
+            gaps = [rp_points[k][0] - points[k][0] for k in keys if k in rp_points]
+            rows.append(
+                {
+                    "omega": f"2^{exponent}",
+                    "epoch": "final" if epoch is None else epoch,
+                    "points": len(keys),
+                    "seeds": min(points[k][2] for k in keys),
+                    "spearman_m_error": round(rho, 3),
+                    "spearman_C_le_S": round(rho_left, 3),
+                    "spearman_C_ge_S": round(rho_right, 3),
+                    "best_C": best[0],
+                    "centre_minus_best_extreme_pts": round(100 * (points[centre][0] - extremes), 2),
+                    "rp_minus_normal_mean_pts": round(100 * statistics.fmean(gaps), 2) if gaps else None,
+                    "rp_points": len(gaps),
+                }
+            )
+    return rows
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    if not rows:
+        return
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, keys)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def markdown(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join("–" if row[k] is None else str(row[k]) for k in keys) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_fig5(runs: list[dict], out: Path) -> None:
+    plt = pyplot()
+    fig, (ax_m, ax_c) = plt.subplots(1, 2, figsize=(11, 4.4))
+    colors = {12: "C0", 14: "C1", 16: "C2"}
+    styles = {"s_mixer": ("-", "o"), "rp_s_mixer": ("--", "s"), "sw_mlp": (":", "^")}
+    for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
+        for family, (style, marker) in styles.items():
+            chosen = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] == family]
+            if family == "sw_mlp":
+                grouped = defaultdict(list)
+                for r in chosen:
+                    grouped[r["m"]].append(r["final"])
+                points = sorted((m, *mean_sd(v)) for m, v in grouped.items())
+                points = [p for p in points if p[3] > 0]
+                if points:
+                    ax_m.errorbar(
+                        [p[0] for p in points],
+                        [100 * p[1] for p in points],
+                        yerr=[0 if math.isnan(p[2]) else 100 * p[2] for p in points],
+                        fmt=style + marker,
+                        color=colors.get(exponent, "C3"),
+                        capsize=2,
+                        label=f"{FAMILIES[family]}, Ω = 2^{exponent}",
+                    )
+                continue
+            points = by_point(chosen, None)
+            points = {k: v for k, v in points.items() if v[2] > 0}
+            if not points:
+                continue
+            keys = sorted(points, key=lambda k: k[0])
+            label = f"{FAMILIES[family]}, Ω = 2^{exponent}"
+            errors = [100 * points[k][0] for k in keys]
+            bars = [0 if math.isnan(points[k][1]) else 100 * points[k][1] for k in keys]
+            ax_c.errorbar(
+                [k[0] for k in keys],
+                errors,
+                yerr=bars,
+                fmt=style + marker,
+                color=colors.get(exponent, "C3"),
+                capsize=2,
+                label=label,
+            )
+            # Against m the mirror points (C, S) and (S, C) share m: the C ≤ S and C ≥ S branches apart.
+            for branch, keep in (("C ≤ S", lambda k: k[0] <= k[1]), ("C ≥ S", lambda k: k[0] >= k[1])):
+                part = sorted((k for k in keys if keep(k)), key=lambda k: k[2])
+                ax_m.errorbar(
+                    [k[2] for k in part],
+                    [100 * points[k][0] for k in part],
+                    yerr=[0 if math.isnan(points[k][1]) else 100 * points[k][1] for k in part],
+                    fmt=style + marker,
+                    color=colors.get(exponent, "C3"),
+                    alpha=1.0 if branch == "C ≤ S" else 0.5,
+                    capsize=2,
+                    label=f"{label} ({branch})",
+                )
+    ax_m.set(xscale="log", xlabel="effective width m = S·C (log)", ylabel="test error (%)")
+    ax_m.set_title("Fig. 5 at 200 epochs: error against m")
+    ax_c.set(xscale="log", xlabel="channels C (log); S solved from Ω", ylabel="test error (%)")
+    ax_c.set_title("Fig. 6's claim: error against C (S = C at Ω^(1/3))")
+    for ax in (ax_m, ax_c):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "fig5_error.png", dpi=120)
+    plt.close(fig)
+
+
+def plot_curves(runs: list[dict], exponent: int, out: Path) -> None:
+    plt = pyplot()
+    chosen = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] != "sw_mlp"]
+    if not chosen:
+        return
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    cs = sorted({r["C"] for r in chosen})
+    for family, style in (("s_mixer", "-"), ("rp_s_mixer", "--")):
+        for i, c in enumerate(cs):
+            group = [r for r in chosen if r["family"] == family and r["C"] == c and r["error_curve"]]
+            if not group:
+                continue
+            epochs = sorted(set.intersection(*(set(r["error_curve"]) for r in group)))
+            mean = [100 * statistics.fmean(r["error_curve"][e] for r in group) for e in epochs]
+            label = f"{FAMILIES[family]} C = {c}, S = {group[0]['S']} ({len(group)} seeds)"
+            ax.plot(epochs, mean, style, color=f"C{i % 10}", lw=1, label=label)
+    ax.set(xlabel="epoch", ylabel="test error (%), mean over seeds", yscale="log")
+    ax.set_title(f"Test error every epoch, Ω = 2^{exponent} (S-Mixer solid, RP dashed)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / f"fig5_curves_2p{exponent}.png", dpi=120)
+    plt.close(fig)
+
+
+def fig7_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
+    rows = []
+    fig7 = [r for r in runs if r["item"] == "fig7"]
+    for depth in sorted({r["L"] for r in fig7}):
+        for epoch in epochs:
+            normal = mean_sd([error_at(r, epoch) for r in fig7 if r["L"] == depth and r["family"] == "s_mixer"])
+            rp = mean_sd([error_at(r, epoch) for r in fig7 if r["L"] == depth and r["family"] == "rp_s_mixer"])
+            if normal[2] == 0 or rp[2] == 0:
+                continue
+            rows.append(
+                {
+                    "L": depth,
+                    "epoch": "final" if epoch is None else epoch,
+                    "normal": fmt(*normal),
+                    "rp": fmt(*rp),
+                    "rp_minus_normal_pts": round(100 * (rp[0] - normal[0]), 2),
+                }
+            )
+    return rows
+
+
+def plot_fig7(rows: list[dict], out: Path) -> None:
+    if not rows:
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for i, epoch in enumerate(["final", 20, 50, 100]):
+        part = [r for r in rows if r["epoch"] == epoch]
+        if part:
+            ax.plot(
+                [r["L"] for r in part],
+                [r["rp_minus_normal_pts"] for r in part],
+                "o-",
+                color=f"C{i}",
+                label=f"epoch {epoch}",
+            )
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set(xlabel="depth L (blocks)", ylabel="RP − normal test error (points)")
+    ax.set_xticks(sorted({r["L"] for r in rows}))
+    ax.set_title("Fig. 7 at S = C: does RP catch up with depth?")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "fig7_gap.png", dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", default="runs/repro")
+    parser.add_argument("--out", default="docs/reproductions/paper")
+    args = parser.parse_args()
+    runs = read_runs(Path(args.runs))
+    if not runs:
+        raise SystemExit(f"paper_schedule.py: no paper-schedule sweeps under {args.runs}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_csv(
+        out / "fig5_runs.csv",
+        [
+            {k: v for k, v in r.items() if k != "error_curve"}
+            | {"final": None if r["final"] is None else round(r["final"], 4)}
+            for r in runs
+        ],
+    )
+    epochs = [*EPOCHS, None]
+    claims = fig5_claims(runs, epochs)
+    write_csv(out / "claims.csv", claims)
+    (out / "claims.md").write_text(markdown(claims))
+    plot_fig5(runs, out)
+    for exponent in sorted({r["omega_exp"] for r in runs}):
+        plot_curves(runs, exponent, out)
+    sevens = fig7_rows(runs, epochs)
+    write_csv(out / "fig7.csv", sevens)
+    plot_fig7(sevens, out)
+    unfinished = [r for r in runs if r["final"] is None and r["epochs"]]
+    print(markdown(claims))
+    print(markdown(sevens))
+    partial = ", ".join(f"{r['sweep']}/{r['point']}/seed{r['seed']}: {r['epochs']} epochs" for r in unfinished)
+    finished = sum(r["final"] is not None for r in runs)
+    print(f"{len(runs)} runs in the sweeps; {finished} finished; {len(unfinished)} running or stopped ({partial})")
+    print(f"written: {', '.join(sorted(p.name for p in out.iterdir()))}")
+
+
+if __name__ == "__main__":
+    main()
