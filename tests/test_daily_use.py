@@ -108,7 +108,7 @@ def test_a_checkpoint_outside_a_run_needs_a_config(tmp_path, capsys) -> None:
 
 def digits_test_pngs(folder: Path, count: int) -> list[Path]:
     """The first `count` images of the digits test split as 8-bit PNGs, in two nested folders."""
-    from mixer_lightning.data.datasets import Digits
+    from mixer_lightning.data.sources.builtin import Digits
 
     images = Digits("data", False).load("test").tensors[0][:count]
     paths = []

@@ -1,4 +1,4 @@
-"""The tensor data path (`mixer_lightning.data.in_memory`, ``data.pipeline``): the same images as the
+"""The tensor data path (`mixer_lightning.data.tensor_path`, ``data.pipeline``): the same images as the
 PIL path bit for bit, the same training, the cache on disk, the choice of path, resuming a killed run,
 DDP shards, and real CIFAR-10."""
 
@@ -21,9 +21,9 @@ from helpers import CONFIGS, read_json
 from helpers.fakedata import WRITERS, patch_torchvision_checks, write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
-from mixer_lightning.data.datamodule import TransformedDataset
-from mixer_lightning.data.in_memory import DecodedImages, is_key_batch
+from mixer_lightning.data.pil_path import TransformedDataset
 from mixer_lightning.data.sampling import mix
+from mixer_lightning.data.tensor_path import DecodedImages, is_key_batch
 from mixer_lightning.errors import ConfigError
 
 TESTS = Path(__file__).resolve().parent
@@ -181,7 +181,7 @@ def test_images_of_several_sizes_keep_the_pil_path(tmp_path: Path) -> None:
 def test_decoded_splits_are_cached_beside_the_data_and_decoded_again_when_it_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import mixer_lightning.data.in_memory as in_memory
+    import mixer_lightning.data.cache as in_memory
 
     root = write_hf(tmp_path / "hf", train=12, test=4)
     decoded: list[int] = []

@@ -75,8 +75,8 @@ class RidgeSolver:
 
 def dataset_labels(dataset: Dataset) -> torch.Tensor:
     """The labels of an (image, label) dataset without decoding its images where the format allows."""
-    from mixer_lightning.data.datamodule import TransformedDataset
-    from mixer_lightning.data.datasets import HFImages
+    from mixer_lightning.data.pil_path import TransformedDataset
+    from mixer_lightning.data.sources.huggingface import HFImages
 
     if isinstance(dataset, TransformedDataset):
         labels = dataset_labels(dataset.base)

@@ -76,7 +76,7 @@ def _device(text: str) -> torch.device:
 def compute(args: Namespace) -> dict:
     from mixer_lightning.analysis import fewshot
     from mixer_lightning.analysis.features import check_fits_data, datamodule_from_config
-    from mixer_lightning.data.datamodule import TransformedDataset
+    from mixer_lightning.data.pil_path import TransformedDataset
     from mixer_lightning.tasks.loading import load_classifier
 
     shots_list = lists.integers(args.shots, "shots", 1, example="1,5,10")

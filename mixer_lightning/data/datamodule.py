@@ -1,50 +1,46 @@
 """`ImageDataModule`: one LightningDataModule for every dataset of the project.
 
-It reads a named source (`mixer_lightning.data.datasets`), carves a seeded validation split from
-train when the dataset has none, optionally keeps a seeded subset of the training images, applies
-timm's training augmentation or the evaluation pre-processing (`mixer_lightning.data.transforms`),
-the optional input permutation of the Mixer paper (Sec. 3.4), and mixup/cutmix on training batches
-(`mixer_lightning.data.mixup`). It exposes ``num_classes``, ``image_size`` and ``in_chans`` at
-construction, which the CLI links into the model. The argument table is in docs/notes/data-api.md.
+It reads a named source (`mixer_lightning.data.sources`), carves a seeded validation split from
+train when the dataset has none, optionally keeps a seeded subset of the training images
+(`mixer_lightning.data.sampling`), applies timm's training augmentation or the evaluation
+pre-processing (`mixer_lightning.data.transforms`), the optional input permutation of the Mixer paper
+(Sec. 3.4), and mixup/cutmix on training batches (`mixer_lightning.data.mixup`). It exposes
+``num_classes``, ``image_size`` and ``in_chans`` at construction, which the CLI links into the model.
+Its arguments come in four groups, in this order (the table: docs/notes/data-api.md): the source (which
+images, split how, given to the model at what size and normalisation), loading (batches, workers, the
+data path), the augmentation of training images, and evaluation (crops, image files to predict).
 
 Two data paths give the same batches bit for bit (``data.pipeline``): the per-image PIL path
-(`TransformedDataset`, through DataLoader workers), and the tensor path (`mixer_lightning.data.in_memory`:
-each split decoded once into a uint8 tensor, cached on disk, whole batches cropped, flipped and
-normalised on the training device), chosen by ``auto`` wherever the augmentation has a batched form.
+(`mixer_lightning.data.pil_path`, through DataLoader workers), and the tensor path
+(`mixer_lightning.data.tensor_path`: each split decoded once into a uint8 tensor, cached on disk
+(`mixer_lightning.data.cache`), whole batches cropped, flipped and normalised on the training device),
+chosen by ``auto`` wherever the augmentation has a batched form.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
-from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from mixer_lightning.data.datasets import DatasetInfo, get_source
-from mixer_lightning.data.in_memory import (
-    PIPELINES,
-    BatchedPlan,
-    DecodedImages,
-    DecodedSplit,
-    KeyCollate,
-    NoBatchedForm,
-    NotDecodable,
-    Pipeline,
-    batched_plan,
-    cache_file,
-    cache_key,
-    default_cache_dir,
-    is_key_batch,
-    load_or_decode,
-)
 from mixer_lightning.data.mixup import MixupMode, build_mixup
-from mixer_lightning.data.sampling import EpochRandomSampler, KeyedBatchSampler, mix, resume_point, seeded
+from mixer_lightning.data.pil_path import TransformedDataset
+from mixer_lightning.data.sampling import mix, seeded, split_train, train_subset, training_loader, training_seed
+from mixer_lightning.data.sources import DatasetInfo, get_source
+from mixer_lightning.data.tensor_path import (
+    PIPELINES,
+    DecodedImages,
+    KeyCollate,
+    Pipeline,
+    TensorPath,
+    batched_plans,
+    is_key_batch,
+)
 from mixer_lightning.data.transforms import (
     Augmentation,
     EvalCrop,
@@ -57,84 +53,12 @@ from mixer_lightning.data.transforms import (
 from mixer_lightning.errors import ConfigError, require
 
 
-class TransformedDataset(Dataset):
-    """(image, label) pairs of `base` (optionally restricted to `indices`) with `transform` on the image.
-
-    Keys are plain indices, or ``(sample_seed, index)`` pairs from `KeyedBatchSampler` (training): then
-    the image's random augmentation runs with the RNGs seeded by sample_seed (`sampling.seeded`), so it
-    is a function of (seed, epoch, index) whichever process or worker computes it.
-    A batch is read with the base dataset's ``__getitems__`` when it has one (a Hugging Face dataset
-    answers a whole batch with one Arrow query), as the DataLoader asks for whole batches.
-    """
-
-    def __init__(self, base: Dataset, transform: Callable | None, indices: Sequence[int] | None = None):
-        self.base = base
-        self.transform = transform
-        self.indices = None if indices is None else list(indices)
-
-    def __len__(self) -> int:
-        return len(self.base) if self.indices is None else len(self.indices)
-
-    def _apply(self, image: Any, label: Any, sample_seed: int | None = None) -> tuple[Any, int]:
-        if self.transform is not None:
-            if sample_seed is None:
-                image = self.transform(image)
-            else:
-                with seeded(sample_seed):
-                    image = self.transform(image)
-        return image, int(label)
-
-    def _base_index(self, index: int) -> int:
-        return index if self.indices is None else self.indices[index]
-
-    def _read(self, index: int) -> tuple[Any, Any]:
-        """The base dataset's sample `index`; a `ConfigError` naming the file if it cannot be decoded."""
-        try:
-            return self.base[index]
-        except (OSError, SyntaxError, ValueError) as error:  # PIL: UnidentifiedImageError, truncated files
-            samples = getattr(self.base, "samples", None)  # ImageFolder: (path, class) pairs
-            where = repr(samples[index][0]) if samples is not None else f"number {index} of the dataset"
-            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ConfigError(
-                "data.root", f"cannot read image {where} ({reason})", "delete or replace that file"
-            ) from None
-
-    def __getitem__(self, key: int | tuple[int, int]) -> tuple[Any, int]:
-        sample_seed, index = key if isinstance(key, tuple) else (None, key)
-        return self._apply(*self._read(self._base_index(index)), sample_seed)
-
-    def __getitems__(self, keys: Sequence[int | tuple[int, int]]) -> list[tuple[Any, int]]:
-        pairs = [key if isinstance(key, tuple) else (None, key) for key in keys]
-        indices = [self._base_index(index) for _, index in pairs]
-        getitems = getattr(self.base, "__getitems__", None)
-        try:
-            samples = getitems(indices) if getitems is not None else None
-        except (OSError, SyntaxError, ValueError):
-            samples = None  # one bad image in the batch: read one by one to name it
-        if samples is None:
-            samples = [self._read(i) for i in indices]
-        return [self._apply(image, label, seed) for (image, label), (seed, _) in zip(samples, pairs, strict=True)]
-
-
-class ResumableDataLoader(DataLoader):
-    """The training loader. It resumes mid-epoch from the trainer's own progress (the data module
-    gives its `KeyedBatchSampler` the batches to skip), so it has no state of its own to save; it
-    declares the ``state_dict`` interface so that Lightning knows it is resumable."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        pass
-
-
-def _count(value: float, total: int) -> int:
-    """A fraction of `total` (value < 1) or a count (value >= 1)."""
-    return int(value) if value >= 1 else round(value * total)
-
-
 class ImageDataModule(LightningDataModule):
-    """Image classification data for every experiment.
+    """Image classification data for every experiment. The arguments, by group:
+
+    Source: ``dataset`` … ``permutation_seed``. Loading: ``batch_size`` … ``tensor_limit_gb``.
+    Augmentation of the training images: ``train_crop`` … ``mixup_mode``. Evaluation: ``eval_crop``,
+    ``eval_crop_pct``, ``predict_root``.
 
     Args:
         dataset: ``digits`` (scikit-learn's 8×8 digits, embedded, no download), ``cifar10``,
@@ -142,14 +66,8 @@ class ImageDataModule(LightningDataModule):
             (ImageFolder: root/train, root/val), ``hf`` (a Hugging Face hub id or local folder).
         root: folder where the dataset lives (or is downloaded to); for ``hf`` the hub id or folder.
         download: fetch a torchvision dataset into ``root`` when it is missing (needs a network).
-        batch_size: training batch size (per device).
-        eval_batch_size: validation/test/predict batch size (default: ``batch_size``; 4 × ``batch_size``
-            on the tensor path, where an evaluation batch is one gather from the decoded tensor).
-        num_workers: DataLoader worker processes (default: 0 for in-memory data and the tensor path,
-            else min(8, CPUs)).
-        pin_memory: pin batches in page-locked memory (default: when CUDA is available).
-        persistent_workers: keep the workers alive between epochs (when ``num_workers`` > 0).
-        prefetch_factor: batches loaded ahead by each worker (default: torch's, 2).
+        image_column: ``hf`` only: the image column (default: ``img`` or ``image``).
+        label_column: ``hf`` only: the label column (default: ``label``, ``fine_label`` or ``labels``).
         val_split: fraction (< 1) or number (>= 1) of training images held out for validation when
             the dataset has no official validation split; 0: train on all of them and validate on
             the test split (what the papers report).
@@ -159,40 +77,22 @@ class ImageDataModule(LightningDataModule):
             the validation split), drawn with ``split_seed``: quick runs.
         image_size: side of the square images given to the model (default: the dataset's own;
             224 for imagenet/folder). STL-10 at 32 or 90 as in Hayase & Karakida C.4 / D.6.
-        train_crop: ``random_crop`` (resize to image_size, pad by ``crop_padding``, random crop: CIFAR
-            style), ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``.
-            Default: random_crop for natural images <= 96 px, resize for digits/MNIST, else
-            random_resized_crop.
-        crop_padding: padding of ``random_crop``.
-        crop_scale: range of the crop's area fraction in ``random_resized_crop``.
-        hflip: probability of a horizontal flip (default 0.5; 0 for digits and MNIST).
-        auto_augment: timm AutoAugment / RandAugment / AugMix policy string (``original``, ``v0``,
-            ``rand-m9-mstd0.5-inc1``, ``rand-m15-n2``, ``augmix-m5-w4-d2``, ...).
-        color_jitter: colour-jitter strength (timm skips it when ``auto_augment`` is set).
-        interpolation: ``bilinear``, ``bicubic``, ``nearest``, ``lanczos`` or ``random`` (training only).
-        random_erasing: probability of timm's random erasing.
-        random_erasing_mode: fill of the erased box: ``const``, ``rand`` or ``pixel``.
-        random_erasing_count: most boxes erased per image.
-        eval_crop: evaluation pre-processing (Mixer supplementary C): ``resize_crop`` (resize to
-            (s/pct)², centre crop s), ``resmall_crop`` (shorter side to s/pct, centre crop s) or
-            ``resize`` (to s², nothing at the native size). Default: resmall_crop for images > 96 px,
-            else resize.
-        eval_crop_pct: s / resize side of the evaluation crops (224/256 = 0.875).
         mean: normalisation mean (default: the dataset's; ImageNet's for imagenet/folder/hf).
         std: normalisation standard deviation (default: the dataset's).
-        mixup: mixup α (0: off); the targets become soft and the model's loss takes them.
-        cutmix: cutmix α (0: off).
-        mixup_prob: probability of mixing a batch.
-        mixup_switch_prob: probability of cutmix rather than mixup when both are on.
-        mixup_mode: mix per ``batch``, ``pair`` or ``elem`` (timm).
         input_permutation: ``patch_pixel`` or ``global`` pixel shuffle of the Mixer paper's Sec. 3.4
             (one permutation for every image, training and evaluation), or ``none``.
         permutation_patch_size: patch side of ``patch_pixel`` (use the model's patch size).
         permutation_seed: seed of the input permutation.
-        image_column: ``hf`` only: the image column (default: ``img`` or ``image``).
-        label_column: ``hf`` only: the label column (default: ``label``, ``fine_label`` or ``labels``).
+        batch_size: training batch size (per device).
+        eval_batch_size: validation/test/predict batch size (default: ``batch_size``; 4 × ``batch_size``
+            on the tensor path, where an evaluation batch is one gather from the decoded tensor).
+        num_workers: DataLoader worker processes (default: 0 for in-memory data and the tensor path,
+            else min(8, CPUs)).
+        pin_memory: pin batches in page-locked memory (default: when CUDA is available).
+        persistent_workers: keep the workers alive between epochs (when ``num_workers`` > 0).
+        prefetch_factor: batches loaded ahead by each worker (default: torch's, 2).
         pipeline: ``tensor``: decode each split once into a uint8 tensor kept on the training device and
-            crop, flip and normalise whole batches there (`mixer_lightning.data.in_memory`; the same
+            crop, flip and normalise whole batches there (`mixer_lightning.data.tensor_path`; the same
             batches as ``pil`` bit for bit); ``pil``: per-image PIL transforms in DataLoader workers;
             ``auto`` (default): ``tensor`` wherever the augmentation has a batched form (pad-and-crop,
             flip, deterministic resizes and evaluation crops; not RandAugment/AutoAugment/AugMix,
@@ -204,25 +104,63 @@ class ImageDataModule(LightningDataModule):
             so a changed dataset is decoded again.
         tensor_limit_gb: the most GiB of decoded images the tensor path holds (``auto`` chooses ``pil``
             above it).
+        train_crop: ``random_crop`` (resize to image_size, pad by ``crop_padding``, random crop: CIFAR
+            style), ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``.
+            Default: random_crop for natural images <= 96 px, resize for digits/MNIST, else
+            random_resized_crop.
+        crop_padding: padding of ``random_crop``.
+        crop_scale: range of the crop's area fraction in ``random_resized_crop``.
+        hflip: probability of a horizontal flip (default 0.5; 0 for digits and MNIST).
+        auto_augment: timm AutoAugment / RandAugment / AugMix policy string (``original``, ``v0``,
+            ``rand-m9-mstd0.5-inc1``, ``rand-m15-n2``, ``augmix-m5-w4-d2``, ...).
+        color_jitter: colour-jitter strength (timm skips it when ``auto_augment`` is set).
+        interpolation: ``bilinear``, ``bicubic``, ``nearest``, ``lanczos`` or ``random`` (training only);
+            also the resize of the evaluation crops.
+        random_erasing: probability of timm's random erasing.
+        random_erasing_mode: fill of the erased box: ``const``, ``rand`` or ``pixel``.
+        random_erasing_count: most boxes erased per image.
+        mixup: mixup α (0: off); the targets become soft and the model's loss takes them.
+        cutmix: cutmix α (0: off).
+        mixup_prob: probability of mixing a batch.
+        mixup_switch_prob: probability of cutmix rather than mixup when both are on.
+        mixup_mode: mix per ``batch``, ``pair`` or ``elem`` (timm).
+        eval_crop: evaluation pre-processing (Mixer supplementary C): ``resize_crop`` (resize to
+            (s/pct)², centre crop s), ``resmall_crop`` (shorter side to s/pct, centre crop s) or
+            ``resize`` (to s², nothing at the native size). Default: resmall_crop for images > 96 px,
+            else resize.
+        eval_crop_pct: s / resize side of the evaluation crops (224/256 = 0.875).
         predict_root: ``mixer predict`` reads these image files (a folder, at any depth, or a list of
             files) instead of the test split (`mixer_lightning.data.predict`).
     """
 
     def __init__(
         self,
+        # Source: which images, split how, given to the model at what size and normalisation.
         dataset: str = "digits",
         root: str = "data",
         download: bool = True,
+        image_column: str | None = None,
+        label_column: str | None = None,
+        val_split: float = 0.1,
+        split_seed: int = 0,
+        train_subset: float | None = None,
+        image_size: int | None = None,
+        mean: tuple[float, ...] | None = None,
+        std: tuple[float, ...] | None = None,
+        input_permutation: PermutationMode = "none",
+        permutation_patch_size: int = 16,
+        permutation_seed: int = 0,
+        # Loading: batches, workers, and the data path.
         batch_size: int = 128,
         eval_batch_size: int | None = None,
         num_workers: int | None = None,
         pin_memory: bool | None = None,
         persistent_workers: bool = True,
         prefetch_factor: int | None = None,
-        val_split: float = 0.1,
-        split_seed: int = 0,
-        train_subset: float | None = None,
-        image_size: int | None = None,
+        pipeline: Pipeline = "auto",
+        cache_dir: str | None = None,
+        tensor_limit_gb: float = 4.0,
+        # Augmentation of the training images.
         train_crop: TrainCrop | None = None,
         crop_padding: int = 4,
         crop_scale: tuple[float, float] = (0.08, 1.0),
@@ -233,23 +171,14 @@ class ImageDataModule(LightningDataModule):
         random_erasing: float = 0.0,
         random_erasing_mode: str = "pixel",
         random_erasing_count: int = 1,
-        eval_crop: EvalCrop | None = None,
-        eval_crop_pct: float = 0.875,
-        mean: tuple[float, ...] | None = None,
-        std: tuple[float, ...] | None = None,
         mixup: float = 0.0,
         cutmix: float = 0.0,
         mixup_prob: float = 1.0,
         mixup_switch_prob: float = 0.5,
         mixup_mode: MixupMode = "batch",
-        input_permutation: PermutationMode = "none",
-        permutation_patch_size: int = 16,
-        permutation_seed: int = 0,
-        image_column: str | None = None,
-        label_column: str | None = None,
-        pipeline: Pipeline = "auto",
-        cache_dir: str | None = None,
-        tensor_limit_gb: float = 4.0,
+        # Evaluation: the crops of validation/test images, and image files to predict.
+        eval_crop: EvalCrop | None = None,
+        eval_crop_pct: float = 0.875,
         predict_root: str | list[str] | None = None,
     ):
         super().__init__()
@@ -267,26 +196,12 @@ class ImageDataModule(LightningDataModule):
             "data.train_subset",
             f"must be a fraction in (0, 1] or a whole number of images, got {train_subset}",
         )
+        # Source.
         self.source = get_source(dataset, root, download, image_column=image_column, label_column=label_column)
         self.dataset = dataset
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self._eval_batch_size_given = eval_batch_size
-        self._num_workers_given, self._persistent_workers, self._prefetch_factor = (
-            num_workers,
-            persistent_workers,
-            prefetch_factor,
-        )
-        if num_workers is None:
-            num_workers = 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
-        self.num_workers = num_workers
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self.persistent_workers = persistent_workers and num_workers > 0
-        self.prefetch_factor = prefetch_factor if num_workers > 0 else None
         self.val_split = val_split
         self.split_seed = split_seed
         self.train_subset = train_subset
-
         info = self.source.info
         self._image_size = image_size or info.image_size
         require(self._image_size > 0, "data.image_size", f"must be positive, got {image_size}")
@@ -308,6 +223,22 @@ class ImageDataModule(LightningDataModule):
                 f"give {info.in_chans}",
             )
         require(all(s > 0 for s in self.std), "data.std", f"must be positive, got {self.std}")
+        # Loading.
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self._eval_batch_size_given = eval_batch_size
+        self._num_workers_given, self._persistent_workers, self._prefetch_factor = (
+            num_workers,
+            persistent_workers,
+            prefetch_factor,
+        )
+        if num_workers is None:
+            num_workers = 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
+        self.num_workers = num_workers
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.persistent_workers = persistent_workers and num_workers > 0
+        self.prefetch_factor = prefetch_factor if num_workers > 0 else None
+        # Augmentation of the training images.
         self.augmentation = Augmentation.for_dataset(
             info.natural,
             info.small,
@@ -324,10 +255,13 @@ class ImageDataModule(LightningDataModule):
         )
         if self.source.in_memory:
             self.augmentation.refuse_image_augmentation(dataset)
+        # Evaluation.
         self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
         require(0 < eval_crop_pct <= 1, "data.eval_crop_pct", f"must be in (0, 1], got {eval_crop_pct}")
         self.eval_crop_pct = eval_crop_pct
         self.interpolation = interpolation
+        self.predict_root = predict_root
+        # Augmentation of whole batches, and the input permutation of every image.
         self.mixup_fn = build_mixup(
             info.num_classes, mixup, cutmix, mixup_prob, mixup_switch_prob, mixup_mode, batch_size
         )
@@ -339,14 +273,17 @@ class ImageDataModule(LightningDataModule):
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
+        # The data path: the tensor path's batched plans (None: the PIL path), and the path taken ("tensor"
+        # or "pil"), known once setup() has seen the images.
         require(pipeline in PIPELINES, "data.pipeline", f"unknown pipeline {pipeline!r}", "choose auto, tensor or pil")
         require(tensor_limit_gb > 0, "data.tensor_limit_gb", f"must be positive, got {tensor_limit_gb}")
-        self.requested_pipeline, self.cache_dir, self.tensor_limit_gb = pipeline, cache_dir, tensor_limit_gb
-        self.plans = self._batched_plans(pipeline)
-        # The path the data took ("tensor" or "pil"), known once setup() has seen the images.
+        self.plans = batched_plans(pipeline, self.source.in_memory, dataset, self._image_transform)
+        self.tensor_path = (
+            None
+            if self.plans is None
+            else TensorPath(self.plans, pipeline == "tensor", dataset, root, cache_dir, tensor_limit_gb)
+        )
         self.pipeline: str | None = None if self.plans is not None else "pil"
-        self._decoded: dict[tuple[str, str], DecodedSplit] = {}
-        self.predict_root = predict_root
 
     # Facts linked into the model by the CLI (known without reading the data).
     @property
@@ -388,103 +325,15 @@ class ImageDataModule(LightningDataModule):
             steps.append(self.permutation)
         return steps[0] if len(steps) == 1 else T.Compose(steps)
 
-    def _split_train(self, train: Dataset) -> tuple[list[int], list[int]]:
-        n = len(train)
-        num_val = _count(self.val_split, n)
-        require(num_val < n, "data.val_split", f"holds out {num_val} of {n} training images", "choose a smaller value")
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed)).tolist()
-        return order[num_val:], order[:num_val]
-
-    def _subset(self, indices: list[int]) -> list[int]:
-        if self.train_subset is None:
-            return indices
-        keep = _count(self.train_subset, len(indices)) if self.train_subset != 1 else len(indices)
-        require(
-            0 < keep <= len(indices),
-            "data.train_subset",
-            f"keeps {keep} of the {len(indices)} training images",
-            f"choose a fraction or a number in 1..{len(indices)}",
-        )
-        # A different stream than the validation split's, so both stay fixed when the other changes.
-        order = torch.randperm(len(indices), generator=torch.Generator().manual_seed(self.split_seed + 1))
-        return [indices[i] for i in sorted(order[:keep].tolist())]
-
-    def _batched_plans(self, pipeline: str) -> tuple[BatchedPlan, BatchedPlan] | None:
-        """The batched forms of the training and evaluation transforms, or None for the PIL path."""
-        if pipeline == "pil":
+    def _decoded(self, requests: list[tuple[str, Dataset, str, list[int] | None, bool]]) -> list[DecodedImages] | None:
+        """The tensor path's datasets of (role, base dataset, split, indices, train) `requests`, or None
+        where the PIL path reads them (`mixer_lightning.data.tensor_path.TensorPath.datasets`)."""
+        if self.tensor_path is None:
             return None
-        if self.source.in_memory:
-            require(
-                pipeline != "tensor",
-                "data.pipeline",
-                f"{self.dataset} is already a tensor dataset without augmentation (no decoding to save)",
-                "use data.pipeline: auto",
-            )
-            return None
-        try:
-            return batched_plan(self._image_transform(train=True)), batched_plan(self._image_transform(train=False))
-        except NoBatchedForm as missing:
-            require(
-                pipeline != "tensor",
-                "data.pipeline",
-                f"the tensor path has no batched form of {missing.what} ({missing.field})",
-                f"use data.pipeline: auto or pil with {missing.field}, or drop it",
-            )
-            return None
-
-    def _decoded_sets(
-        self, requests: list[tuple[str, Dataset, str, list[int] | None, bool]]
-    ) -> list[DecodedImages] | None:
-        """`DecodedImages` for each (role, base dataset, split, indices, train) request, or None where
-        the PIL path must read them: the decoded images would exceed ``tensor_limit_gb``, or they have
-        no single shape (``auto``; ``tensor`` says so in one line)."""
-        assert self.plans is not None
-        forced = self.requested_pipeline == "tensor"
-        side = {
-            True: self.image_size if self.plans[0].prefix else self.info.image_size,
-            False: self.image_size if self.plans[1].prefix else self.info.image_size,
-        }
-        needed: dict[tuple[str, str], int] = {}
-        for _, base, split, _, train in requests:
-            plan = self.plans[0 if train else 1]
-            key = (split, plan.prefix_key())
-            if key not in self._decoded:
-                needed[key] = len(base) * self.in_chans * side[train] ** 2
-        size_gb = (sum(needed.values()) + sum(d.images.numel() for d in self._decoded.values())) / 2**30
-        if size_gb > self.tensor_limit_gb:
-            require(
-                not forced,
-                "data.tensor_limit_gb",
-                f"the decoded images would take {size_gb:.1f} GiB, more than {self.tensor_limit_gb} GiB",
-                "raise data.tensor_limit_gb, or use data.pipeline: pil",
-            )
-            rank_zero_info(f"data.pipeline: pil (the decoded images would take {size_gb:.1f} GiB > tensor_limit_gb)")
-            return None
-        cache_dir = Path(self.cache_dir) if self.cache_dir else default_cache_dir(self.hparams.root)
-        sets = []
-        for role, base, split, indices, train in requests:
-            plan = self.plans[0 if train else 1]
-            key = (split, plan.prefix_key())
-            if key not in self._decoded:
-                try:
-                    path = cache_file(cache_dir, self.dataset, split, cache_key(base, self.hparams.root, split, plan))
-                    self._decoded[key] = DecodedSplit(*load_or_decode(base, plan.prefix, path))
-                except NotDecodable as problem:
-                    require(
-                        not forced,
-                        "data.pipeline",
-                        f"the tensor path cannot hold the {split} split: {problem}",
-                        "use data.pipeline: pil, or a data.image_size other than the first image's (all are then resized to it)",
-                    )
-                    rank_zero_info(f"data.pipeline: pil ({split} split: {problem})")
-                    return None
-            sets.append(DecodedImages(self._decoded[key], plan, indices, self.permutation, role))
-        if self.pipeline != "tensor":
-            rank_zero_info(
-                f"data.pipeline: tensor (uint8 splits decoded once, cached in {cache_dir}; "
-                "batches cropped, flipped and normalised on the training device)"
-            )
-        self.pipeline = "tensor"
+        sides = tuple(self.image_size if plan.prefix else self.info.image_size for plan in self.tensor_path.plans)
+        sets = self.tensor_path.datasets(requests, sides, self.in_chans, self.permutation)
+        if sets is not None:
+            self.pipeline = "tensor"
         return sets
 
     def setup(self, stage: str | None = None) -> None:
@@ -501,9 +350,9 @@ class ImageDataModule(LightningDataModule):
                     None,
                 )
             else:
-                train_idx, val_idx = self._split_train(train)
+                train_idx, val_idx = split_train(len(train), self.val_split, self.split_seed)
                 val_base, val_split = train, "train"
-            train_idx = self._subset(train_idx)
+            train_idx = train_subset(train_idx, self.train_subset, self.split_seed)
             if self.mixup_fn is not None:
                 require(
                     len(train_idx) >= self.batch_size,
@@ -512,14 +361,9 @@ class ImageDataModule(LightningDataModule):
                     f"fewer than one batch of {self.batch_size}",
                     "lower data.batch_size (even) or use more training images",
                 )
-            decoded = None
-            if self.plans is not None:
-                decoded = self._decoded_sets(
-                    [
-                        ("train", train, "train", train_idx, True),
-                        ("val", val_base, val_split, val_idx, False),
-                    ]
-                )
+            decoded = self._decoded(
+                [("train", train, "train", train_idx, True), ("val", val_base, val_split, val_idx, False)]
+            )
             if decoded is not None:
                 self.train_set, self.val_set = decoded
             else:
@@ -528,7 +372,7 @@ class ImageDataModule(LightningDataModule):
                 self.val_set = TransformedDataset(val_base, self.transform(train=False), val_idx)
         if (stage in (None, "test") or stage == "predict" and self.predict_root is None) and self.test_set is None:
             test = self.source.load("test")
-            decoded = self._decoded_sets([("test", test, "test", None, False)]) if self.plans is not None else None
+            decoded = self._decoded([("test", test, "test", None, False)])
             if decoded is not None:
                 (self.test_set,) = decoded
             else:
@@ -561,18 +405,7 @@ class ImageDataModule(LightningDataModule):
             return DataLoader(dataset, batch_size=batch_size, shuffle=False, **common)
         # Mixup pairs images within a batch: every training batch full (hence even) when it is on.
         drop_last = self.mixup_fn is not None or length > self.batch_size
-        seed = training_seed()
-        resume = None
-        trainer = self.trainer
-        if trainer is not None and trainer.fit_loop.restarting:  # resuming: go on where the checkpoint was taken
-            done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-            resume = resume_point(
-                trainer.current_epoch, done, length, self.batch_size, drop_last, trainer.limit_train_batches
-            )
-        batches = KeyedBatchSampler(EpochRandomSampler(dataset, seed), self.batch_size, drop_last, seed, resume)
-        # Its own generator: the workers' base seed never draws from (so never shifts) the global RNG.
-        generator = torch.Generator().manual_seed(seed)
-        return ResumableDataLoader(dataset, batch_sampler=batches, generator=generator, **common)
+        return training_loader(dataset, self.batch_size, drop_last, self.trainer, **common)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)
@@ -611,8 +444,3 @@ class ImageDataModule(LightningDataModule):
         batch_number = trainer.fit_loop.epoch_loop.batch_progress.total.ready
         with seeded(mix(training_seed(), batch_number)):
             return self.mixup_fn(x, y)
-
-
-def training_seed() -> int:
-    """The run's seed, as `seed_everything` (LightningCLI's ``seed_everything``) recorded it."""
-    return int(os.environ.get("PL_GLOBAL_SEED", 0))

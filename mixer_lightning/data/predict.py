@@ -49,7 +49,7 @@ FACT_KEYS = (
 def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> tuple[list[str], list[str]]:
     """The image files of `root` (a folder, read at any depth in sorted order, a file, or a list of
     either) and their names as the CSV shows them (relative to a folder given). Errors name `field`."""
-    from mixer_lightning.data.datasets import image_files
+    from mixer_lightning.data.sources.folder import image_files
 
     entries = [root] if isinstance(root, (str, os.PathLike)) else list(root)
     require(bool(entries), field, "no folder or file given", "give a folder of images or a list of image files")

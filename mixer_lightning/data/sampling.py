@@ -10,17 +10,25 @@ bit-identical, whatever the number of workers, and a run killed mid-epoch resume
 - `seeded`: the dataset applies an image's augmentation inside it, with Python's, NumPy's and
   torch's RNGs seeded by the sample seed and restored afterwards, so each augmented image is a
   function of (seed, epoch, index) and the caller's RNG streams are left as they were.
+- `training_loader`: the training loader (`ResumableDataLoader`), resumable from the trainer's own progress.
+- `training_seed`: the run's seed, as `seed_everything` recorded it.
+- `split_train`, `train_subset`: the seeded validation split and training subset (``data.split_seed``,
+  kept apart from the training seed, so every run of an experiment validates on the same images).
 """
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, RandomSampler, Sampler
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler
+
+from mixer_lightning.errors import require
 
 _MASK = (1 << 63) - 1
 
@@ -146,3 +154,66 @@ def set_rng_states(states: dict) -> None:
     torch.set_rng_state(states["torch"])
     if "cuda" in states and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class ResumableDataLoader(DataLoader):
+    """The training loader. It resumes mid-epoch from the trainer's own progress (the data module
+    gives its `KeyedBatchSampler` the batches to skip), so it has no state of its own to save; it
+    declares the ``state_dict`` interface so that Lightning knows it is resumable."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+
+def training_seed() -> int:
+    """The run's seed, as `seed_everything` (LightningCLI's ``seed_everything``) recorded it."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+def training_loader(dataset: Any, batch_size: int, drop_last: bool, trainer: Any, **options: Any) -> DataLoader:
+    """The training loader of `dataset`: batches of `KeyedBatchSampler` in the seeded order of
+    `EpochRandomSampler`; under a `trainer` that resumes, from where its checkpoint was taken."""
+    seed = training_seed()
+    resume = None
+    if trainer is not None and trainer.fit_loop.restarting:  # resuming: go on where the checkpoint was taken
+        done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+        resume = resume_point(
+            trainer.current_epoch, done, len(dataset), batch_size, drop_last, trainer.limit_train_batches
+        )
+    batches = KeyedBatchSampler(EpochRandomSampler(dataset, seed), batch_size, drop_last, seed, resume)
+    # Its own generator: the workers' base seed never draws from (so never shifts) the global RNG.
+    generator = torch.Generator().manual_seed(seed)
+    return ResumableDataLoader(dataset, batch_sampler=batches, generator=generator, **options)
+
+
+def _count(value: float, total: int) -> int:
+    """A fraction of `total` (value < 1) or a count (value >= 1)."""
+    return int(value) if value >= 1 else round(value * total)
+
+
+def split_train(n: int, val_split: float, split_seed: int) -> tuple[list[int], list[int]]:
+    """The training and held-out validation indices of `n` training images (``data.val_split``: a
+    fraction or a count), drawn with `split_seed`."""
+    num_val = _count(val_split, n)
+    require(num_val < n, "data.val_split", f"holds out {num_val} of {n} training images", "choose a smaller value")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(split_seed)).tolist()
+    return order[num_val:], order[:num_val]
+
+
+def train_subset(indices: list[int], subset: float | None, split_seed: int) -> list[int]:
+    """A seeded subset of the training `indices` (``data.train_subset``: a fraction or a count), in order."""
+    if subset is None:
+        return indices
+    keep = _count(subset, len(indices)) if subset != 1 else len(indices)
+    require(
+        0 < keep <= len(indices),
+        "data.train_subset",
+        f"keeps {keep} of the {len(indices)} training images",
+        f"choose a fraction or a number in 1..{len(indices)}",
+    )
+    # A different stream than the validation split's, so both stay fixed when the other changes.
+    order = torch.randperm(len(indices), generator=torch.Generator().manual_seed(split_seed + 1))
+    return [indices[i] for i in sorted(order[:keep].tolist())]
