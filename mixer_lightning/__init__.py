@@ -1,8 +1,29 @@
 """mixer-lightning: MLP-Mixers, permuted-Kronecker Mixers and sparse-weight MLPs in PyTorch Lightning.
 
-Layout: `models` (plain nn.Modules), `data` (ImageDataModule), `tasks` (LightningModules), `cli`
-(the `mixer` command), `lightning_cli` (its Lightning subcommands), `commands` (its project
-subcommands), `analysis`, `benchmarks`, `width`.
+The parts, by role (imports point down this list, never up: docs/architecture.md; tests/test_layers.py):
+
+- the command line: `cli` (the ``mixer`` entry point, Lightning's fit/validate/test/predict),
+  `commands` (the project's own commands; ``mixer sweep``'s machinery in `commands.sweep`),
+  `benchmarks` (behind ``mixer bench``);
+- training (what a config names by class path): `callbacks`, `loggers`, `tasks` (LightningModules),
+  `data` (the data module), `optim`;
+- the science: `analysis` (spectra, CKA, few-shot, effective weights), `weights` (timm and JAX weights),
+  `models` (plain nn.Modules), `width` (Ω and the widths, no torch);
+- run safety: `safety` (what a file may import, atomic files, checked configs, run directories,
+  checkpoints); `errors` (one-line errors), beneath everything.
 """
 
 __version__ = "0.1.0"
+
+# The `mixer` console script (pyproject's [project.scripts]).
+ENTRY_POINT = "mixer_lightning.cli:main"
+
+
+def run_mixer(arguments: list[str]) -> None:
+    """Run the ``mixer`` command in this process with `arguments`, as the console script would (a sweep
+    point, a benchmarked fit). Looked up by its name, as the shell finds it: the command line sits above
+    every part that runs it."""
+    import importlib
+
+    module, _, name = ENTRY_POINT.partition(":")
+    getattr(importlib.import_module(module), name)(arguments)

@@ -12,13 +12,13 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from mixer_lightning.atomic import atomic_write
 from mixer_lightning.loggers import run_directory
+from mixer_lightning.safety.atomic import atomic_write
 
 
 class PredictionWriter(BasePredictionWriter):
     """Writes what ``mixer predict`` computes, one file per process under DDP, atomically
-    (`mixer_lightning.atomic`):
+    (`mixer_lightning.safety.atomic`):
 
     - image files (``data.predict_root``): a CSV, one row per file in the order read, with the `topk`
       classes: ``file, class_1, name_1, prob_1, ..., class_k, name_k, prob_k`` (as timm's

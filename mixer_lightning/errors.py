@@ -112,7 +112,7 @@ def _argument_error(error: BaseException, command: str | None) -> ConfigError:
     help_ = f"see `mixer {command} --help`" if command else "see `mixer --help`"
     keys = re.findall(r'Parser key "([^"]+)"', message)
     denied = re.search(r"Importing '([\w.]+)' is not allowed", message)
-    if denied:  # jsonargparse's import-path policy (`mixer_lightning.trust.enforce_import_policy`)
+    if denied:  # jsonargparse's import-path policy (`mixer_lightning.safety.trust.enforce_import_policy`)
         return untrusted_import(".".join(keys) or "config", denied.group(1))
     if keys:
         field = ".".join(keys)

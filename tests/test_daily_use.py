@@ -265,8 +265,8 @@ def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatc
     from test_pretrained_hub import place_in_cache
 
     from helpers.fakedata import write_fine_tune_config
-    from mixer_lightning.preprocessing import hub_preprocessing
     from mixer_lightning.weights import read_weights
+    from mixer_lightning.weights.preprocessing import hub_preprocessing
 
     cache = tmp_path / "hub_cache"
     cache.mkdir()
@@ -338,7 +338,7 @@ def test_progress_lines_read_the_loss_once_per_line_not_once_per_step(capsys, mo
     read once per line: a per-step `.item()` would be a host sync per step on a GPU."""
     from types import SimpleNamespace
 
-    from mixer_lightning.console import LineProgress
+    from mixer_lightning.cli.console import LineProgress
 
     reads = []
     original_item = torch.Tensor.item
@@ -358,7 +358,7 @@ def test_progress_lines_read_the_loss_once_per_line_not_once_per_step(capsys, mo
 
 
 def test_the_progress_bar_in_a_terminal_lines_in_a_log(monkeypatch) -> None:
-    from mixer_lightning.console import LineProgress, progress_callback
+    from mixer_lightning.cli.console import LineProgress, progress_callback
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     assert progress_callback("auto", 50) is None  # Lightning's tqdm bar

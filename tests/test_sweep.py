@@ -18,8 +18,8 @@ import yaml
 
 from helpers import CONFIGS, TEST_CONFIGS
 from mixer_lightning.cli import main
-from mixer_lightning.sweeps import runs as sweep_runs
-from mixer_lightning.sweeps.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
+from mixer_lightning.commands.sweep import runs as sweep_runs
+from mixer_lightning.commands.sweep.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
 
 TINY_S_MIXER = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
 TINY_SW_MLP = str(TEST_CONFIGS / "sw_mlp_digits.yaml")
@@ -232,7 +232,7 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
 def test_mirror_points_are_drawn_as_two_branches_against_the_width(monkeypatch: pytest.MonkeyPatch) -> None:
     """(C, S) and (S, C) share m at a fixed Ω: against m a series is its C ≤ S and C ≥ S branches, both
     through S = C; a series without a generic axis is labelled without it (no "impl = None")."""
-    from mixer_lightning.sweeps import report
+    from mixer_lightning.commands.sweep import report
 
     drawn = {}
 

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from mixer_lightning.benchmarks import sparse
-from mixer_lightning.benchmarks.sparse import (
+from mixer_lightning.benchmarks import table_s3 as sparse
+from mixer_lightning.benchmarks.table_s3 import (
     TABLE_S3_SETTINGS,
     forward_flops,
     sw_mlp_dense_arithmetic,

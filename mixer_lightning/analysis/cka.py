@@ -18,11 +18,14 @@ process would (`torchmetrics.Metric` gathers and sums the states at `compute`).
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchmetrics import Metric
 
+from mixer_lightning.errors import require
 from mixer_lightning.models.protocols import SkipInputs
 
 
@@ -191,3 +194,104 @@ class CKAEvaluation(LightningModule):
 def matrix_from_results(results: dict[str, float], layers_a: int, layers_b: int) -> list[list[float]]:
     """The CKA matrix from the metrics `CKAEvaluation` logs."""
     return [[float(results[f"cka/{i}/{j}"]) for j in range(layers_b)] for i in range(layers_a)]
+
+
+def compute_matrix(
+    ckpt_a: str,
+    ckpt_b: str,
+    configs: list[str],
+    split: str = "test",
+    batch_size: int | None = None,
+    batches: int | None = None,
+    seed: int = 0,
+    accelerator: str = "auto",
+    devices: int | str = 1,
+    strategy: str = "auto",
+    num_nodes: int = 1,
+    precision: str | None = None,
+) -> dict:
+    """Minibatch CKA between the skip-connection inputs of the networks in two checkpoints, on the
+    images of the ``data:`` section of `configs` (`mixer cka`, and `mixer sweep report` for Fig. 2(a))."""
+    from lightning.pytorch import Trainer
+
+    from mixer_lightning.analysis.features import check_fits_data, datamodule_from_config, skip_input_names
+    from mixer_lightning.tasks.loading import load_classifier
+
+    modules, names = [], []
+    for path in (ckpt_a, ckpt_b):
+        module = load_classifier(path, field="ckpt")
+        net = module.net
+        layers = skip_input_names(net)
+        require(
+            bool(layers) and hasattr(net, "forward_skip_inputs"),
+            "ckpt",
+            f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections",
+            "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs",
+        )
+        modules.append(module)
+        names.append(layers)
+    datamodule = datamodule_from_config(configs)
+    for module in modules:
+        check_fits_data(module, datamodule, "config")
+    datamodule.setup("test" if split == "test" else "validate")
+    dataset = datamodule.test_set if split == "test" else datamodule.val_set
+    batch_size = batch_size or datamodule.eval_batch_size
+    require(batch_size >= 4, "batch_size", f"the unbiased HSIC needs at least 4 images per minibatch, got {batch_size}")
+    require(batches is None or batches > 0, "batches", f"must be positive, got {batches}")
+    full = len(dataset) // batch_size
+    require(
+        full > 0,
+        "batch_size",
+        f"the {split} split has {len(dataset)} images, fewer than one minibatch",
+        "lower --batch_size",
+    )
+    evaluation = CKAEvaluation(
+        modules[0].net,
+        modules[1].net,
+        len(names[0]),
+        len(names[1]),
+        dataset,
+        batch_size,
+        batches,
+        seed,
+        datamodule.num_workers,
+    )
+    trainer_args = dict(
+        accelerator=accelerator,
+        devices=devices,
+        strategy=strategy,
+        num_nodes=num_nodes,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        enable_progress_bar=False,
+        use_distributed_sampler=False,
+    )
+    if precision:
+        trainer_args["precision"] = precision
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*does not have many workers.*")
+        trainer = Trainer(**trainer_args)
+        results = trainer.test(evaluation, verbose=False)[0]
+    matrix = matrix_from_results(results, len(names[0]), len(names[1]))
+    result = {
+        "cka": matrix,
+        "layers_a": names[0],
+        "layers_b": names[1],
+        "ckpt_a": ckpt_a,
+        "ckpt_b": ckpt_b,
+        "model_a": type(modules[0].net).__name__,
+        "model_b": type(modules[1].net).__name__,
+        "split": split,
+        "batch_size": batch_size,
+        "batches": int(results["cka/batches"]),
+        "examples": int(results["cka/examples"]),
+        "main_process": trainer.is_global_zero,
+    }
+    if len(names[0]) == len(names[1]):
+        result["diagonal_mean"] = sum(matrix[i][i] for i in range(len(matrix))) / len(matrix)  # Figure 2(a)
+    for key, module in (("mixing_a", modules[0]), ("mixing_b", modules[1])):
+        net = module.net
+        if hasattr(net, "mixing_layers"):  # a Mixer: its mixing sizes (its density is (1/S + 1/C)/2)
+            result[key] = {"S": int(net.tokens), "C": int(net.channels)}
+    return result

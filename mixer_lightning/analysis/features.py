@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixer_lightning.config_files import load_configs
 from mixer_lightning.errors import ConfigError, find_config_error, require
 from mixer_lightning.models.protocols import MixingNetwork, SkipInputs
+from mixer_lightning.safety.config_files import load_configs
 
 
 def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):

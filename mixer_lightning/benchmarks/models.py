@@ -180,11 +180,11 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
       A/A test): ratios closer to 1 than this are not resolved by the run;
     - cifar_fit_vs_step / cifar_fit_speedup: end-to-end ``mixer fit`` images/s of the Fig. 5 config
       (S-Mixer, Ω = 2^18, C = S = 64) through the tensor data path ÷ its training step's, and ÷ the
-      PIL path's fit (`mixer_lightning.benchmarks.data.fit_vs_step`; real CIFAR-10 when present).
+      PIL path's fit (`mixer_lightning.benchmarks.fit.fit_vs_step`; real CIFAR-10 when present).
     """
     import platform
 
-    from mixer_lightning.benchmarks.data import fit_vs_step
+    from mixer_lightning.benchmarks.fit import fit_vs_step
     from mixer_lightning.benchmarks.sparse import sw_mlp_ratios
     from mixer_lightning.models import create_model
 

@@ -14,7 +14,7 @@ parameters + buffers (masks, indices), their gradients, and AdamW's state after 
 ``wide`` adds a run at a width the dense form cannot hold (m = 65,536 at the same Ω): the sparse
 model is built and trained for a few steps, and the dense model's bytes are computed, not allocated.
 
-`table_s3` reproduces Table S.3 at its stated settings (``mixer bench --table_s3``): see its docstring.
+Table S.3 at its stated settings (``mixer bench --table_s3``) is `mixer_lightning.benchmarks.table_s3`.
 
     python -m mixer_lightning.benchmarks.sparse [--json] [--repeats 5] [--wide 65536]
 """
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from typing import Any
@@ -32,12 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixer_lightning.benchmarks.timing import compare
-from mixer_lightning.errors import require
-from mixer_lightning.models.layers import hidden_width
-from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.models.sw_mlp import SWMLP
-from mixer_lightning.width import density as mixer_density
 from mixer_lightning.width import omega as mixer_omega
 
 TABLE_S3_CIFAR = dict(image_size=32, in_chans=3, patch_size=4, channels=48, num_blocks=3, gamma=2.0)
@@ -91,7 +85,7 @@ def _step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y
     return time.perf_counter() - start, loss.item()
 
 
-def _batch(batch_size: int, arch: dict, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+def random_batch(batch_size: int, arch: dict, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed + 1)
     size = arch["image_size"]
     x = torch.randn(batch_size, arch["in_chans"], size, size, generator=generator)
@@ -115,7 +109,7 @@ def sw_mlp_ratios(
     if "omega" not in arch and "density" not in arch:
         arch["omega"] = int(mixer_omega(num_patches, arch["channels"], arch["gamma"]))
     models = {impl: _build(impl, seed, device, num_classes=num_classes, **arch) for impl in ("dense", "sparse")}
-    x, y = (t.to(device) for t in _batch(batch_size, arch, num_classes, seed))
+    x, y = (t.to(device) for t in random_batch(batch_size, arch, num_classes, seed))
     with torch.no_grad():  # same seed, same function (the head starts at zero, so compare features)
         difference = (models["dense"].forward_features(x) - models["sparse"].forward_features(x)).abs().max()
     optimizers = {impl: torch.optim.AdamW(m.parameters(), lr=lr) for impl, m in models.items()}
@@ -175,7 +169,7 @@ def sw_mlp_wide(
     num_patches = (arch["image_size"] // arch["patch_size"]) ** 2
     omega_ = int(mixer_omega(num_patches, arch.pop("channels"), arch["gamma"]))  # the Table S.3 connections
     model = _build("sparse", seed, device, num_classes=10, width=width, omega=omega_, **arch)
-    x, y = (t.to(device) for t in _batch(batch_size, arch, 10, seed))
+    x, y = (t.to(device) for t in random_batch(batch_size, arch, 10, seed))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     losses, times = [], []
     for _ in range(steps + 1):
@@ -225,312 +219,6 @@ def _format(report: dict[str, Any]) -> str:
             f"{wide['sparse_bytes']['total'] / mb:.1f} MB, dense would need {wide['dense_bytes_needed']['total'] / 1e9:.0f} GB; "
             f"step {wide['step_seconds_median']:.3f} s, loss {wide['losses'][0]:.3f} -> {wide['losses'][-1]:.3f}"
         )
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------------------------------ Table S.3
-
-# Table S.3's settings: "S = 256, C = 588, L = 8, γ = 4 for ImageNet and S = 64, C = 48, L = 3, γ = 2 for
-# CIFAR"; the patch size makes S = S0 (P = 4 on 32 px, P = 14 on 224 px), so no SkipLayer.
-TABLE_S3_SETTINGS = {
-    "cifar": dict(
-        image_size=32, in_chans=3, patch_size=4, tokens=64, channels=48, num_blocks=3, gamma=2.0, num_classes=10
-    ),
-    "imagenet": dict(
-        image_size=224, in_chans=3, patch_size=14, tokens=256, channels=588, num_blocks=8, gamma=4.0, num_classes=1000
-    ),
-}
-CIFAR_TRAIN_IMAGES = 50_000  # an epoch of CIFAR-10/100; App. C.3: batch 128, AdamW, float32, V100
-# The paper's figures (memory in bytes, forward FLOPs per image, seconds per CIFAR epoch).
-PAPER_TABLE_S3 = {
-    "cifar": {
-        "sw_mlp_dense": {"memory": 3.22e9, "flops": 805e6, "epoch_seconds": 28.2},
-        "rp_mixer": {"memory": 3.94e6, "flops": 12.5e6, "epoch_seconds": 6.41},
-        "mixer": {"memory": 3.93e6, "flops": 12.5e6, "epoch_seconds": 6.08},
-    },
-    "imagenet": {
-        "sw_mlp_dense": {"memory": 23.2e12, "flops": 5.80e12},
-        "rp_mixer": {"memory": 26.3e6, "flops": 4.06e9},
-        "mixer": {"memory": 26.3e6, "flops": 4.06e9},
-    },
-}
-TABLE_S3_MODELS = ("sw_mlp_dense", "rp_mixer", "mixer", "sw_mlp_sparse")
-
-
-def table_s3_model(name: str, setting: dict) -> nn.Module:
-    """A model of Table S.3 at `setting`. The SW-MLP replaces each of the Mixer's four FC layers per block
-    (I_C⊗W1, I_C⊗W2, W3ᵀ⊗I_S, W4ᵀ⊗I_S) by M ⊙ A (App. C.1): 2L MLP blocks of width m = S·C, hidden γm,
-    in the Mixer's MLP form, each layer with the Mixer's connections, p = (1/S + 1/C)/2. (The paper's
-    SW-MLP figures are 4L layers of γm×m: 805M FLOPs = 2·4·3·2·4096² exactly, see `table_s3`.)"""
-    base = {k: setting[k] for k in ("num_classes", "image_size", "in_chans", "patch_size", "num_blocks")}
-    if name in ("mixer", "rp_mixer"):
-        return MLPMixer(
-            **base,
-            tokens=setting["tokens"],
-            channels=setting["channels"],
-            gamma=setting["gamma"],
-            permute=name == "rp_mixer",
-            norm_eps=1e-5,
-        )
-    require(
-        setting["tokens"] == (setting["image_size"] // setting["patch_size"]) ** 2,
-        "tokens",
-        "the SW-MLP of Table S.3 takes S = S0 patches",
-    )
-    return SWMLP(
-        **{**base, "num_blocks": 2 * setting["num_blocks"]},
-        channels=setting["channels"],
-        gamma=setting["gamma"],
-        density=mixer_density(setting["tokens"], setting["channels"]),
-        out_act=False,
-        impl="dense" if name == "sw_mlp_dense" else "sparse",
-    )
-
-
-def sw_mlp_dense_arithmetic(setting: dict) -> dict[str, float]:
-    """The dense SW-MLP of `table_s3_model` by arithmetic (for sizes no machine holds): its dense weight
-    entries (2L blocks × 2 layers of γm×m), parameters, bytes as we store them (float32 weights, bool
-    masks), the paper's bytes (float32 weights and float32 masks: 8 per entry) and forward FLOPs per
-    image (2 per multiply-add of the stem, the 4L layers and the head, as `FlopCounterMode` counts)."""
-    s0, c, classes = setting["tokens"], setting["channels"], setting["num_classes"]
-    c0 = setting["in_chans"] * setting["patch_size"] ** 2
-    m = s0 * c
-    hidden = hidden_width(setting["gamma"], m)
-    blocks = 2 * setting["num_blocks"]
-    entries = blocks * 2 * hidden * m
-    params = entries + blocks * (hidden + m + 2 * m) + (c0 * c + c) + (m * classes + classes)
-    return {
-        "width_m": m,
-        "entries": entries,
-        "params": params,
-        "bytes": 4 * params + entries,
-        "paper_bytes": 8 * entries,
-        "flops": 2 * (entries + s0 * c0 * c + m * classes),
-        "train_bytes": 16 * params + entries,
-    }
-
-
-def forward_flops(model: nn.Module, setting: dict, device: str = "cpu") -> int:
-    """Forward FLOPs per image (torch's FlopCounterMode: 2 per multiply-add of every matmul)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    x = torch.zeros(1, setting["in_chans"], setting["image_size"], setting["image_size"], device=device)
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        model(x)
-    return int(counter.get_total_flops())
-
-
-def _adamw_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=False)
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
-
-    return step, optimizer
-
-
-def table_s3(
-    settings: dict | None = None,
-    batch_size: int = 128,
-    repeats: int = 3,
-    warmup: int = 1,
-    device: str = "cpu",
-    train_images: int = CIFAR_TRAIN_IMAGES,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Table S.3 side by side: for the CIFAR setting the dense SW-MLP, the RP MLP-Mixer and the MLP-Mixer
-    (and our sparse SW-MLP) are built, their bytes and FLOPs measured, and their AdamW training steps
-    (batch `batch_size`, float32) timed interleaved in this process (`compare`, medians); an epoch is
-    ⌈train_images / batch⌉ steps of that median (compute only, no data loading). For the ImageNet
-    setting the Mixers are built on the meta device (bytes and FLOPs exact, nothing allocated) and the
-    dense SW-MLP (2.9·10^12 weights) is `sw_mlp_dense_arithmetic`, as is the CIFAR one, as a check.
-
-    Memory: ``params_bytes`` = parameters + buffers as held (masks, RP permutation indices);
-    ``train_bytes`` = that + gradients + AdamW state (on a GPU: the peak allocated during a step).
-    The paper does not define its memory; its SW-MLP figures are 8 bytes per dense weight entry at
-    m = 4096 for CIFAR (S = C = 64, not the stated C = 48: 3.22 GB = 8·4L·γ·4096², 805M = 2·4L·γ·4096²)
-    and at m = 150,528 for ImageNet (23.2 TB, 5.80 TFLOPs), so each figure is given beside ours with
-    the ratio ours/paper, and the ratios between the models beside the paper's.
-    """
-    settings = {**TABLE_S3_SETTINGS, **(settings or {})}
-    report: dict[str, Any] = {
-        "settings": settings,
-        "paper": PAPER_TABLE_S3,
-        "device": device,
-        "batch_size": batch_size,
-        "repeats": repeats,
-        "threads": torch.get_num_threads(),
-    }
-    # ---- CIFAR: measured
-    cifar = settings["cifar"]
-    models = {}
-    for name in TABLE_S3_MODELS:
-        torch.manual_seed(seed)
-        models[name] = table_s3_model(name, cifar).to(device)
-    x, y = _batch(batch_size, cifar, cifar["num_classes"], seed)
-    x, y = x.to(device), y.to(device)
-    steps, optimizers = {}, {}
-    for name, model in models.items():
-        steps[name], optimizers[name] = _adamw_step(model, x, y)
-    peaks = {}
-    if torch.device(device).type == "cuda":
-        for name in models:  # each alone, for its peak
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            steps[name]()
-            torch.cuda.synchronize()
-            peaks[name] = torch.cuda.max_memory_allocated()
-    seconds = compare(steps, repeats=repeats, warmup=warmup, device=device)
-    steps_per_epoch = math.ceil(train_images / batch_size)
-    rows = {}
-    for name, model in models.items():
-        held = model_bytes(model, optimizers[name])
-        rows[name] = {
-            "params_bytes": held["params_buffers"],
-            "train_bytes": peaks.get(name, held["total"]),
-            "flops": forward_flops(model, cifar, device)
-            if name != "sw_mlp_sparse"
-            else sw_mlp_sparse_flops(model, cifar),
-            "step_seconds": seconds[name],
-            "epoch_seconds": seconds[name] * steps_per_epoch,
-        }
-    arithmetic = sw_mlp_dense_arithmetic(cifar)
-    rows["sw_mlp_dense"]["paper_bytes"] = arithmetic["paper_bytes"]
-    report["cifar"] = {
-        "rows": rows,
-        "steps_per_epoch": steps_per_epoch,
-        "sw_mlp_dense_arithmetic": arithmetic,
-        "width_m": models["sw_mlp_dense"].width,
-        "density_p": models["sw_mlp_dense"].density,
-    }
-    del models, steps, optimizers
-    # ---- ImageNet: Mixers on the meta device, the dense SW-MLP by arithmetic
-    imagenet = settings["imagenet"]
-    rows = {}
-    arithmetic = sw_mlp_dense_arithmetic(imagenet)
-    rows["sw_mlp_dense"] = {
-        "params_bytes": arithmetic["bytes"],
-        "train_bytes": arithmetic["train_bytes"],
-        "flops": arithmetic["flops"],
-        "paper_bytes": arithmetic["paper_bytes"],
-    }
-    for name in ("rp_mixer", "mixer"):
-        with torch.device("meta"):
-            model = table_s3_model(name, imagenet)
-        params = sum(p.numel() * p.element_size() for p in model.parameters())
-        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-        rows[name] = {
-            "params_bytes": params + buffers,
-            "train_bytes": 4 * params + buffers,
-            "flops": forward_flops(model, imagenet, "meta"),
-        }
-    report["imagenet"] = {"rows": rows, "sw_mlp_dense_arithmetic": arithmetic}
-    # ---- ratios: ours/paper per cell, and between models, ours beside the paper's
-    for key in ("cifar", "imagenet"):
-        rows, paper = report[key]["rows"], PAPER_TABLE_S3[key]
-        for name, row in rows.items():
-            figures = paper.get(name, {})
-            row["vs_paper"] = {
-                "memory": (row.get("paper_bytes") or row["params_bytes"]) / figures["memory"]
-                if "memory" in figures
-                else None,
-                "flops": row["flops"] / figures["flops"] if "flops" in figures else None,
-                "epoch_seconds": row["epoch_seconds"] / figures["epoch_seconds"]
-                if "epoch_seconds" in figures and "epoch_seconds" in row
-                else None,
-            }
-        ratios = {}
-        for a, b in (("sw_mlp_dense", "mixer"), ("rp_mixer", "mixer")):
-            for measure, ours_key in (
-                ("memory", "params_bytes"),
-                ("flops", "flops"),
-                ("epoch_seconds", "epoch_seconds"),
-            ):
-                if ours_key in rows[a] and ours_key in rows[b] and measure in paper[a]:
-                    ratios[f"{a}/{b} {measure}"] = {
-                        "ours": rows[a][ours_key] / rows[b][ours_key],
-                        "paper": paper[a][measure] / paper[b][measure],
-                    }
-        report[key]["ratios"] = ratios
-    return report
-
-
-def sw_mlp_sparse_flops(model: SWMLP, setting: dict) -> int:
-    """Forward FLOPs per image of the sparse SW-MLP: 2 per connection, stem and head."""
-    c0 = setting["in_chans"] * setting["patch_size"] ** 2
-    return 2 * (sum(model.connections()) + model.num_patches * c0 * model.channels + model.width * model.num_classes)
-
-
-def _size(n: float, unit: str = "B") -> str:
-    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g} {prefix}{unit}"
-    return f"{n:.3g} {unit}"
-
-
-def _ratio(value: float | None) -> str:
-    return f"{value:.3g}" if value else "-"
-
-
-def format_table_s3(report: dict[str, Any]) -> str:
-    names = {
-        "sw_mlp_dense": "SW-MLP (dense)",
-        "rp_mixer": "RP MLP-Mixer",
-        "mixer": "MLP-Mixer",
-        "sw_mlp_sparse": "SW-MLP (sparse, ours)",
-    }
-    lines = []
-    for key, title in (("cifar", "CIFAR"), ("imagenet", "ImageNet")):
-        s = report["settings"][key]
-        block = report[key]
-        lines.append(
-            f"Table S.3, {title}: S = {s['tokens']}, C = {s['channels']}, L = {s['num_blocks']}, "
-            f"γ = {s['gamma']:g} (P = {s['patch_size']}, {s['image_size']} px)"
-            + (
-                f"; batch {report['batch_size']}, AdamW, float32, {report['device']} ({report['threads']} threads), "
-                f"median of {report['repeats']} interleaved steps × {block['steps_per_epoch']} steps/epoch"
-                if key == "cifar"
-                else "; Mixers on the meta device, dense SW-MLP by arithmetic"
-            )
-        )
-        lines.append(
-            f"  {'model':<22}{'params+buffers':>15}{'(paper conv.)':>14}{'paper':>10}{'ours/paper':>11}"
-            f"{'train mem':>11}{'FLOPs/img':>11}{'paper':>9}{'ours/paper':>11}"
-            + (f"{'s/epoch':>9}{'paper':>7}{'ours/paper':>11}" if key == "cifar" else "")
-        )
-        paper = report["paper"][key]
-        for name, row in block["rows"].items():
-            figures, vs = paper.get(name, {}), row["vs_paper"]
-            line = (
-                f"  {names[name]:<22}{_size(row['params_bytes']):>15}"
-                f"{_size(row['paper_bytes']) if 'paper_bytes' in row else '':>14}"
-                f"{_size(figures['memory']) if 'memory' in figures else '-':>10}"
-                f"{_ratio(vs['memory']):>11}{_size(row['train_bytes']):>11}"
-                f"{_size(row['flops'], ''):>11}{_size(figures['flops'], '') if 'flops' in figures else '-':>9}"
-                f"{_ratio(vs['flops']):>11}"
-            )
-            if key == "cifar":
-                line += (
-                    f"{row['epoch_seconds']:>9.1f}{figures.get('epoch_seconds', float('nan')):>7.2f}"
-                    f"{_ratio(vs['epoch_seconds']):>11}"
-                )
-            lines.append(line)
-        lines.append(
-            "  ratios (ours | paper): "
-            + "; ".join(f"{k} {v['ours']:.3g} | {v['paper']:.3g}" for k, v in block["ratios"].items())
-        )
-    a, s = report["cifar"]["sw_mlp_dense_arithmetic"], report["settings"]["cifar"]
-    layers = 4 * s["num_blocks"] * s["gamma"]  # γm×m entries per m² of the 4L layers
-    implied = math.sqrt(PAPER_TABLE_S3["cifar"]["sw_mlp_dense"]["flops"] / (2 * layers))
-    power = 2 ** round(math.log2(implied))
-    implied = power if abs(power / implied - 1) < 0.01 else round(implied)  # 805M is rounded: m = 4096 = 64·64
-    lines.append(
-        f"Paper convention for the dense SW-MLP: 8 bytes per weight entry (float32 weight and mask; ours keeps a "
-        f"bool mask: 5). The paper's CIFAR 805M FLOPs = 2·4L·γ·m² give m = {implied}; the stated S·C is "
-        f"{a['width_m']}, so ours/paper = ({a['width_m']}/{implied})² = {(a['width_m'] / implied) ** 2:.4g}."
-    )
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "width": ("mixer_lightning.commands.width", "width, sparsity and the optimum S* = C* at a fixed Ω"),
     "sweep": (
-        "mixer_lightning.commands.sweep",
+        "mixer_lightning.commands.sweep.command",
         "sweep a config: width/γ/density grids, generic axes, seeds; `sweep report|curves|point`",
     ),
     "bench": ("mixer_lightning.commands.bench", "throughput, FLOPs and MFU side by side (ours vs timm, RP, compiled)"),

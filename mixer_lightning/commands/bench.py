@@ -76,7 +76,7 @@ def _model_from_config(path: str):
     from jsonargparse import ArgumentParser as Parser
 
     from mixer_lightning.analysis.features import datamodule_from_config
-    from mixer_lightning.config_files import load_configs
+    from mixer_lightning.safety.config_files import load_configs
     from mixer_lightning.tasks import ClassifierModule
 
     data = datamodule_from_config([path])
@@ -108,7 +108,7 @@ def run(args: Namespace) -> None:
     require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
     require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
     if args.fit:
-        from mixer_lightning.benchmarks.data import FIG5_CONFIG, fit_vs_step
+        from mixer_lightning.benchmarks.fit import FIG5_CONFIG, fit_vs_step
 
         require(args.model is None and not args.kernels, "fit", "takes no --model or --kernels", "drop them")
         if args.device.startswith("cuda"):
@@ -163,7 +163,7 @@ def run(args: Namespace) -> None:
 
         require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
     if args.table_s3:
-        from mixer_lightning.benchmarks.sparse import format_table_s3, table_s3
+        from mixer_lightning.benchmarks.table_s3 import format_table_s3, table_s3
 
         require(
             args.model is None and args.config is None and not args.kernels,

@@ -23,14 +23,13 @@ Examples:
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Literal
 
 from jsonargparse import ArgumentParser, Namespace
 
-from mixer_lightning.atomic import save_figure
 from mixer_lightning.errors import require
+from mixer_lightning.safety.atomic import save_figure
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -62,13 +61,15 @@ def _devices(text: str) -> int | str:
 
 
 def compute(args: Namespace) -> dict:
-    """The CKA matrix of the two checkpoints of ``--ckpt`` (see `compute_matrix`)."""
+    """The CKA matrix of the two checkpoints of ``--ckpt`` (`mixer_lightning.analysis.cka.compute_matrix`)."""
     require(
         len(args.ckpt) == 2,
         "ckpt",
         f"needs exactly two checkpoints, got {len(args.ckpt)}",
         "give --ckpt A --ckpt B (the same file twice compares a network with itself)",
     )
+    from mixer_lightning.analysis.cka import compute_matrix
+
     return compute_matrix(
         args.ckpt[0],
         args.ckpt[1],
@@ -83,108 +84,6 @@ def compute(args: Namespace) -> dict:
         num_nodes=args.num_nodes,
         precision=args.precision,
     )
-
-
-def compute_matrix(
-    ckpt_a: str,
-    ckpt_b: str,
-    configs: list[str],
-    split: str = "test",
-    batch_size: int | None = None,
-    batches: int | None = None,
-    seed: int = 0,
-    accelerator: str = "auto",
-    devices: int | str = 1,
-    strategy: str = "auto",
-    num_nodes: int = 1,
-    precision: str | None = None,
-) -> dict:
-    """Minibatch CKA between the skip-connection inputs of the networks in two checkpoints, on the
-    images of the ``data:`` section of `configs` (also what `mixer sweep report` runs for Fig. 2(a))."""
-    from lightning.pytorch import Trainer
-
-    from mixer_lightning.analysis.cka import CKAEvaluation, matrix_from_results
-    from mixer_lightning.analysis.features import check_fits_data, datamodule_from_config, skip_input_names
-    from mixer_lightning.tasks.loading import load_classifier
-
-    modules, names = [], []
-    for path in (ckpt_a, ckpt_b):
-        module = load_classifier(path, field="ckpt")
-        net = module.net
-        layers = skip_input_names(net)
-        require(
-            bool(layers) and hasattr(net, "forward_skip_inputs"),
-            "ckpt",
-            f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections",
-            "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs",
-        )
-        modules.append(module)
-        names.append(layers)
-    datamodule = datamodule_from_config(configs)
-    for module in modules:
-        check_fits_data(module, datamodule, "config")
-    datamodule.setup("test" if split == "test" else "validate")
-    dataset = datamodule.test_set if split == "test" else datamodule.val_set
-    batch_size = batch_size or datamodule.eval_batch_size
-    require(batch_size >= 4, "batch_size", f"the unbiased HSIC needs at least 4 images per minibatch, got {batch_size}")
-    require(batches is None or batches > 0, "batches", f"must be positive, got {batches}")
-    full = len(dataset) // batch_size
-    require(
-        full > 0,
-        "batch_size",
-        f"the {split} split has {len(dataset)} images, fewer than one minibatch",
-        "lower --batch_size",
-    )
-    evaluation = CKAEvaluation(
-        modules[0].net,
-        modules[1].net,
-        len(names[0]),
-        len(names[1]),
-        dataset,
-        batch_size,
-        batches,
-        seed,
-        datamodule.num_workers,
-    )
-    trainer_args = dict(
-        accelerator=accelerator,
-        devices=devices,
-        strategy=strategy,
-        num_nodes=num_nodes,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-    )
-    if precision:
-        trainer_args["precision"] = precision
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", ".*does not have many workers.*")
-        trainer = Trainer(**trainer_args)
-        results = trainer.test(evaluation, verbose=False)[0]
-    matrix = matrix_from_results(results, len(names[0]), len(names[1]))
-    result = {
-        "cka": matrix,
-        "layers_a": names[0],
-        "layers_b": names[1],
-        "ckpt_a": ckpt_a,
-        "ckpt_b": ckpt_b,
-        "model_a": type(modules[0].net).__name__,
-        "model_b": type(modules[1].net).__name__,
-        "split": split,
-        "batch_size": batch_size,
-        "batches": int(results["cka/batches"]),
-        "examples": int(results["cka/examples"]),
-        "main_process": trainer.is_global_zero,
-    }
-    if len(names[0]) == len(names[1]):
-        result["diagonal_mean"] = sum(matrix[i][i] for i in range(len(matrix))) / len(matrix)  # Figure 2(a)
-    for key, module in (("mixing_a", modules[0]), ("mixing_b", modules[1])):
-        net = module.net
-        if hasattr(net, "mixing_layers"):  # a Mixer: its mixing sizes (its density is (1/S + 1/C)/2)
-            result[key] = {"S": int(net.tokens), "C": int(net.channels)}
-    return result
 
 
 def plot(result: dict, path: str) -> None:

@@ -127,9 +127,9 @@ def lightning_checkpoint(net: Any, hparams: dict[str, Any], source: str) -> dict
 def run(args: Namespace) -> None:
     import torch
 
-    from mixer_lightning.atomic import atomic_write, check_output_file
     from mixer_lightning.errors import ConfigError, require
     from mixer_lightning.models import num_params
+    from mixer_lightning.safety.atomic import atomic_write, check_output_file
     from mixer_lightning.weights import FORMAT_NAMES, to_jax_npz
 
     out = Path(args.out)

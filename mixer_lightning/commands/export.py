@@ -1,7 +1,7 @@
 """Export a trained network for inference: ONNX, torch.export (.pt2) or TorchScript.
 
 Any family is exported (RP Mixers' permutations become plain gathers, an SW-MLP's sparse weights
-dense ones; `mixer_lightning.export`), with a dynamic batch dimension. The exported file is then run
+dense ones; `mixer_lightning.models.export`), with a dynamic batch dimension. The exported file is then run
 on a batch (onnxruntime for ONNX, torch.export.load for .pt2, torch.jit.load for TorchScript) and
 compared with the eager network: the largest absolute difference of the logits is printed.
 
@@ -30,7 +30,7 @@ def add_arguments(parser: ArgumentParser) -> None:
 
 
 def run(args: Namespace) -> None:
-    from mixer_lightning.export import FORMATS, SUFFIXES, export_network
+    from mixer_lightning.models.export import FORMATS, SUFFIXES, export_network
     from mixer_lightning.tasks.loading import load_classifier
 
     require(args.format in FORMATS, "format", f"unknown format {args.format!r}", f"choose one of {', '.join(FORMATS)}")

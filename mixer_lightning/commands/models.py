@@ -73,7 +73,7 @@ def all_rows() -> list[dict]:
 
     rows = [describe(name) for name in list_models("*")]
     try:
-        from mixer_lightning.atomic import write_text
+        from mixer_lightning.safety.atomic import write_text
 
         write_text(path, json.dumps(rows), field="cache")
     except Exception:  # a read-only home: the table is computed each time, that is all

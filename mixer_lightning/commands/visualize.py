@@ -64,8 +64,8 @@ def _plt():
 
 
 def _save(fig, path: Path, **options) -> None:
-    """`fig` as a PNG at `path`, atomically (`mixer_lightning.atomic`), then closed."""
-    from mixer_lightning.atomic import atomic_write
+    """`fig` as a PNG at `path`, atomically (`mixer_lightning.safety.atomic`), then closed."""
+    from mixer_lightning.safety.atomic import atomic_write
 
     try:
         with atomic_write(path, "wb", field="out") as f:
@@ -241,7 +241,7 @@ def demo_patterns(tokens: int, channels: int, seed: int) -> list[tuple[str, torc
 
 def run(args: Namespace) -> None:
     from mixer_lightning.analysis import visualize as vis
-    from mixer_lightning.atomic import check_output_dir
+    from mixer_lightning.safety.atomic import check_output_dir
 
     out = check_output_dir(args.out, "out", "the PNGs")  # before any work: one line, nothing written
     written, notes = [], []

@@ -25,9 +25,9 @@ import json
 
 from jsonargparse import ArgumentParser, Namespace
 
-from mixer_lightning.atomic import save_figure
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.errors import require
+from mixer_lightning.safety.atomic import save_figure
 from mixer_lightning.width import (
     check_omega,
     default_channels,

@@ -3,7 +3,7 @@
 Every checkpoint is read with ``torch.load(weights_only=True)``: tensors and plain containers only,
 never pickled code. A `mixer fit` (or `mixer convert`) checkpoint names its LightningModule class in
 its hyper-parameters (``_class_path``), so any family is rebuilt without a config; that name is looked
-up among the registered families (`family_module`), never imported (`mixer_lightning.trust`), and a
+up among the registered families (`family_module`), never imported (`mixer_lightning.safety.trust`), and a
 checkpoint of one family never initialises another (`check_family`).
 """
 
@@ -16,14 +16,30 @@ from typing import Any
 import torch
 
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.trust import load_torch_file
+from mixer_lightning.safety.checkpoints import NON_NETWORK_PREFIXES
+from mixer_lightning.safety.trust import load_torch_file
+
+# The families a checkpoint may name as its module class (`family_module`), in the order they join
+# (`family`, on each family's LightningModule class); any other name in a checkpoint is refused.
+_FAMILIES: list[type] = []
+
+
+def family(cls: type) -> type:
+    """Register the LightningModule class `cls` as a family: its checkpoints may be read (`family_module`)."""
+    _FAMILIES.append(cls)
+    return cls
+
+
+def families() -> tuple[type, ...]:
+    """The registered families (`mixer_lightning.tasks` imports every family's module, so all are here)."""
+    return tuple(_FAMILIES)
 
 
 def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any]:
     """The checkpoint dict at `path`, or a `ConfigError` saying what is wrong with the file.
 
     The names it carries are checked before anything could import them: any class path must be
-    trusted (`mixer_lightning.trust.load_torch_file`), its module class a registered family
+    trusted (`mixer_lightning.safety.trust.load_torch_file`), its module class a registered family
     (`family_module`)."""
     fix = "give the path of a checkpoint written by `mixer fit` or `mixer convert`"
     checkpoint = load_torch_file(path, field, fix)
@@ -43,15 +59,13 @@ def family_module(class_path: Any, field: str, source: str) -> type:
     """The registered family's LightningModule class named `class_path` (as Lightning writes it,
     ``mixer_lightning.tasks.mixer.MLPMixerModule``, or re-exported, ``mixer_lightning.tasks.MLPMixerModule``).
     Looked up, never imported: any other name is a one-line refusal."""
-    from mixer_lightning.tasks import FAMILY_MODULES
-
     known = {}
-    for cls in FAMILY_MODULES:
+    for cls in _FAMILIES:
         known[f"{cls.__module__}.{cls.__qualname__}"] = cls
         known[f"mixer_lightning.tasks.{cls.__name__}"] = cls
     if isinstance(class_path, str) and class_path in known:
         return known[class_path]
-    names = ", ".join(cls.__name__ for cls in FAMILY_MODULES)
+    names = ", ".join(cls.__name__ for cls in _FAMILIES)
     raise ConfigError(
         field,
         f"{source} names the model class {class_path!r}, which is not one of this project's families ({names}); "
@@ -109,6 +123,36 @@ def describe_mismatch(
             more = f" and {len(keys) - limit} more" if len(keys) > limit else ""
             parts.append(f"{label}: {', '.join(keys[:limit])}{more}")
     return "; ".join(parts) or None
+
+
+def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
+    """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model`."""
+    checkpoint = read_checkpoint(path, field)
+    check_family(
+        (checkpoint.get("hyper_parameters") or {}).get("_class_path"),
+        model,
+        field,
+        repr(path),
+        "use the run's own config.yaml (or set model.class_path to match)",
+    )
+    state = checkpoint["state_dict"]
+    own = model.state_dict()
+    head = [k for k in own if k.startswith("net.head.")]
+    if head and all(k in state for k in head) and any(state[k].shape != own[k].shape for k in head):
+        if describe_mismatch(model, state, ignore=(*NON_NETWORK_PREFIXES, "net.head.")) is None:
+            trained, wanted = state["net.head.weight"].shape[0], own["net.head.weight"].shape[0]
+            raise ConfigError(
+                field,
+                f"{path!r} was trained for {trained} classes, the data has {wanted}",
+                "evaluate it on its own dataset, or fine-tune it here with model.init_from (a new head)",
+            )
+    problem = describe_mismatch(model, state, ignore=NON_NETWORK_PREFIXES)
+    if problem:
+        raise ConfigError(
+            field,
+            f"{path!r} does not fit the configured {type(model).__name__} ({problem})",
+            "use the config.yaml of the run that wrote it",
+        )
 
 
 def load_classifier(path: str | Path, field: str = "ckpt_path"):

@@ -10,8 +10,10 @@ from typing import Any
 
 from mixer_lightning.models.layers import Activation, InitMode
 from mixer_lightning.tasks.classifier import ClassifierModule
+from mixer_lightning.tasks.loading import family
 
 
+@family
 class MLPMixerModule(ClassifierModule):
     """An MLP-Mixer (`mixer_lightning.models.MLPMixer`) trained as a classifier.
 
@@ -81,6 +83,7 @@ class MLPMixerModule(ClassifierModule):
         )
 
 
+@family
 class SMixerModule(ClassifierModule):
     """An S-Mixer (`mixer_lightning.models.SMixer`) trained as a classifier.
 

@@ -9,8 +9,10 @@ from mixer_lightning.models.layers import Activation
 from mixer_lightning.models.sparse import SparseImpl, SparseInit
 from mixer_lightning.models.sw_mlp import BlockKind
 from mixer_lightning.tasks.classifier import ClassifierModule
+from mixer_lightning.tasks.loading import family
 
 
+@family
 class SWMLPModule(ClassifierModule):
     """An SW-MLP (`mixer_lightning.models.SWMLP`) trained as a classifier.
 
@@ -95,6 +97,7 @@ class _ShallowModule(ClassifierModule):
         self.net = self.build_network(self.family, preset, factors=factors, second_act=second_act, bias=bias)
 
 
+@family
 class KronMLPModule(_ShallowModule):
     """The shallow Kronecker MLP x ↦ B_c B2 ReLU(B1 x), B_i = V_i ⊗ W_i (Hayase & Karakida Sec. 3.3, Fig. 2(d)).
 
@@ -108,6 +111,7 @@ class KronMLPModule(_ShallowModule):
     family = "kron_mlp"
 
 
+@family
 class MonarchMLPModule(_ShallowModule):
     """The shallow Monarch MLP x ↦ B_c B2 ReLU(B1 x), B_i = P L_i Pᵀ R_i (Sec. 3.3, Fig. 2(d); Dao et al. 2022).
 

@@ -6,7 +6,7 @@
 - a name on a hub (``timm:...``, ``hf-hub:...``; `mixer_lightning.weights.timm.read_hub_weights`).
 
 Everything is read without executing code: ``torch.load(weights_only=True)`` through
-`mixer_lightning.trust.load_torch_file` (which also checks the class names a checkpoint carries),
+`mixer_lightning.safety.trust.load_torch_file` (which also checks the class names a checkpoint carries),
 safetensors, or ``numpy.load(allow_pickle=False)``.
 
 Activation. flax's ``nn.gelu`` is the tanh approximation of GELU (``approximate=True`` by default),
@@ -16,72 +16,18 @@ and the official models were trained with it, so weights read from a JAX file im
 
 from __future__ import annotations
 
-import re
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
 
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.trust import load_torch_file
-from mixer_lightning.weights.keys import (
-    TIMM_NAMES,
-    about,
-    from_jax_key,
-    from_timm_key,
-    jax_key,
-    jax_shape,
-    jax_to_torch,
-    timm_key,
-)
-
-Format = Literal["lightning", "timm", "jax", "mixer"]
-
-FORMAT_NAMES = {
-    "lightning": "a mixer-lightning checkpoint",
-    "mixer": "a mixer-lightning state dict",
-    "timm": "timm MlpMixer weights",
-    "jax": "an official JAX (flax) checkpoint",
-}
-HUB_PREFIXES = ("timm:", "hf-hub:")
-
-
-@dataclass
-class WeightsFile:
-    """Weights read from a file, in this project's key layout.
-
-    Attributes:
-        path: the file.
-        format: what wrote it (see `FORMAT_NAMES`).
-        state_dict: parameter name → tensor, this project's names and PyTorch layouts.
-        architecture: architecture arguments the file implies (a mixer-lightning checkpoint's saved
-            hyper-parameters; ``act="gelu_tanh"`` for a JAX file), to use where the user gives none.
-        class_path: the LightningModule class of a mixer-lightning checkpoint.
-        preprocessing: what the weights were trained on, from timm's ``pretrained_cfg`` (``mean``,
-            ``std``, ``crop_pct``, ``interpolation``, ``input_size``), for weights named on a hub.
-    """
-
-    path: str
-    format: Format
-    state_dict: dict[str, torch.Tensor]
-    architecture: dict[str, Any] = field(default_factory=dict)
-    class_path: str | None = None
-    preprocessing: dict[str, Any] = field(default_factory=dict)
-
-    def file_key(self, key: str) -> str:
-        """This project's parameter name as the file spells it."""
-        return {"timm": timm_key, "jax": jax_key}.get(self.format, lambda k: k)(key)
-
-    def file_shape(self, key: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-        return jax_shape(key, tuple(shape)) if self.format == "jax" else tuple(shape)
-
-    def num_blocks(self) -> int:
-        blocks = {int(m.group(1)) for k in self.state_dict if (m := re.match(r"blocks\.(\d+)\.", k))}
-        return max(blocks) + 1 if blocks else 0
+from mixer_lightning.safety.trust import load_torch_file
+from mixer_lightning.weights.file import HUB_PREFIXES, WeightsFile
+from mixer_lightning.weights.keys import TIMM_NAMES, about, from_jax_key, from_timm_key, jax_to_torch, timm_key
 
 
 def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:

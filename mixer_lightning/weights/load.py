@@ -13,7 +13,8 @@ import torch
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.weights.io import FORMAT_NAMES, WeightsFile, read_weights
+from mixer_lightning.weights.file import FORMAT_NAMES, WeightsFile
+from mixer_lightning.weights.io import read_weights
 
 
 def load_weights(

@@ -12,7 +12,7 @@ from torch import nn
 
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models.mlp_mixer import MLPMixer
-from mixer_lightning.weights.io import WeightsFile
+from mixer_lightning.weights.file import WeightsFile
 from mixer_lightning.weights.keys import about, from_timm_key
 
 PREPROCESSING_KEYS = ("mean", "std", "crop_pct", "interpolation", "input_size")

@@ -3,7 +3,7 @@ a trained MLP-Mixer and SW-MLPs of density p = 2^-n, n = 0 … 10, at the Mixer'
 
 A sweep emitted with ``--cka_reference MIXER.yaml`` trains the reference Mixer once per seed beside
 its SW-MLP grid; ``mixer sweep report`` then computes, for each SW-MLP run, the minibatch CKA
-(`mixer_lightning.commands.cka.compute_matrix`, unbiased HSIC) between the inputs of the skip
+(`mixer_lightning.analysis.cka.compute_matrix`, unbiased HSIC) between the inputs of the skip
 connections of the reference run of the same seed and of that run, on the test split of the run's
 config. The diagonal pairs the i-th skip input of each: the Mixer's L blocks have 2L (token, channel)
 and the SW-MLP of App. C.1 has 2L blocks, "a total of 6 blocks" for L = 3. Each value is cached beside
@@ -20,9 +20,9 @@ import json
 import statistics
 from pathlib import Path
 
-from mixer_lightning.atomic import save_figure, write_text
+from mixer_lightning.commands.sweep.runs import FITTED, REFERENCE, TESTED, run_state
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.sweeps.runs import FITTED, REFERENCE, TESTED, run_state
+from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv, write_text
 
 CACHE = "cka_reference.json"
 
@@ -37,7 +37,7 @@ def _checkpoint(entry: dict) -> Path:
 
 def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int | None, accelerator: str) -> dict:
     """The CKA of a run against the reference run (from the cache when both checkpoints are unchanged)."""
-    from mixer_lightning.commands.cka import compute_matrix
+    from mixer_lightning.analysis.cka import compute_matrix
 
     a, b = _checkpoint(reference), _checkpoint(entry)
     key = {
@@ -126,8 +126,6 @@ def cka_report(
     outcome = {"rows": rows, "summary": summary, "csv": None, "plots": []}
     if not rows:
         return outcome
-    from mixer_lightning.sweeps.report import write_csv
-
     write_csv(out / "cka.csv", rows)
     outcome["csv"] = str(out / "cka.csv")
     if plot:
@@ -137,8 +135,6 @@ def cka_report(
 
 def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
     """Average diagonal CKA against the density p (log₂ axis), one line per series (Fig. 2(a))."""
-    from mixer_lightning.sweeps.report import pyplot
-
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
     for i, series in enumerate(sorted({r["series"] for r in summary})):

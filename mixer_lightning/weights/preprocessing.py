@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-HUB_PREFIXES = ("timm:", "hf-hub:")
+from mixer_lightning.weights.file import HUB_PREFIXES
+
 # timm's pretrained_cfg key -> the data module's argument.
 DATA_ARGUMENTS = {"mean": "mean", "std": "std", "interpolation": "interpolation", "crop_pct": "eval_crop_pct"}
 

@@ -1,6 +1,6 @@
 """Sweep an experiment config (Hayase & Karakida 2024, Figs. 2, 4-6, S.1-S.3, S.6-S.8, Table 1's learning-rate
 search): one ready config per grid point and seed, scripts that run them (plain shell and a SLURM array),
-and reports of the finished runs (`mixer_lightning.sweeps`).
+and reports of the finished runs (`mixer_lightning.commands.sweep`).
 
 Width grids (the config's model picks them; App. C):
   Mixer, --omega Ω [--channels C,…]       S solved from (Ω, C, γ) per C (default: the paper's C and mirrors)
@@ -39,10 +39,10 @@ from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
 
+from mixer_lightning.commands.sweep.curves import add_curves_arguments, run_curves
+from mixer_lightning.commands.sweep.report import add_report_arguments, report_directories, run_report
+from mixer_lightning.commands.sweep.runs import emit, extra_arguments, read_manifest, run_point, run_points_in_parallel
 from mixer_lightning.errors import TrainingError, require
-from mixer_lightning.sweeps.curves import add_curves_arguments, run_curves
-from mixer_lightning.sweeps.report import add_report_arguments, report_directories, run_report
-from mixer_lightning.sweeps.runs import emit, extra_arguments, read_manifest, run_point, run_points_in_parallel
 
 
 def add_arguments(parser: ArgumentParser) -> None:

@@ -1,5 +1,5 @@
-"""The ``mixer`` command: Lightning's ``fit|validate|test|predict`` (`mixer_lightning.lightning_cli`)
-plus the project's own commands (`mixer_lightning.commands`).
+"""The entry point of the ``mixer`` command: Lightning's ``fit|validate|test|predict``
+(`mixer_lightning.cli.lightning`) plus the project's own commands (`mixer_lightning.commands`).
 
 `main` is both the console script and the entry point the tests drive::
 
@@ -112,7 +112,7 @@ def main(args: list[str] | None = None) -> None:
         unknown = _unknown_command(argv)
         if unknown is not None:
             raise unknown
-        from mixer_lightning.trust import enforce_import_policy
+        from mixer_lightning.safety.trust import enforce_import_policy
 
         enforce_import_policy()  # before any config is parsed: nothing untrusted is imported from here on
         if argv[0] in COMMANDS:
@@ -120,7 +120,7 @@ def main(args: list[str] | None = None) -> None:
             if code:
                 raise SystemExit(code)
             return
-        from mixer_lightning.lightning_cli import run  # Lightning is imported only for its subcommands
+        from mixer_lightning.cli.lightning import run  # Lightning is imported only for its subcommands
 
         run(argv)
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
@@ -139,7 +139,3 @@ def main(args: list[str] | None = None) -> None:
             raise
         print(f"mixer: error: {translated}", file=sys.stderr)
         raise SystemExit(2 if isinstance(translated, ConfigError) else 1) from None
-
-
-if __name__ == "__main__":
-    main()

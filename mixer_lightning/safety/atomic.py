@@ -15,6 +15,7 @@ Lightning here: the commands that write only a picture import this without them.
 
 from __future__ import annotations
 
+import csv
 import errno
 import os
 import re
@@ -88,6 +89,27 @@ def write_text(target: str | Path, text: str, field: str = "output") -> None:
     """`text` (UTF-8) to `target`, atomically."""
     with atomic_write(target, "w", field) as f:
         f.write(text)
+
+
+def write_csv(target: str | Path, table: list[dict], field: str = "out") -> None:
+    """The rows `table` as CSV at `target`, atomically; the columns in the order they first appear."""
+    fields: list[str] = []
+    for row in table:
+        fields += [k for k in row if k not in fields]
+    with atomic_write(target, "w", field) as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(table)
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot drawing into files only (no display needed: a batch job, a server)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def save_figure(fig: Any, target: str | Path, field: str = "plot", dpi: int = 120) -> None:

@@ -1,6 +1,6 @@
 """Reading YAML configs (sweeps, analysis commands, and the files `mixer fit` is given, checked first):
 several files compose as repeated ``--config`` do, later files over earlier ones, recursively for
-mappings; a class path outside the trusted packages is refused before import (`mixer_lightning.trust`)."""
+mappings; a class path outside the trusted packages is refused before import (`mixer_lightning.safety.trust`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.trust import check_class_paths
+from mixer_lightning.safety.trust import check_class_paths
 
 
 def deep_merge(base: dict, update: dict) -> dict:

@@ -24,11 +24,11 @@ import json
 from pathlib import Path
 
 from mixer_lightning.analysis.curves import epoch_curves, has_logs, spread
-from mixer_lightning.atomic import save_figure
 from mixer_lightning.commands.lists import comma_list
+from mixer_lightning.commands.sweep.report import series_names
+from mixer_lightning.commands.sweep.runs import MANIFEST, check_output_directory, read_manifest
 from mixer_lightning.errors import require
-from mixer_lightning.sweeps.report import pyplot, series_names, write_csv
-from mixer_lightning.sweeps.runs import MANIFEST, check_output_directory, read_manifest
+from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv
 
 
 def add_curves_arguments(parser) -> None:

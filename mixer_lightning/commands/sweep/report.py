@@ -10,7 +10,7 @@ per series and grid point, one column per generic axis), and the paper's plots o
 - ``error_vs_<axis>.png``: against each numeric generic axis (``--grid``), one line per width point;
 - ``error_by_<axis>.png``: bars per value of a non-numeric one (App. D.5's ``permute`` lists);
 - with a CKA reference (``--cka_reference``): ``cka.csv`` and ``cka_vs_density.png`` (Fig. 2(a),
-  `mixer_lightning.sweeps.cka`).
+  `mixer_lightning.commands.sweep.cka`).
 
 With generic axes the summary names, per series and width point, the axis values of the lowest
 mean error (Table 1's choice of learning rate: "the highest accuracy, averaged over the seeds").
@@ -18,15 +18,14 @@ mean error (Table 1's choice of learning rate: "the highest accuracy, averaged o
 
 from __future__ import annotations
 
-import csv
 import json
 import statistics
 from pathlib import Path
 
-from mixer_lightning.atomic import atomic_write, save_figure
+from mixer_lightning.commands.sweep.axes import format_value
+from mixer_lightning.commands.sweep.runs import REFERENCE, check_output_directory, read_manifest
 from mixer_lightning.errors import require
-from mixer_lightning.sweeps.grid import format_value
-from mixer_lightning.sweeps.runs import REFERENCE, check_output_directory, read_manifest
+from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv
 from mixer_lightning.width import optimum
 
 DENSITY_KINDS = ("densities_at_omega", "densities_at_width")
@@ -128,26 +127,7 @@ def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
     return best
 
 
-def write_csv(path: Path, table: list[dict]) -> None:
-    fields: list[str] = []
-    for row in table:
-        fields += [k for k in row if k not in fields]
-    with atomic_write(path, "w", field="out") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(table)
-
-
 # ------------------------------------------------------------------------------------------ plots
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def _numeric(values) -> bool:
@@ -349,7 +329,7 @@ def report_directories(
         if plot:
             result["plots"] = [str(p) for p in plot_summary(summary, manifests, axis_names, out_dir)]
     if has_reference:
-        from mixer_lightning.sweeps.cka import cka_report
+        from mixer_lightning.commands.sweep.cka import cka_report
 
         result["cka"] = cka_report(directories, names, manifests, out_dir, plot, **(cka_options or {}))
         result["plots"] += result["cka"]["plots"]

@@ -30,11 +30,12 @@ from pathlib import Path
 
 import yaml
 
-from mixer_lightning.atomic import atomic_write
+from mixer_lightning import run_mixer
 from mixer_lightning.commands.lists import seeds as parse_seeds
-from mixer_lightning.config_files import deep_merge, load_configs
+from mixer_lightning.commands.sweep.grid import Grid, GridPoint, build
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.sweeps.grid import Grid, GridPoint, build
+from mixer_lightning.safety.atomic import atomic_write
+from mixer_lightning.safety.config_files import deep_merge, load_configs
 
 MANIFEST = "sweep.json"
 SCRIPTS = ("run_all.sh", "slurm_array.sh")
@@ -100,8 +101,6 @@ def _set_aside(run_dir: Path) -> Path:
 def run_point(entry: dict, extra: list[str] | None = None, log=print) -> str:
     """Bring one run of a sweep to the end: fit (fresh or resumed) and test, or skip what is done.
     Returns the state it found."""
-    from mixer_lightning.cli import main
-
     extra = extra_arguments() if extra is None else extra
     run_dir = Path(entry["run_dir"])
     state = run_state(run_dir)
@@ -119,8 +118,8 @@ def run_point(entry: dict, extra: list[str] | None = None, log=print) -> str:
         log(f"sweep: {name}: fitting")
     arguments = fit_arguments(entry, state, extra)
     if arguments is not None:
-        main(arguments)
-    main(test_arguments(entry, extra))
+        run_mixer(arguments)
+    run_mixer(test_arguments(entry, extra))
     return state
 
 
@@ -394,7 +393,7 @@ def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
 
 
 def _write(path: Path, text: str, field: str) -> None:
-    """`text` to `path` atomically (`mixer_lightning.atomic`); run scripts executable."""
+    """`text` to `path` atomically (`mixer_lightning.safety.atomic`); run scripts executable."""
     with atomic_write(path, "w", field) as f:
         f.write(text)
         if path.suffix == ".sh":

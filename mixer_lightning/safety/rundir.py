@@ -19,8 +19,8 @@ import socket
 import time
 from pathlib import Path
 
-from mixer_lightning.atomic import pid_alive
 from mixer_lightning.errors import ConfigError, ResourceError
+from mixer_lightning.safety.atomic import pid_alive
 
 LOCK_NAME = ".mixer.lock"
 _VERSION = re.compile(r"^version_(\d+)$")

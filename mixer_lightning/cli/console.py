@@ -170,7 +170,7 @@ def describe_data(datamodule: Any, stage: str) -> str | None:
 class RunHeader(Callback):
     """Prints what runs (module docstring) once the data is set up, on the first process only.
 
-    `run_dir` and `results` are what the CLI decided (`mixer_lightning.lightning_cli.MixerCLI`); the
+    `run_dir` and `results` are what the CLI decided (`mixer_lightning.cli.lightning.MixerCLI`); the
     checkpoint `ckpt_path` is named when one is evaluated or resumed."""
 
     def __init__(self, command: str, ckpt_path: str | None = None, results: str | None = None):

@@ -1,13 +1,14 @@
-"""Checkpoints a run can trust: atomic writes, a last.ckpt that resumes exactly, stops on signals,
-and checks of ``--ckpt_path``.
+"""Checkpoints a run can trust: atomic writes, a last.ckpt that resumes exactly, stops on signals.
 
-- `AtomicCheckpointIO` writes a checkpoint through `mixer_lightning.atomic.atomic_write` (temporary
+- `AtomicCheckpointIO` writes a checkpoint through `mixer_lightning.safety.atomic.atomic_write` (temporary
   file beside the target, fsync, rename): a process killed mid-write, or a full disk, leaves the
   previous checkpoint intact (Lightning's own save stages the file in the system temp folder and
   moves it, which is a copy, not a rename, when that folder is on another filesystem).
 - `ResumeCheckpoint` writes ``last.ckpt`` only at moments a resumed run continues exactly from
   (see its docstring), and turns SIGTERM/SIGINT into a stop at the next such moment.
-- `check_checkpoint` tells, in one line, why a checkpoint cannot be used with the configured model.
+
+Reading them, safely and checked against the model, is `mixer_lightning.tasks.loading` (it needs the
+registered families).
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
-from mixer_lightning.atomic import atomic_write, remove_orphans
-from mixer_lightning.errors import ConfigError, Stopped
-from mixer_lightning.tasks.loading import check_family, describe_mismatch, read_checkpoint
+from mixer_lightning.errors import Stopped
+from mixer_lightning.safety.atomic import atomic_write, remove_orphans
 
 # Lightning's special values of ckpt_path, resolved by Lightning itself.
 SPECIAL_CKPT_PATHS = ("best", "hpc", "registry")
@@ -321,33 +321,3 @@ class ResumeCheckpoint(ModelCheckpoint):
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._restore_handlers()
-
-
-def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
-    """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model`."""
-    checkpoint = read_checkpoint(path, field)
-    check_family(
-        (checkpoint.get("hyper_parameters") or {}).get("_class_path"),
-        model,
-        field,
-        repr(path),
-        "use the run's own config.yaml (or set model.class_path to match)",
-    )
-    state = checkpoint["state_dict"]
-    own = model.state_dict()
-    head = [k for k in own if k.startswith("net.head.")]
-    if head and all(k in state for k in head) and any(state[k].shape != own[k].shape for k in head):
-        if describe_mismatch(model, state, ignore=(*NON_NETWORK_PREFIXES, "net.head.")) is None:
-            trained, wanted = state["net.head.weight"].shape[0], own["net.head.weight"].shape[0]
-            raise ConfigError(
-                field,
-                f"{path!r} was trained for {trained} classes, the data has {wanted}",
-                "evaluate it on its own dataset, or fine-tune it here with model.init_from (a new head)",
-            )
-    problem = describe_mismatch(model, state, ignore=NON_NETWORK_PREFIXES)
-    if problem:
-        raise ConfigError(
-            field,
-            f"{path!r} does not fit the configured {type(model).__name__} ({problem})",
-            "use the config.yaml of the run that wrote it",
-        )

@@ -1,0 +1,5 @@
+"""``python -m mixer_lightning.cli ...``: the ``mixer`` command."""
+
+from mixer_lightning.cli.entry import main
+
+main()

@@ -1,0 +1,101 @@
+"""Every place the ``mixer`` command reaches into Lightning's `LightningCLI` (or jsonargparse, or a
+Lightning logger) beyond their documented API: one module, so that a Lightning upgrade is checked
+here and in ``tests/test_lightning_adapter.py``, which fails if a release changes what each relies on.
+
+Each entry names the Lightning behaviour it relies on or changes. Everything else of `MixerCLI`
+(`mixer_lightning.cli.lightning`) uses LightningCLI's public hooks: ``add_arguments_to_parser``,
+``parse_arguments``, ``before_instantiate_classes``, ``instantiate_trainer``, ``before_<command>``
+and ``after_<command>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.loggers import run_directory
+from mixer_lightning.safety.atomic import write_text
+
+
+class LightningAdapter(LightningCLI):
+    """`LightningCLI` with its one private method that `MixerCLI` changes turned into a hook."""
+
+    def trainer_callbacks(self, config: dict[str, Any], callbacks: list) -> list:
+        """The callbacks the Trainer is built with (default: Lightning's own list)."""
+        return callbacks
+
+    # Lightning: `LightningCLI._instantiate_trainer(config, callbacks)` builds the Trainer from the trainer's
+    # config and the callbacks added with ``parser.add_lightning_class_args`` (`instantiate_trainer` gathers
+    # them), appending them and the SaveConfigCallback to ``config["callbacks"]``. Changed: the list is
+    # `trainer_callbacks(config, callbacks)`, which may also edit ``config`` (no checkpoint callbacks when
+    # nothing is trained; the run header and the progress lines added).
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> Any:
+        return super()._instantiate_trainer(config, self.trainer_callbacks(config, callbacks))
+
+
+class SaveConfig(SaveConfigCallback):
+    """Lightning's SaveConfigCallback, writing through the atomic writer; the file name is chosen by
+    `mixer_lightning.cli.rundirs.RunClaim` so that it never replaces another run's (or invocation's)
+    config.
+
+    Lightning: `SaveConfigCallback.setup` writes ``self.parser.dump(self.config)`` to
+    ``<log_dir>/<self.config_filename>`` once (``self.already_saved``), refusing an existing file unless
+    ``self.overwrite``, then calls ``self.save_config``. Changed: the file is written atomically
+    (`mixer_lightning.safety.atomic.write_text`) and a refusal is a one-line `ConfigError`."""
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = run_directory(trainer)  # a broadcast under DDP: every process must ask
+        if trainer.is_global_zero and log_dir:
+            path = Path(log_dir) / self.config_filename
+            if path.exists() and not self.overwrite:
+                raise ConfigError(
+                    "config", f"{str(path)!r} exists; it is not overwritten", "choose another run directory"
+                )
+            write_text(path, self.parser.dump(self.config, skip_none=False), field="config")
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
+def subcommand_parser(parser: Any, command: str | None) -> Any:
+    """The parser of `command` (``fit``, ...) inside LightningCLI's parser, or None.
+
+    argparse: a parser with subcommands keeps them in ``_subcommands_action._name_parser_map``
+    (jsonargparse's ``_ActionSubCommands``); LightningCLI builds one such parser per subcommand."""
+    action = getattr(parser, "_subcommands_action", None)
+    return action._name_parser_map.get(command) if action is not None and command else None
+
+
+def option_keys(parser: Any) -> list[str]:
+    """The dotted keys a (sub)command parser accepts as flags (``trainer.max_epochs``, ``data``, ...).
+
+    argparse: every argument is an action in ``parser._actions`` with its ``option_strings``."""
+    keys = []
+    for action in parser._actions:
+        for option in action.option_strings:
+            if option.startswith("--") and not option.endswith((".help", "--help")):
+                keys.append(option[2:])
+    return keys
+
+
+def versioned(logger: Any) -> bool:
+    """Whether `logger` writes into ``root_dir/version_N`` folders whose N can be pinned (TensorBoard, CSV)."""
+    return hasattr(logger, "_version") and hasattr(logger, "root_dir")
+
+
+def logger_version(logger: Any) -> int | str | None:
+    """The version `logger` was given (None: Lightning picks the next free one when it first writes).
+
+    Lightning: TensorBoardLogger and CSVLogger keep the ``version`` argument in ``_version`` and resolve
+    None lazily (``version`` property: the next free ``version_N`` under ``root_dir``)."""
+    return logger._version
+
+
+def pin_logger_version(logger: Any, number: int) -> None:
+    """Make `logger` write into ``root_dir/version_<number>`` (a folder this run has just created)."""
+    logger._version = number

@@ -1,0 +1,113 @@
+"""Checks of a run's settings that Lightning would only fail on later (a traceback, or after the run
+directory exists): each a one-line `ConfigError` before anything is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mixer_lightning.callbacks import PredictionWriter
+from mixer_lightning.commands.lists import SEED_LIMIT
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.loggers import check_logger_available
+from mixer_lightning.safety.atomic import check_output_file
+from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.tasks import ClassifierModule
+from mixer_lightning.tasks.loading import check_checkpoint
+
+# Words of torch.optim's ValueErrors -> the argument they are about.
+OPTIMIZER_WORDS = (
+    ("learning rate", "lr"),
+    ("weight_decay", "weight_decay"),
+    ("epsilon", "eps"),
+    ("beta", "betas"),
+    ("momentum", "momentum"),
+    ("dampening", "dampening"),
+)
+
+
+def check_seed(config: Any) -> None:
+    """``seed_everything`` in numpy's range (Lightning's seed_everything refuses, or in older releases
+    replaces, a seed outside it)."""
+    subcommand = config.get("subcommand")
+    seed = (config[subcommand] if subcommand else config).get("seed_everything")
+    if isinstance(seed, bool) or not isinstance(seed, int) or 0 <= seed < SEED_LIMIT:
+        return
+    raise ConfigError(
+        "seed_everything",
+        f"{seed} is not in bounds, numpy accepts from 0 to {SEED_LIMIT - 1}",
+        f"give a seed in 0..{SEED_LIMIT - 1}",
+    )
+
+
+def check_trainer_settings(config: Any) -> None:
+    """Trainer settings Lightning divides by or takes a modulo of, and a logger whose package is missing;
+    ``checkpoint.save_last`` is turned off (last.ckpt is step_checkpoint's, written at resumable moments only)."""
+    trainer = config.get("trainer") or {}
+    accumulate = trainer.get("accumulate_grad_batches")
+    if accumulate is not None and accumulate < 1:  # Lightning divides by it
+        raise ConfigError(
+            "trainer.accumulate_grad_batches", f"must be >= 1, got {accumulate}", "give 1 (no accumulation) or more"
+        )
+    every = trainer.get("check_val_every_n_epoch")
+    if every is not None and every < 1:  # Lightning takes the epoch modulo it
+        raise ConfigError(
+            "trainer.check_val_every_n_epoch",
+            f"must be >= 1 (or null), got {every}",
+            "give 1 to validate every epoch",
+        )
+    checkpoint = config.get("checkpoint")
+    if checkpoint is not None and checkpoint.get("save_last"):
+        checkpoint.save_last = False
+    check_logger_available(trainer.get("logger"))
+
+
+def trainer_error(error: Exception) -> ConfigError:
+    """Lightning's refusal to build the Trainer (FSDP on the CPU, a GPU that is not there) as one line."""
+    problem = str(error).strip().splitlines()[0].rstrip("!.")
+    fix = None
+    if "gpu backend" in problem.lower() or "cuda" in problem.lower() and "not available" in problem.lower():
+        fix = "use --trainer.accelerator cpu (or auto), or run on a machine with a CUDA GPU"
+    return ConfigError("trainer", problem, fix)
+
+
+def check_ckpt_file(path: Any, model: Any) -> None:
+    """The checkpoint at `path` (``--ckpt_path``) loads into the configured `model`."""
+    if path and path not in SPECIAL_CKPT_PATHS:
+        check_checkpoint(path, model)
+
+
+def check_optimizers(model: Any) -> None:
+    """Build the optimiser and schedule once on the side: a negative learning rate or weight decay is
+    a one-line error now, before the run directory exists, not a traceback after it."""
+    configure = getattr(model, "configure_optimizers", None)
+    if not isinstance(model, ClassifierModule) or configure is None:
+        return
+    try:
+        configure()
+    except ValueError as error:  # torch.optim: "Invalid learning rate: -0.1", "Invalid weight_decay value: -1"
+        problem = str(error).splitlines()[0].rstrip(".")
+        argument = next((name for words, name in OPTIMIZER_WORDS if words in problem.lower()), None)
+        field = f"model.optimizer.init_args.{argument}" if argument else "model.optimizer"
+        raise ConfigError(
+            field,
+            problem[0].lower() + problem[1:],
+            "give a value the optimiser accepts (learning rate and weight decay >= 0)",
+        ) from None
+    except TypeError as error:
+        raise ConfigError(
+            "model.optimizer",
+            str(error).splitlines()[0],
+            "check the arguments of model.optimizer and model.lr_scheduler",
+        ) from None
+
+
+def check_prediction_output(trainer: Any) -> None:
+    """``prediction_writer.output`` is a file that may be written (not another's, unless overwrite)."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, PredictionWriter) and callback.output:
+            check_output_file(
+                callback.output,
+                "prediction_writer.output",
+                callback.overwrite,
+                "--prediction_writer.overwrite true",
+            )

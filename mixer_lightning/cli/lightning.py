@@ -1,0 +1,278 @@
+"""The Lightning side of the ``mixer`` command: ``fit|validate|test|predict`` through `MixerCLI`.
+
+Imported only when one of those runs, so that the project's own commands (``mixer width``, ...) start
+without importing Lightning. `MixerCLI` puts together, through LightningCLI's public hooks (and the
+one private method `mixer_lightning.cli.adapter` changes), the concerns of the modules beside it:
+
+1. Every input is checked before the run directory exists: the config files and the arguments
+   (`arguments`, one line with a did-you-mean on error: `suggestions`), the checkpoint and what it
+   may change on resume (`resume`), the seed, the trainer, the model (built), the optimiser and
+   schedule (built once on the side), the output paths (`checks`); hub weights bring their
+   preprocessing as the data's defaults (`pretrained`).
+2. The run directory is then claimed (`rundirs`): a new run takes the next free ``version_N`` by
+   creating it; an existing one is only written by a run that resumes it (``--ckpt_path``), under its lock.
+3. A run that fails before its first checkpoint removes the directory it created: no empty
+   ``version_N/`` is left behind. Its results are written into it (`results`); what it prints is `console`'s.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from argparse import ArgumentError
+from operator import attrgetter
+from typing import Any, Literal
+
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+from lightning.pytorch import LightningDataModule
+from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks.progress import ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser
+
+from mixer_lightning.callbacks import DataFacts, PredictionWriter
+from mixer_lightning.cli import checks, results
+from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, subcommand_parser
+from mixer_lightning.cli.arguments import (
+    EVALUATIONS,
+    LINKED_FROM_DATA,
+    SUBCOMMANDS,
+    check_config_files,
+    evaluation_arguments,
+)
+from mixer_lightning.cli.console import RunHeader, progress_callback, quiet_libraries
+from mixer_lightning.cli.pretrained import apply_pretrained_defaults, explicit_data_arguments
+from mixer_lightning.cli.resume import resolve_checkpoint, restore_arguments
+from mixer_lightning.cli.rundirs import RunClaim, check_pinned_version, evaluate_in_run, first_process
+from mixer_lightning.cli.suggestions import suggest_argument
+from mixer_lightning.commands import HelpFormatter, summary
+from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
+from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, ResumeCheckpoint
+from mixer_lightning.tasks import ClassifierModule
+
+TRAINER_DEFAULTS = {
+    "logger": {
+        "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+        "init_args": {"save_dir": "runs", "name": "mixer"},
+    },
+    # The run header (`mixer_lightning.cli.console.RunHeader`) says what runs and its parameter count;
+    # Lightning's table of every submodule (metrics included) is a flag away.
+    "enable_model_summary": False,
+}
+DESCRIPTION = (
+    "mixer-lightning: MLP-Mixers and their wide, sparse relatives (Tolstikhin et al. 2021; Hayase & "
+    "Karakida 2024) in PyTorch Lightning"
+)
+
+
+class MixerCLI(LightningAdapter):
+    """LightningCLI with the project's callbacks, the data → model links, and runs that never lose or
+    overwrite what is on disk (module docstring)."""
+
+    def __init__(self, *args: Any, claim: RunClaim, **kwargs: Any) -> None:
+        self.claim = claim  # the run directory this command writes (`run` releases it)
+        # validate/test/predict of a checkpoint inside a run directory: the results go there (no new run).
+        self.evaluated_run = None
+        # The data arguments the user's config files and flags set (the others may take pretrained defaults).
+        self.explicit_data: set[str] = set()
+        # The model arguments a checkpoint's hyper-parameters leave out, restored after Lightning reads them.
+        self.kept: dict = {}
+        self.header: RunHeader | None = None
+        super().__init__(*args, **kwargs)
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # Best checkpoint (by val/acc1) under <run dir>/checkpoints/. last.ckpt is step_checkpoint's.
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/acc1",
+                "checkpoint.mode": "max",
+                "checkpoint.filename": "best",
+                "checkpoint.save_last": False,  # last.ckpt is written by step_checkpoint, where it resumes exactly
+                "checkpoint.enable_version_counter": False,  # best.ckpt is replaced, not versioned
+            }
+        )
+        # last.ckpt every N optimiser steps, at every epoch boundary and on SIGTERM/SIGINT (atomically), so
+        # that a killed run loses at most N steps: `mixer fit ... --ckpt_path last` continues it exactly.
+        parser.add_lightning_class_args(ResumeCheckpoint, "step_checkpoint")
+        parser.set_defaults(
+            {
+                "step_checkpoint.every_n_train_steps": 500,
+                "step_checkpoint.save_top_k": 0,
+                "step_checkpoint.save_last": True,
+                "step_checkpoint.enable_version_counter": False,
+            }
+        )
+        parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
+        parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
+        # Progress: Lightning's bar in a terminal, a plain line every N steps in a log (`mixer_lightning.cli.console`).
+        parser.add_argument(
+            "--progress.mode",
+            type=Literal["auto", "bar", "lines"],
+            default="auto",
+            help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe",
+        )
+        parser.add_argument(
+            "--progress.every_n_steps",
+            type=int,
+            default=50,
+            help="lines mode: a line every N optimiser steps (and one per validation)",
+        )
+        for name in LINKED_FROM_DATA:
+            parser.link_arguments(
+                "data", f"model.init_args.{name}", compute_fn=attrgetter(name), apply_on="instantiate"
+            )
+
+    # ------------------------------------------------------------------------------ parsing
+
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        """The arguments completed (`evaluation_arguments`) and their config files checked before
+        jsonargparse reads them; then ``--ckpt_path`` resolved and checked (`resolve_checkpoint`) before
+        Lightning reads the checkpoint's hyper-parameters, which it does right after this."""
+        given = sys.argv[1:] if args is None else args  # `run` puts the arguments in sys.argv
+        if isinstance(given, (list, tuple)):
+            completed = evaluation_arguments(list(given))
+            if args is None:  # where Lightning's DDP launcher finds them for the other processes
+                sys.argv[1:] = completed
+            else:
+                args = completed
+            given = completed
+        listed = list(given) if isinstance(given, (list, tuple)) else []
+        self.explicit_data = explicit_data_arguments(check_config_files(listed), listed)
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as error:
+            command = given[0] if given and given[0] in SUBCOMMANDS else None
+            suggestion = suggest_argument(error, subcommand_parser(parser, command) or parser, command)
+            if suggestion is None:
+                raise
+            raise suggestion from error
+        self.kept = resolve_checkpoint(self.config)
+        checks.check_seed(self.config)
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand]
+        restore_arguments(config, self.kept)  # Lightning re-parsed the model from the checkpoint
+        if self.subcommand == "fit" and first_process():
+            check_pinned_version(config)
+        checks.check_trainer_settings(config)
+        if not config.get("ckpt_path"):  # a checkpoint's run recorded the preprocessing it used
+            apply_pretrained_defaults(config, self.explicit_data)
+        if self.subcommand in EVALUATIONS:
+            self.evaluated_run = evaluate_in_run(config)
+
+    def trainer_callbacks(self, config: dict[str, Any], callbacks: list) -> list:
+        """The project's console (`mixer_lightning.cli.console`: the run header, plain-text progress in
+        logs), the data facts written into checkpoints (fit), and no checkpoint callbacks when nothing is
+        trained (validate/test/predict: they would only restore and warn about their state, "dirpath has
+        changed")."""
+        command = self.subcommand
+        settings = self.config_init[command] if command else self.config_init
+        if command in EVALUATIONS:
+            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+            given = config.get("callbacks")
+            given = given if isinstance(given, list) else [] if given is None else [given]
+            config["callbacks"] = [c for c in given if not isinstance(c, ModelCheckpoint)]
+            config["enable_checkpointing"] = False
+        else:
+            callbacks = [*callbacks, DataFacts()]
+        ckpt = settings.get("ckpt_path")
+        self.header = RunHeader(
+            command or "",
+            ckpt_path=ckpt if ckpt and ckpt not in SPECIAL_CKPT_PATHS else None,
+            results=results.RESULTS.get(command or ""),
+        )
+        callbacks.append(self.header)
+        progress = settings.get("progress") or {}
+        if config.get("enable_progress_bar", True) is not False:
+            line = progress_callback(progress.get("mode") or "auto", progress.get("every_n_steps") or 50)
+            mine = [c for c in (config.get("callbacks") or []) if isinstance(c, ProgressBar)]
+            if line is not None and not mine:
+                callbacks.append(line)
+        return callbacks
+
+    def instantiate_trainer(self, **kwargs):
+        try:
+            trainer = super().instantiate_trainer(**kwargs)
+        except (ValueError, MisconfigurationException) as error:  # e.g. FSDP on the CPU, a GPU that is not there
+            raise checks.trainer_error(error) from None
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not FSDP's sharded IO, nor a user's
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    # ------------------------------------------------------------------------------ running
+
+    def _ckpt_path(self) -> Any:
+        return self.config_init[self.subcommand].get("ckpt_path")
+
+    def _claim(self) -> None:
+        resuming = self.config[self.subcommand].get("ckpt_path") if self.subcommand == "fit" else None
+        self.claim.claim(self.trainer, self.subcommand, self.evaluated_run, resuming)
+
+    def before_fit(self) -> None:
+        checks.check_ckpt_file(self._ckpt_path(), self.model)
+        checks.check_optimizers(self.model)
+        self._claim()
+
+    def before_validate(self) -> None:
+        checks.check_ckpt_file(self._ckpt_path(), self.model)
+        self._claim()
+
+    def before_test(self) -> None:
+        checks.check_ckpt_file(self._ckpt_path(), self.model)
+        self._claim()
+
+    def before_predict(self) -> None:
+        checks.check_ckpt_file(self._ckpt_path(), self.model)
+        checks.check_prediction_output(self.trainer)
+        self._claim()
+        results.choose_prediction_file(self.trainer, self.datamodule, self.claim.run_dir, self.header)
+
+    def after_fit(self) -> None:
+        results.write_fit_summary(self.trainer)
+
+    def after_validate(self) -> None:
+        results.write_stage_metrics(self.trainer, "validate")
+
+    def after_test(self) -> None:
+        results.write_stage_metrics(self.trainer, "test")
+
+
+def run(argv: list[str]) -> None:
+    """``mixer fit|validate|test|predict ...`` with the arguments `argv`."""
+    # LightningCLI reads the arguments from sys.argv, where Lightning's DDP launcher also finds them
+    # to start the other processes (`[python, sys.argv[0], *sys.argv[1:]]`): they must be there.
+    saved_argv, sys.argv = sys.argv, [sys.argv[0], *argv]
+    claim = RunClaim()
+    try:
+        with warnings.catch_warnings():  # the warning filters a run adds (quiet_libraries, ...) end with it
+            quiet_libraries()
+            MixerCLI(
+                ClassifierModule,
+                LightningDataModule,  # ImageDataModule, or PredictionData (image files, facts from a checkpoint)
+                subclass_mode_model=True,
+                subclass_mode_data=True,
+                auto_configure_optimizers=False,  # the optimiser and schedule are model arguments
+                save_config_callback=SaveConfig,
+                trainer_defaults=TRAINER_DEFAULTS,
+                seed_everything_default=0,
+                parser_kwargs={
+                    "description": DESCRIPTION,
+                    "epilog": "project commands (mixer COMMAND --help):\n" + summary(),
+                    "prog": "mixer",
+                    "formatter_class": HelpFormatter,
+                    "exit_on_error": False,
+                    "allow_abbrev": False,
+                    # Argument errors are raised (one line, `mixer_lightning.errors.translate_library_error`),
+                    # not printed after the whole usage text; no abbreviations (--trainer.max_epoch is a
+                    # mistake, said so with a did-you-mean, not silently --trainer.max_epochs).
+                    **{name: {"exit_on_error": False, "allow_abbrev": False} for name in SUBCOMMANDS},
+                },
+                claim=claim,
+            )
+    except BaseException:
+        claim.remove_if_empty()  # a run that failed before its first checkpoint leaves no empty version_N/
+        raise
+    finally:
+        claim.release()
+        sys.argv = saved_argv

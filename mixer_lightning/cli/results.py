@@ -1,0 +1,65 @@
+"""What a run leaves in its run directory besides checkpoints and logs, for `mixer sweep report` and
+scripts: ``fit_summary.json``, ``val_metrics.json``, ``test_metrics.json`` (atomically, by the first
+process), and the file `mixer predict` writes its predictions to."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mixer_lightning.callbacks import PredictionWriter
+from mixer_lightning.cli.console import RunHeader, relative
+from mixer_lightning.cli.rundirs import first_process
+from mixer_lightning.loggers import run_directory
+from mixer_lightning.safety.atomic import write_text
+
+RESULTS = {"validate": "val_metrics.json", "test": "test_metrics.json"}
+
+
+def write_json(trainer: Any, name: str, content: dict, announce: str | None = None) -> None:
+    """Write `content` to ``<run dir>/<name>``, atomically; with `announce`, say where
+    (``Test metrics: runs/x/version_0/test_metrics.json``)."""
+    log_dir = run_directory(trainer)  # a broadcast under DDP: every process must ask, not only rank 0
+    if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
+        write_text(Path(log_dir) / name, json.dumps(content, indent=2) + "\n", field=name)
+        if announce:
+            print(f"{announce}: {relative(Path(log_dir) / name)}", flush=True)
+
+
+def stage_metrics(trainer: Any, stage: str) -> dict[str, float]:
+    return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
+
+
+def write_fit_summary(trainer: Any) -> None:
+    """``fit_summary.json``: epochs, steps, the last validation metrics and the best checkpoint."""
+    checkpoint = trainer.checkpoint_callback
+    summary: dict = {"epochs": trainer.current_epoch, "steps": trainer.global_step}
+    summary.update(stage_metrics(trainer, "val"))
+    log_dir = run_directory(trainer)  # a broadcast under DDP: every process must ask, not only rank 0
+    if checkpoint is not None and checkpoint.best_model_path:
+        summary.update(best_checkpoint=checkpoint.best_model_path, monitor=checkpoint.monitor)
+        summary["best_score"] = float(checkpoint.best_model_score)
+        if trainer.is_global_zero:
+            print(f"Run directory: {log_dir}")
+            print(f"Best checkpoint ({checkpoint.monitor} = {summary['best_score']:.4f}): {checkpoint.best_model_path}")
+    write_json(trainer, "fit_summary.json", summary)
+
+
+def write_stage_metrics(trainer: Any, command: str) -> None:
+    """``val_metrics.json`` (validate) or ``test_metrics.json`` (test)."""
+    stage = "val" if command == "validate" else command
+    title = "Validation metrics" if command == "validate" else "Test metrics"
+    write_json(trainer, RESULTS[command], stage_metrics(trainer, stage), title)
+
+
+def choose_prediction_file(trainer: Any, datamodule: Any, run_dir: Path | None, header: RunHeader | None) -> None:
+    """The file `mixer predict` writes (in the run directory, or Lightning's default_root_dir), told to
+    the prediction writer and shown in the run header."""
+    files = getattr(datamodule, "predict_root", None) is not None
+    for callback in trainer.callbacks:
+        if isinstance(callback, PredictionWriter) and first_process() and not trainer.fast_dev_run:
+            folder = run_dir or Path(trainer.default_root_dir)
+            callback.resolved = callback.target(str(folder), files)
+            if header is not None:
+                header.results = f"predictions: {callback.resolved.name}"

@@ -1,0 +1,149 @@
+"""``--ckpt_path``: which checkpoint a command starts from, and what a resumed run may change.
+
+Runs right after the arguments are parsed (`MixerCLI.parse_arguments`), before Lightning reads the
+checkpoint's hyper-parameters over the config (LightningCLI's ``_parse_ckpt_path``: the checkpoint's
+model wins over the config's):
+
+- ``--ckpt_path last``: the last.ckpt of the pinned version, else of the highest version_N
+  (`mixer_lightning.safety.rundir.find_last_run`); ``fit`` continues that run in its own directory;
+- the checkpoint file is read and checked (one line for a missing, damaged or untrusted file) before
+  jsonargparse imports the names in its hyper-parameters;
+- a resumed ``fit`` trains the checkpoint's model: a model argument given with another value is refused;
+- the optimiser and schedule the config gives are kept (`arguments_not_in_checkpoints`), since the
+  checkpoint's hyper-parameters leave them out.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from mixer_lightning.cli.arguments import LINKED_FROM_DATA
+from mixer_lightning.cli.rundirs import logger_args
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.safety.rundir import find_last_run
+from mixer_lightning.tasks.loading import family_module, read_checkpoint
+
+# Model arguments a resumed run may give differently from its checkpoint: the checkpoint holds the
+# trained weights (init_from is not read again) and the optimiser/schedule states.
+RESUME_MAY_DIFFER = (*LINKED_FROM_DATA, "init_from", "optimizer", "lr_scheduler")
+
+
+def resolve_checkpoint(config: Any) -> dict:
+    """Resolve and check ``--ckpt_path`` of the parsed `config` (the whole config, with ``subcommand``);
+    returns the model arguments to restore after Lightning re-parses the model from the checkpoint
+    (`restore_arguments`)."""
+    subcommand = config.get("subcommand")
+    config = config[subcommand] if subcommand else None
+    path = config.get("ckpt_path") if config is not None else None
+    if path == "last":  # fit: resume that run in its directory; validate/test/predict: evaluate it
+        resume_last_run(config, resume=subcommand == "fit")
+        path = config.ckpt_path
+    if path == "best":  # Lightning's "best" is the best checkpoint of a fit in this same process
+        raise ConfigError(
+            "ckpt_path",
+            "'best' names no file here (Lightning's 'best' is that of a fit in the same process)",
+            "give the path, e.g. runs/NAME/version_N/checkpoints/best.ckpt",
+        )
+    if path and path not in SPECIAL_CKPT_PATHS and path != "last":
+        # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
+        # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
+        checkpoint = read_checkpoint(path)
+        if subcommand == "fit":
+            check_resumed_model(config, checkpoint, path)
+    return arguments_not_in_checkpoints(config)
+
+
+def arguments_not_in_checkpoints(config: Any) -> dict:
+    """The model's optimiser and schedule as the config gives them. The checkpoint's hyper-parameters
+    leave them out (`ClassifierModule` ignores them), and jsonargparse resets a nested class from a
+    config file to its default when Lightning re-parses the model from those hyper-parameters: a
+    resumed SGD run would otherwise be rebuilt with AdamW and fail to load its optimiser state."""
+    if config is None or not config.get("ckpt_path") or config.get("model") is None:
+        return {}
+    init_args = config.model.get("init_args")
+    if init_args is None:
+        return {}
+    return {name: init_args[name] for name in ("optimizer", "lr_scheduler") if name in init_args}
+
+
+def restore_arguments(config: Any, kept: dict) -> None:
+    """Put the arguments `arguments_not_in_checkpoints` kept back into the (re-parsed) model config."""
+    if kept:
+        init_args = config.model.init_args
+        for name, value in kept.items():
+            init_args[name] = value
+
+
+def _plain(value: Any) -> Any:
+    """`value` with tuples as lists and namespaces as dicts, for comparing a config with hparams."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _signature_defaults(cls: type) -> dict[str, Any]:
+    defaults: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" in vars(klass):
+            for name, parameter in inspect.signature(klass.__init__).parameters.items():
+                if parameter.default is not inspect.Parameter.empty:
+                    defaults[name] = parameter.default
+    return defaults
+
+
+def check_resumed_model(config: Any, checkpoint: dict, path: str) -> None:
+    """A run resumed from `checkpoint` trains the checkpoint's model: a model argument given with
+    another value (``--model.channels 32`` on a 64-channel run) is refused, naming the flag."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    saved = hparams.get("_class_path")
+    model = config.get("model")
+    if not saved or model is None:
+        return
+    cls = family_module(saved, "ckpt_path", repr(path))
+    given_class = str(model.get("class_path") or "")
+    if given_class and given_class.rsplit(".", 1)[-1] != cls.__name__:
+        raise ConfigError(
+            "model.class_path",
+            f"{given_class} differs from the {cls.__name__} of the checkpoint being resumed ({path})",
+            "a resumed run keeps its model: use the run's config.yaml, or start a new run from the weights "
+            "with model.init_from",
+        )
+    defaults = _signature_defaults(cls)
+    init_args = _plain(model.get("init_args") or {})
+    for name, value in init_args.items():
+        if name in RESUME_MAY_DIFFER or name.startswith("_") or name not in hparams:
+            continue
+        if value == _plain(hparams[name]) or (name in defaults and value == _plain(defaults[name])):
+            continue  # the same, or not given (a default): the checkpoint's value is used
+        raise ConfigError(
+            f"model.{name}",
+            f"is {value!r}, but the run being resumed has {hparams[name]!r} ({path})",
+            f"a resumed run keeps its model: drop --model.{name}, or start a new run from the weights with "
+            "model.init_from",
+        )
+
+
+def resume_last_run(config: Any, resume: bool = True) -> None:
+    """``--ckpt_path last``: the last.ckpt of the pinned version, else of the highest version_N
+    (`mixer_lightning.safety.rundir.find_last_run`); `resume` (fit) continues the run in its own directory."""
+    init_args = logger_args(config)
+    if init_args is None:
+        raise ConfigError(
+            "ckpt_path",
+            "'last' needs a logger with a save_dir to find the run in",
+            "give the path of the checkpoint instead",
+        )
+    experiment = Path(init_args.save_dir) / str(init_args.get("name") or "")
+    version = init_args.get("version")
+    version = None if version is None else version if isinstance(version, str) else f"version_{version}"
+    last = find_last_run(experiment, version)
+    if resume:
+        init_args.version = last.parent.parent.name
+    config.ckpt_path = str(last)

@@ -1,0 +1,169 @@
+"""The run directory a ``mixer fit|validate|test|predict`` writes, claimed only after every input is
+checked (docs/reliability.md):
+
+- a new run takes the next free ``version_N`` by creating it (`mixer_lightning.safety.rundir`); a
+  pinned version that holds a run is resumed (``--ckpt_path``) or refused, never overwritten;
+- ``fit`` holds the run's lock while it runs (one writer per run);
+- validate/test/predict of a checkpoint inside a run directory write their results into that run;
+- the config this command saves never replaces another's (config.yaml, config.resume<N>.yaml,
+  config.<command><N>.yaml);
+- a run that fails before its first checkpoint removes the directory it created.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+from mixer_lightning.cli.adapter import logger_version, pin_logger_version, versioned
+from mixer_lightning.errors import ConfigError
+from mixer_lightning.safety.atomic import remove_orphans
+from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.safety.rundir import RunLock, create_next_version, holds_a_run
+
+
+def first_process() -> bool:
+    """Whether this is the process that owns the run directory: global rank 0 (Lightning reads RANK,
+    LOCAL_RANK, SLURM_PROCID from the environment), and on the first node of a multi-node launch."""
+    first_node = all(os.environ.get(name, "0") in ("", "0") for name in ("NODE_RANK", "GROUP_RANK"))
+    return rank_zero_only.rank == 0 and first_node
+
+
+def run_dir_of_checkpoint(path: Any) -> Path | None:
+    """The run directory a checkpoint lies in (``RUN/checkpoints/NAME.ckpt`` beside ``RUN/config.yaml``), or None."""
+    if not path or str(path) in (*SPECIAL_CKPT_PATHS, "last"):
+        return None
+    path = Path(path)
+    run = path.parent.parent
+    return run if path.parent.name == "checkpoints" and (run / "config.yaml").is_file() else None
+
+
+def logger_args(config: Any) -> Any:
+    """The ``init_args`` of the run's first logger when it has a ``save_dir`` (where runs are found), else None."""
+    logger = config.trainer.get("logger")
+    if isinstance(logger, list):
+        logger = logger[0] if logger else None
+    init_args = getattr(logger, "init_args", None) if logger not in (None, True, False) else None
+    return init_args if init_args is not None and "save_dir" in init_args else None
+
+
+def check_pinned_version(config: Any) -> None:
+    """A pinned version (``trainer.logger.init_args.version``) that holds a run is resumed (--ckpt_path)
+    or refused, never overwritten."""
+    init_args = logger_args(config)
+    version = init_args.get("version") if init_args is not None else None
+    if version is None or config.get("ckpt_path"):
+        return
+    name = version if isinstance(version, str) else f"version_{version}"
+    run_dir = Path(init_args.save_dir) / str(init_args.get("name") or "") / name
+    if holds_a_run(run_dir):
+        raise ConfigError(
+            "trainer.logger.init_args.version",
+            f"{str(run_dir)!r} holds a run already; it is not overwritten",
+            "resume it with --ckpt_path last, or choose another version (or none: the next free one)",
+        )
+
+
+def evaluate_in_run(config: Any) -> Path | None:
+    """validate/test/predict of a checkpoint inside a run directory: the results go there (test_metrics.json,
+    predictions.csv, config.<command>N.yaml), not into a new version_N, so no logger is needed. Returns that run."""
+    run = run_dir_of_checkpoint(config.get("ckpt_path"))
+    # Evaluation restores the weights only: Lightning's note that the checkpoint's callbacks (of the
+    # training) are absent is about resuming training, which this is not.
+    warnings.filterwarnings("ignore", message=r".*when using `ckpt_path`, callbacks used to create")
+    if run is not None:
+        config.trainer.logger = False
+        config.trainer.default_root_dir = str(run)
+    return run
+
+
+class RunClaim:
+    """The run directory one command writes: claimed (`claim`) after every input is checked, released
+    (`release`) at the end, and removed (`remove_if_empty`) if the run fails before its first checkpoint."""
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None
+        self.created: Path | None = None  # the run directory this process created
+        self.created_root: Path | None = None  # the outermost folder above it this process created
+        self.lock: RunLock | None = None
+
+    def claim(self, trainer: Any, command: str, evaluated_run: Path | None, resuming: str | None) -> None:
+        """Claim the directory `command` writes: `evaluated_run` (validate/test/predict of a checkpoint in a
+        run), or the logger's version (created now if new, the next free version_N, atomically); locked for
+        fit; `resuming` is the checkpoint a fit continues from."""
+        if evaluated_run is not None:
+            self.run_dir = evaluated_run
+            if first_process() and not trainer.fast_dev_run:
+                name_config(trainer, evaluated_run, command, existing=True)
+            return
+        if not first_process() or not trainer.loggers or trainer.fast_dev_run:
+            return
+        logger = trainer.loggers[0]
+        if not versioned(logger):
+            return  # a logger without versioned directories (e.g. W&B): Lightning's default_root_dir
+        root = Path(logger.root_dir)
+        missing = [folder for folder in (root, *root.parents) if not folder.exists()]
+        self.created_root = missing[-1] if missing else None
+        version = logger_version(logger)
+        if version is None:
+            run_dir = create_next_version(root)
+            pin_logger_version(logger, int(run_dir.name.split("_")[1]))
+            self.created = run_dir
+        else:
+            run_dir = root / (version if isinstance(version, str) else f"version_{version}")
+            if not run_dir.is_dir():
+                run_dir.mkdir(parents=True)
+                self.created = run_dir
+        self.run_dir = run_dir
+        existing = self.created is None and (run_dir / "config.yaml").exists()
+        if command == "fit":
+            self.lock = RunLock(run_dir).acquire()
+            for folder in (run_dir, run_dir / "checkpoints"):
+                remove_orphans(folder)
+        name_config(trainer, run_dir, command, existing)
+        if command == "fit" and resuming and existing:
+            print(f"Resuming {run_dir} from {resuming}")
+            # The checkpoints folder holds this run's own checkpoints: Lightning's "exists and is not
+            # empty" is about another run's, which a resume is not.
+            warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+
+    def remove_if_empty(self) -> None:
+        """Remove the run directory this process created (and the empty folders above it it made) when it
+        holds no checkpoint: a run that failed before its first leaves no empty ``version_N/``."""
+        run_dir = self.created
+        if run_dir is None or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")):
+            return
+        shutil.rmtree(run_dir, ignore_errors=True)
+        if self.created_root is None:
+            return
+        for folder in run_dir.parents:
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+            if folder == self.created_root:
+                break
+
+
+def name_config(trainer: Any, run_dir: Path, command: str, existing: bool) -> None:
+    """The name of the config `command` saves in `run_dir`: config.yaml for a new run, else
+    config.resume<N>.yaml (fit) or config.<command><N>.yaml, never replacing one."""
+    stem = "resume" if command == "fit" else command
+    name = "config.yaml"
+    if existing:
+        number = 1
+        while (run_dir / f"config.{stem}{number}.yaml").exists():
+            number += 1
+        name = f"config.{stem}{number}.yaml"
+    for callback in trainer.callbacks:
+        if isinstance(callback, SaveConfigCallback):
+            callback.config_filename = name

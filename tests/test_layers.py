@@ -1,0 +1,101 @@
+"""The package's parts import downwards (docs/architecture.md): every import of every module, lazy ones
+included, read from its source; no circle between modules, and none between the parts of the root."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import mixer_lightning
+
+PACKAGE = Path(mixer_lightning.__file__).parent
+# The parts of the package root, lowest first; a part imports only parts of lower layers. The command
+# line is reached from below only by name, as a shell reaches it: `mixer_lightning.run_mixer` (a sweep
+# point, a benchmarked fit: the `mixer` command itself, run in-process).
+LAYERS = [
+    {"errors"},
+    {"safety", "width"},
+    {"models"},
+    {"weights", "data", "optim"},
+    {"tasks"},
+    {"analysis", "loggers"},
+    {"callbacks"},
+    {"benchmarks"},
+    {"commands"},
+    {"cli"},
+]
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The modules of the package that `name` imports, at the top or inside a function: `from a.b import c`
+    is the module ``a.b.c`` when there is one, else ``a.b``."""
+
+    def module_of(dotted: str) -> str | None:
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    found = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {module_of(alias.name) for alias in node.names if alias.name.startswith("mixer_lightning")}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            if base.startswith("mixer_lightning"):
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else module_of(base) for a in node.names}
+    return found - {None, name}
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def part(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_no_import_circle() -> None:
+    edges = graph()
+    circles, state = [], {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(edges[module]):
+            if state.get(target) == "open":
+                circles.append(" → ".join([*path[path.index(target) :], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert not circles, circles
+
+
+def test_the_parts_of_the_root_import_downwards() -> None:
+    rank = {name: i for i, layer in enumerate(LAYERS) for name in layer}
+    edges = graph()
+    assert {part(m) for m in edges} - {""} == set(rank), "every part of the root has a layer"
+    upwards = sorted(
+        f"{source} → {target}"
+        for source, targets in edges.items()
+        for target in targets
+        if part(source) and part(target) and part(source) != part(target) and rank[part(target)] >= rank[part(source)]
+    )
+    assert not upwards, upwards
