@@ -7,8 +7,11 @@ BIN    := $(VENV)/bin
 #   make TORCH="torch==2.9.1 torchvision==0.24.1" test
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
+# A second venv with the lowest releases pyproject.toml claims (constraints/minimum.txt).
+MIN_VENV ?= .venv-min
+MIN_STAMP := $(MIN_VENV)/.installed
 
-.PHONY: install quickstart test test-slow test-gpu lint reproduce-cpu clean
+.PHONY: install quickstart test test-min test-slow test-gpu lint reproduce-cpu clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +33,17 @@ quickstart: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+$(MIN_STAMP): pyproject.toml constraints/minimum.txt
+	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet $(TORCH)
+	$(MIN_VENV)/bin/python -m pip install --quiet -c constraints/minimum.txt -e '.[dev]'
+	touch $(MIN_STAMP)
+
+# The fast suite on the lowest releases we claim (lightning, jsonargparse, timm, torchmetrics, datasets:
+# constraints/minimum.txt); `make test` runs it on the newest. CI runs both (.ci/run).
+test-min: $(MIN_STAMP)
+	$(MIN_VENV)/bin/python -m pytest -q
+
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
@@ -49,4 +63,4 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff format --check mixer_lightning tests docs/reproductions
 
 clean:
-	rm -rf $(VENV) runs *.egg-info .pytest_cache
+	rm -rf $(VENV) $(MIN_VENV) runs *.egg-info .pytest_cache

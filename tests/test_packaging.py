@@ -56,3 +56,37 @@ def test_ci_runs_make_test() -> None:
     assert "make test" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^quickstart:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+
+
+def test_the_tested_version_range_is_the_claimed_one() -> None:
+    """pyproject.toml's lower bounds are the releases `make test-min` runs the suite with
+    (constraints/minimum.txt, in CI), its upper bounds the next release line not tested, and the
+    releases the reproductions ran with (constraints/lock.txt) lie inside the range."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    claimed = {
+        (r := Requirement(dep)).name: r.specifier
+        for dep in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+
+    def pins(name: str) -> dict[str, Version]:
+        lines = (ROOT / "constraints" / name).read_text().splitlines()
+        return {
+            line.split("==")[0].strip().lower(): Version(line.split("==")[1].split("#")[0].strip())
+            for line in lines
+            if "==" in line and not line.startswith("#")
+        }
+
+    def release(version: Version) -> tuple[int, ...]:  # 1.3 is 1.3.0; 1.3.0.post0 too
+        return (*version.release, 0, 0)[:3]
+
+    lowest, locked = pins("minimum.txt"), pins("lock.txt")
+    assert set(lowest) == {"lightning", "jsonargparse", "timm", "torchmetrics", "datasets"}
+    for name, version in lowest.items():
+        lower = [Version(spec.version) for spec in claimed[name] if spec.operator == ">="]
+        assert [release(v) for v in lower] == [release(version)], f"{name}: pyproject's lower bound is not {version}"
+        assert version in claimed[name] and locked[name] in claimed[name], name
+    for name in ("lightning", "jsonargparse"):
+        assert any(spec.operator == "<" for spec in claimed[name]), f"{name} needs an upper bound"
+    assert "make test-min" in (ROOT / ".ci" / "run").read_text()
