@@ -120,6 +120,54 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return num / den if den else math.nan
 
 
+def seeds(n: int) -> str:
+    return f"{n} seed" if n == 1 else f"{n} seeds"
+
+
+def grid_ticks(ax, axis: str, values: list[float]) -> None:
+    """Ticks at the grid's own values on a log axis, written as plain numbers (not 4×10^1)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    values = sorted(set(values))
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    target.set_major_locator(FixedLocator(values))
+    target.set_major_formatter(lambda v, _pos: f"{v:g}")
+    target.set_minor_locator(NullLocator())
+    target.set_minor_formatter(NullFormatter())
+
+
+def points_table(runs: list[dict], epochs: list[int | None]) -> list[dict]:
+    """One row per (Ω, family, point): the test error's mean ± sd (seeds) at chosen epochs and at the end."""
+    rows = []
+    keyed = defaultdict(list)
+    for r in runs:
+        keyed[(r["item"], r["omega_exp"], r["family"], r["point"])].append(r)
+    for (item, exponent, family, point), group in sorted(
+        keyed.items(), key=lambda kv: (kv[0][:3], kv[1][0]["C"] or 0, kv[1][0]["m"] or 0, kv[1][0]["L"] or 0)
+    ):
+        if not any(r["epochs"] for r in group):
+            continue  # queued, not started: the run list (fig5_runs.csv) names it
+        first = group[0]
+        row = {
+            "item": item,
+            "omega": f"2^{exponent}",
+            "family": FAMILIES.get(family, family),
+            "point": point,
+            "C": first["C"],
+            "S": first["S"],
+            "m": first["m"],
+            "L": first["L"],
+            "runs": len(group),
+            "epochs_logged": "/".join(str(r["epochs"]) for r in sorted(group, key=lambda r: r["seed"])),
+        }
+        for epoch in epochs:
+            values = [error_at(r, epoch) for r in group]
+            done = [v for v in values if v is not None]
+            row["final" if epoch is None else f"ep{epoch}"] = fmt(*mean_sd(done)) if done else "–"
+        rows.append(row)
+    return rows
+
+
 def by_point(runs: list[dict], epoch: int | None) -> dict[tuple, tuple[float, float, int]]:
     """(C, S, m) -> mean, sd, seeds of the error at `epoch` (points where every run reached it)."""
     grouped = defaultdict(list)
@@ -251,6 +299,7 @@ def plot_fig5(runs: list[dict], out: Path) -> None:
                     label=f"{label} ({branch})",
                 )
     ax_m.set(xscale="log", xlabel="effective width m = S·C (log)", ylabel="test error (%)")
+    grid_ticks(ax_c, "x", [r["C"] for r in runs if r["item"] == "fig5" and r["C"]])
     ax_m.set_title("Fig. 5 at 200 epochs: error against m")
     ax_c.set(xscale="log", xlabel="channels C (log); S solved from Ω", ylabel="test error (%)")
     ax_c.set_title("Fig. 6's claim: error against C (S = C at Ω^(1/3))")
@@ -276,9 +325,10 @@ def plot_curves(runs: list[dict], exponent: int, out: Path) -> None:
                 continue
             epochs = sorted(set.intersection(*(set(r["error_curve"]) for r in group)))
             mean = [100 * statistics.fmean(r["error_curve"][e] for r in group) for e in epochs]
-            label = f"{FAMILIES[family]} C = {c}, S = {group[0]['S']} ({len(group)} seeds)"
+            label = f"{FAMILIES[family]} C = {c}, S = {group[0]['S']} ({seeds(len(group))})"
             ax.plot(epochs, mean, style, color=f"C{i % 10}", lw=1, label=label)
-    ax.set(xlabel="epoch", ylabel="test error (%), mean over seeds", yscale="log")
+    # Linear error axis from the first epoch's level down: the last 100 epochs are where the claims live.
+    ax.set(xlabel="epoch", ylabel="test error (%), mean over seeds", ylim=(None, 60))
     ax.set_title(f"Test error every epoch, Ω = 2^{exponent} (S-Mixer solid, RP dashed)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, ncol=2)
@@ -359,6 +409,9 @@ def main() -> None:
     plot_fig5(runs, out)
     for exponent in sorted({r["omega_exp"] for r in runs}):
         plot_curves(runs, exponent, out)
+    points = points_table(runs, [10, 20, 50, 100, 150, None])
+    write_csv(out / "points.csv", points)
+    (out / "points.md").write_text(markdown(points))
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
     plot_fig7(sevens, out)

@@ -6,8 +6,8 @@
 #   docs/reproductions/run_cpu.sh [ITEM ...]      items: fig5 fig7 d5 table1 fig2 budget gap (default: all)
 #
 # At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
-# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_d5 (not in the default set: ~10 hours
-# at 2^14). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points.
+# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_d5 (not in the default set; measured:
+# an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points.
 #
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
 # relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
