@@ -5,47 +5,22 @@ per image (torch's FLOP counter), peak memory, and on a GPU of known peak the mo
 
 from __future__ import annotations
 
-import contextlib
 import copy
 from collections.abc import Callable
 
 import torch
 from torch import nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from mixer_lightning.benchmarks.timing import compare
+from mixer_lightning.models.flops import autocast, flops_per_image
+from mixer_lightning.models.flops import peak_flops as table_peak
 
-# Dense bf16 tensor-core peaks (FLOP/s) of GPUs whose name contains the key, for MFU.
-PEAK_BF16 = {"H100 PCIe": 756e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12, "V100": 125e12}
 
-
-def peak_flops(device: torch.device) -> float | None:
+def peak_flops(device: torch.device, precision: str = "bf16-mixed") -> float | None:
+    """The device's dense peak FLOP/s at `precision` (`mixer_lightning.models.flops.PEAKS`), for MFU."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for key, peak in PEAK_BF16.items():
-        if key in name:
-            return peak
-    return None
-
-
-def autocast(device: torch.device, precision: str):
-    if precision == "bf16-mixed":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def flops_per_image(model: nn.Module, image_size: int, in_chans: int, device: torch.device, precision: str) -> dict:
-    """Forward FLOPs per image, and a training step's (forward + backward) per image."""
-    x = torch.randn(2, in_chans, image_size, image_size, device=device)
-    counter = FlopCounterMode(display=False)
-    with counter, autocast(device, precision):
-        model(x).sum().backward()
-    model.zero_grad(set_to_none=True)
-    total = counter.get_total_flops()
-    with FlopCounterMode(display=False) as forward_counter, torch.no_grad(), autocast(device, precision):
-        model(x)
-    return {"forward": forward_counter.get_total_flops(), "train": total}
+    return table_peak(torch.cuda.get_device_name(device), precision, torch.backends.cuda.matmul.allow_tf32)
 
 
 def step_fns(
@@ -109,7 +84,7 @@ def benchmark(
         torch.cuda.reset_peak_memory_stats(dev)
     train_times = compare(trains, repeats=repeats, warmup=warmup, device=dev)
     infer_times = compare(infers, repeats=repeats, warmup=warmup, device=dev)
-    peak = peak_flops(dev)
+    peak = peak_flops(dev, precision)
     for name in models:
         r = results[name]
         r["train_img_s"] = batch_size / train_times[name]

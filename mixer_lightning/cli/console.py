@@ -315,6 +315,9 @@ class LineProgress(ProgressBar):
             parts.append(f"lr {trainer.optimizers[0].param_groups[0]['lr']:.3g}")
         if self._images:
             parts.append(f"{self._images * trainer.world_size / elapsed:,.0f} img/s")
+        monitor = next((c for c in getattr(trainer, "callbacks", ()) if hasattr(c, "progress_parts")), None)
+        if monitor is not None:  # MFU and the data-wait fraction (`mixer_lightning.callbacks.throughput`)
+            parts.extend(monitor.progress_parts(self, trainer))
         if self._start is not None and math.isfinite(total) and step > self._start_step:
             per_step = (now - self._start) / (step - self._start_step)
             parts.append(f"ETA {_duration(per_step * (total - step))}")

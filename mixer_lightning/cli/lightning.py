@@ -31,6 +31,7 @@ from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
+from mixer_lightning.callbacks.throughput import ThroughputMonitor
 from mixer_lightning.cli import checks, results
 from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, subcommand_parser
 from mixer_lightning.cli.arguments import (
@@ -104,6 +105,9 @@ class MixerCLI(LightningAdapter):
             }
         )
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
+        # images/s, MFU and the data-wait fraction (`mixer_lightning.callbacks.throughput`); --throughput.peak_flops
+        # for MFU on a GPU the built-in table does not know.
+        parser.add_lightning_class_args(ThroughputMonitor, "throughput")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # Progress: Lightning's bar in a terminal, a plain line every N steps in a log (`mixer_lightning.cli.console`).
         parser.add_argument(

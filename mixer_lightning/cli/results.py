@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mixer_lightning.callbacks import PredictionWriter
+from mixer_lightning.callbacks.throughput import ThroughputMonitor
 from mixer_lightning.cli.console import RunHeader, relative
 from mixer_lightning.cli.rundirs import first_process
 from mixer_lightning.loggers import run_directory
@@ -32,10 +33,14 @@ def stage_metrics(trainer: Any, stage: str) -> dict[str, float]:
 
 
 def write_fit_summary(trainer: Any) -> None:
-    """``fit_summary.json``: epochs, steps, the last validation metrics and the best checkpoint."""
+    """``fit_summary.json``: epochs, steps, the last validation metrics, the throughput and the best checkpoint."""
     checkpoint = trainer.checkpoint_callback
     summary: dict = {"epochs": trainer.current_epoch, "steps": trainer.global_step}
     summary.update(stage_metrics(trainer, "val"))
+    monitor = next((c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)), None)
+    throughput = monitor.summary(trainer.world_size) if monitor is not None else None
+    if throughput is not None:  # images/s, data wait, MFU over the fit (`mixer_lightning.callbacks.throughput`)
+        summary["throughput"] = throughput
     log_dir = run_directory(trainer)  # a broadcast under DDP: every process must ask, not only rank 0
     if checkpoint is not None and checkpoint.best_model_path:
         summary.update(best_checkpoint=checkpoint.best_model_path, monitor=checkpoint.monitor)

@@ -1,4 +1,5 @@
-"""Lightning callbacks of the project."""
+"""Lightning callbacks of the project: the prediction writer, the data facts a checkpoint carries, the
+weight monitors here; images/s, MFU and the data wait of every fit in `throughput` (`ThroughputMonitor`)."""
 
 from __future__ import annotations
 
