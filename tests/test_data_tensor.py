@@ -5,7 +5,6 @@ DDP shards, and real CIFAR-10."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,6 +18,8 @@ from test_reliability import MIXER, RP_MIXER, assert_same, augmented_hf_config, 
 
 from helpers import CONFIGS, read_json
 from helpers.fakedata import WRITERS, patch_torchvision_checks, write_hf
+from helpers.killer import kill_and_resume
+from helpers.recorder import record_one_and_two_processes
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.data.pil_path import TransformedDataset
@@ -305,22 +306,8 @@ def test_a_killed_run_on_the_tensor_path_resumes_bit_for_bit(tmp_path: Path) -> 
             {"trainer": {"callbacks": [{"class_path": "helpers.killer.KillAtStep", "init_args": {"step": 7}}]}}
         )
     )
-    killed = subprocess.run(
-        [MIXER, "fit", *run, "--config", str(killer), "--trainer.logger.init_args.name", "killed"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     interrupted = tmp_path / "runs" / "killed" / "version_0"
-    assert torch.load(interrupted / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 6
-    resumed = subprocess.run(
-        [MIXER, "fit", *run, "--trainer.logger.init_args.name", "killed", "--ckpt_path", "last"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    resumed = kill_and_resume(MIXER, run, str(killer), env, (interrupted / "checkpoints" / "last.ckpt", 6))
     assert "data.pipeline: tensor" in resumed.stderr + resumed.stdout
     straight = tmp_path / "runs" / "straight" / "version_0"
     assert_same(final_state(straight), final_state(interrupted))
@@ -346,28 +333,7 @@ def test_ddp_ranks_get_disjoint_shards_of_the_same_augmented_images(tmp_path: Pa
         "false",
         "--trainer.callbacks+=helpers.recorder.ImageRecorder",
     ]
-    for name, devices in (("one", "1"), ("two", "2")):
-        result = subprocess.run(
-            [
-                *common,
-                "--trainer.callbacks.folder",
-                str(tmp_path / name),
-                "--trainer.devices",
-                devices,
-                "--trainer.strategy",
-                "ddp" if devices == "2" else "auto",
-                "--trainer.logger.init_args.name",
-                name,
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            cwd=tmp_path,
-        )
-        assert result.returncode == 0, result.stderr[-3000:]
-    one = (tmp_path / "one" / "rank0.txt").read_text().split()
-    ranks = [(tmp_path / "two" / f"rank{r}.txt").read_text().split() for r in (0, 1)]
+    one, ranks = record_one_and_two_processes(common, tmp_path, env)
     assert len(one) == 2 * 48 and all(len(r) == 48 for r in ranks)  # 48 images, 2 epochs
     for epoch in ("0", "1"):
         seen = [{line for line in r if line.startswith(epoch + ":")} for r in ranks]

@@ -48,6 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mixer_lightning.commands.export",
         "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked",
     ),
+    "data": (
+        "mixer_lightning.commands.data",
+        "`data pack`: an image folder or HF dataset → WebDataset tar shards; `data check`: verify shards",
+    ),
 }
 
 

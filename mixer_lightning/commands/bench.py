@@ -13,6 +13,7 @@ Examples:
     mixer bench --kernels                                   permutation and element-wise kernels, eager vs compiled
     mixer bench --table_s3 [--device cuda]                  Hayase & Karakida Table S.3 at its settings, beside the paper's
     mixer bench --fit --json                                end-to-end `mixer fit` vs the training step, tensor vs PIL data path
+    mixer bench --data                                      ImageNet's training pipeline per CPU core: image folder vs shards
 """
 
 from __future__ import annotations
@@ -47,6 +48,19 @@ def add_arguments(parser: ArgumentParser) -> None:
         action="store_true",
         help="time end-to-end `mixer fit` of the Fig. 5 config (or --config) through the tensor and "
         "the PIL data path against the model's training step: cifar_fit_vs_step, cifar_fit_speedup",
+    )
+    parser.add_argument(
+        "--data",
+        action="store_true",
+        help="images/s per CPU core of ImageNet's training pipeline (decode, random-resized crop, RandAugment, "
+        "erasing) from an image folder vs from WebDataset shards, on a synthetic set it makes; cores per GPU",
+    )
+    parser.add_argument("--data_images", type=int, default=256, help="--data: synthetic training JPEGs")
+    parser.add_argument(
+        "--gpu_images_per_s",
+        type=float,
+        default=None,
+        help="--data: the GPU training throughput to feed (default: Mixer-B/16, bf16, one H100: 2,030 img/s)",
     )
     parser.add_argument("--fit_warmup", type=int, default=8, help="--fit: training batches before the timing")
     parser.add_argument("--fit_batches", type=int, default=32, help="--fit: timed training batches per fit")
@@ -107,6 +121,22 @@ def run(args: Namespace) -> None:
     require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
     require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
     require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
+    if args.data:
+        from mixer_lightning.benchmarks.pipeline import MIXER_B16_H100_IMG_S, data_pipeline, format_report
+
+        require(
+            args.model is None and args.config is None and not (args.fit or args.kernels or args.table_s3),
+            "data",
+            "measures the data pipeline alone",
+            "drop --model/--config/--fit/--kernels/--table_s3",
+        )
+        require(args.data_images >= 16, "data_images", f"must be >= 16, got {args.data_images}")
+        gpu = args.gpu_images_per_s if args.gpu_images_per_s is not None else MIXER_B16_H100_IMG_S
+        require(gpu > 0, "gpu_images_per_s", f"must be positive, got {gpu}")
+        log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
+        report = data_pipeline(args.data_images, args.repeats or 9, gpu_images_per_s=gpu, log=log)
+        print(json.dumps(report, indent=2) if args.json else format_report(report))
+        return
     if args.fit:
         from mixer_lightning.benchmarks.fit import FIG5_CONFIG, fit_vs_step
 

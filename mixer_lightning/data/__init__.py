@@ -8,6 +8,9 @@ it together (nothing here knows the models).
   once into a uint8 tensor cached on disk, whole batches augmented on the training device;
 - `sampling`: the seeded split, order, batches and augmentation randomness, resumable mid-epoch;
 - `mixup`, `batching` (`GlobalBatchSize`), `predict` (image files for ``mixer predict``);
+- cluster data: `shards` (WebDataset tar shards found, checked, indexed; the source is
+  `sources.webdataset`), `shard_order` (their training order), `streaming` (Hugging Face datasets
+  streamed; the source is `sources.huggingface_stream`), `pack` (``mixer data pack|check``);
 - `datamodule`: `ImageDataModule`, every argument of which a config's ``data:`` sets.
 """
 

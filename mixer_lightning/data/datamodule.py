@@ -1,3 +1,4 @@
+# Over 450 lines: one class, every argument of a config's `data:` documented in its docstring (`--help`).
 """`ImageDataModule`: one LightningDataModule for every dataset of the project.
 
 It reads a named source (`mixer_lightning.data.sources`), carves a seeded validation split from
@@ -68,6 +69,10 @@ class ImageDataModule(LightningDataModule):
         download: fetch a torchvision dataset into ``root`` when it is missing (needs a network).
         image_column: ``hf`` only: the image column (default: ``img`` or ``image``).
         label_column: ``hf`` only: the label column (default: ``label``, ``fine_label`` or ``labels``).
+        num_classes: ``wds`` and streamed ``hf`` only: the number of classes, where the data does not say
+            (the hub's ImageNet shards: 1000; default: the ``mixer data pack`` manifest's, else the largest
+            label + 1 (wds), or the ClassLabel's (hf)). A label outside 0..num_classes-1 is a one-line error.
+        streaming: ``hf`` only: stream the dataset instead of downloading it (`mixer_lightning.data.streaming`).
         val_split: fraction (< 1) or number (>= 1) of training images held out for validation when
             the dataset has no official validation split; 0: train on all of them and validate on
             the test split (what the papers report).
@@ -104,6 +109,9 @@ class ImageDataModule(LightningDataModule):
             so a changed dataset is decoded again.
         tensor_limit_gb: the most GiB of decoded images the tensor path holds (``auto`` chooses ``pil``
             above it).
+        shuffle_window: ``wds``: shards whose samples are shuffled together in the training order
+            (`mixer_lightning.data.shard_order`; 8 ImageNet shards ≈ 10,000 images).
+        shuffle_buffer: streamed ``hf``: examples in Hugging Face's shuffle buffer.
         train_crop: ``random_crop`` (resize to image_size, pad by ``crop_padding``, random crop: CIFAR
             style), ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``.
             Default: random_crop for natural images <= 96 px, resize for digits/MNIST, else
@@ -141,6 +149,8 @@ class ImageDataModule(LightningDataModule):
         download: bool = True,
         image_column: str | None = None,
         label_column: str | None = None,
+        num_classes: int | None = None,
+        streaming: bool = False,
         val_split: float = 0.1,
         split_seed: int = 0,
         train_subset: float | None = None,
@@ -160,6 +170,8 @@ class ImageDataModule(LightningDataModule):
         pipeline: Pipeline = "auto",
         cache_dir: str | None = None,
         tensor_limit_gb: float = 4.0,
+        shuffle_window: int = 8,
+        shuffle_buffer: int = 10_000,
         # Augmentation of the training images.
         train_crop: TrainCrop | None = None,
         crop_padding: int = 4,
@@ -196,8 +208,13 @@ class ImageDataModule(LightningDataModule):
             "data.train_subset",
             f"must be a fraction in (0, 1] or a whole number of images, got {train_subset}",
         )
+        require(shuffle_window >= 1, "data.shuffle_window", f"must be >= 1, got {shuffle_window}")
+        require(shuffle_buffer >= 1, "data.shuffle_buffer", f"must be >= 1, got {shuffle_buffer}")
         # Source.
-        self.source = get_source(dataset, root, download, image_column=image_column, label_column=label_column)
+        options = dict(
+            image_column=image_column, label_column=label_column, num_classes=num_classes, streaming=streaming
+        )
+        self.source = get_source(dataset, root, download, cache_dir=cache_dir, **options)
         self.dataset = dataset
         self.val_split = val_split
         self.split_seed = split_seed
@@ -206,7 +223,7 @@ class ImageDataModule(LightningDataModule):
         self._image_size = image_size or info.image_size
         require(self._image_size > 0, "data.image_size", f"must be positive, got {image_size}")
         # Record the resolved size, as the model's linked hparam is (the logger merges both sets of hparams).
-        self.save_hyperparameters({**self.hparams, "image_size": self._image_size})
+        self.save_hyperparameters({**self.hparams, "image_size": self._image_size, "num_classes": info.num_classes})
         if image_size is None and not getattr(self.source, "square", True):
             raise ConfigError(
                 "data.image_size",
@@ -277,7 +294,8 @@ class ImageDataModule(LightningDataModule):
         # or "pil"), known once setup() has seen the images.
         require(pipeline in PIPELINES, "data.pipeline", f"unknown pipeline {pipeline!r}", "choose auto, tensor or pil")
         require(tensor_limit_gb > 0, "data.tensor_limit_gb", f"must be positive, got {tensor_limit_gb}")
-        self.plans = batched_plans(pipeline, self.source.in_memory, dataset, self._image_transform)
+        in_batches = self.source.sharded or self.source.streaming  # no whole split to decode into memory
+        self.plans = batched_plans(pipeline, self.source.in_memory, dataset, self._image_transform, in_batches)
         self.tensor_path = (
             None
             if self.plans is None
@@ -337,6 +355,10 @@ class ImageDataModule(LightningDataModule):
         return sets
 
     def setup(self, stage: str | None = None) -> None:
+        if self.source.streaming:
+            from mixer_lightning.data.streaming import setup_streams
+
+            return setup_streams(self, stage)
         if stage in (None, "fit", "validate") and self.train_set is None:
             train = self.source.load("train")
             if self.source.has_val:
@@ -381,6 +403,10 @@ class ImageDataModule(LightningDataModule):
 
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         assert dataset is not None, "setup() has not been called"
+        if self.source.streaming:
+            from mixer_lightning.data.streaming import datamodule_loader
+
+            return datamodule_loader(self, dataset, train)
         tensor = isinstance(dataset, DecodedImages)
         # The tensor path needs no workers (a key batch costs microseconds), unless asked for.
         workers = (
@@ -402,7 +428,15 @@ class ImageDataModule(LightningDataModule):
             dataset = dataset.key_view()
         if not train:
             batch_size = (self._eval_batch_size_given or 4 * self.batch_size) if tensor else self.eval_batch_size
-            return DataLoader(dataset, batch_size=batch_size, shuffle=False, **common)
+            # Its own generator: creating an iterator draws the workers' base seed from it, not from the global
+            # RNG, which would shift dropout after every validation of a run without persistent workers, and
+            # only after the first one of a resumed run with them (a resumed run would then not be exact).
+            generator = torch.Generator().manual_seed(training_seed())
+            return DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=generator, **common)
+        if self.source.sharded:  # the shard-local order (`mixer_lightning.data.shard_order`)
+            from mixer_lightning.data.shard_order import shard_loader
+
+            return shard_loader(self, dataset, training_seed(), common)
         # Mixup pairs images within a batch: every training batch full (hence even) when it is on.
         drop_last = self.mixup_fn is not None or length > self.batch_size
         return training_loader(dataset, self.batch_size, drop_last, self.trainer, **common)
@@ -422,6 +456,14 @@ class ImageDataModule(LightningDataModule):
 
             return files_loader(self, self.predict_root)
         return self._loader(self.test_set, train=False)
+
+    # A streamed dataset's order depends on its workers and processes: recorded in checkpoints, compared on resuming.
+    def state_dict(self) -> dict[str, Any]:
+        layout = getattr(self, "stream_layout", None)
+        return {"stream_layout": dict(layout)} if layout else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.saved_stream_layout = state_dict.get("stream_layout")
 
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Tensor path: a key batch becomes its images, made on the device it was moved to. Then

@@ -157,12 +157,20 @@ def is_key_batch(batch: Any) -> bool:
 
 
 def batched_plans(
-    pipeline: str, in_memory: bool, dataset: str, transform: Callable[[bool], Callable]
+    pipeline: str, in_memory: bool, dataset: str, transform: Callable[[bool], Callable], in_batches: bool = False
 ) -> tuple[BatchedPlan, BatchedPlan] | None:
     """The batched forms of the training and evaluation transforms (``transform(train)``), or None for the
-    PIL path (``pipeline: pil``, an in-memory dataset, a step without a batched form; ``tensor`` says
-    why in one line)."""
+    PIL path (``pipeline: pil``, an in-memory dataset, data read batch by batch (`in_batches`: shards,
+    streams), a step without a batched form; ``tensor`` says why in one line)."""
     if pipeline == "pil":
+        return None
+    if in_batches:
+        require(
+            pipeline != "tensor",
+            "data.pipeline",
+            f"the tensor path decodes whole splits into memory; {dataset} data is read batch by batch",
+            "use data.pipeline: auto or pil",
+        )
         return None
     if in_memory:
         require(

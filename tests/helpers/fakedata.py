@@ -186,3 +186,93 @@ def write_png_header(path: Path, width: int, height: int) -> Path:
         b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
     )
     return path
+
+
+# Sizes (width, height) of the synthetic ImageNet's JPEGs: landscape, portrait and square, as ImageNet's vary.
+IMAGENET_SIZES = ((48, 36), (36, 48), (40, 40), (56, 42), (44, 60), (64, 48))
+
+
+def write_imagenet_folder(root: Path, classes: int = 4, train: int = 8, val: int = 3) -> Path:
+    """A tiny synthetic ImageNet as an ImageFolder: ``root/{train,val}/n0000000k/*.JPEG``, per class
+    `train` and `val` JPEGs of varied sizes (`IMAGENET_SIZES`), one of them grey."""
+    for split, count in (("train", train), ("val", val)):
+        for c in range(classes):
+            folder = root / split / f"n{c:08d}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for i in range(count):
+                width, height = IMAGENET_SIZES[(i + c) % len(IMAGENET_SIZES)]
+                image = Image.fromarray(_images(1, height, width, 3, 1000 * len(split) + 100 * c + i)[0])
+                if i == 1 and c == 0:
+                    image = image.convert("L")
+                image.save(folder / f"n{c:08d}_{i}.JPEG", quality=85)
+    return root
+
+
+def _tar_member(tar, name: str, data: bytes) -> None:
+    import io
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def write_wds(
+    root: Path,
+    prefix: str = "imagenet1k",
+    classes: int = 4,
+    train: int = 32,
+    val: int = 8,
+    per_shard: int = 8,
+    labels: dict[str, bytes | None] | None = None,
+) -> Path:
+    """WebDataset shards in the hub's layout (``timm/imagenet-1k-wds``), written directly with tarfile:
+    ``root/PREFIX-train-0000.tar …``, ``root/PREFIX-validation-00.tar …``, each sample ``KEY.jpg`` (varied
+    sizes), ``KEY.cls`` (its class number as text) and ``KEY.json``. `labels` overrides the ``.cls``
+    bytes of the samples it names (None: no .cls at all), for bad shards."""
+    import io
+    import json
+    import tarfile
+
+    root.mkdir(parents=True, exist_ok=True)
+    labels = labels or {}
+    for split, count, width in (("train", train, 4), ("validation", val, 2)):
+        for shard in range(-(-count // per_shard)):
+            with tarfile.open(root / f"{prefix}-{split}-{shard:0{width}d}.tar", "w") as tar:
+                for i in range(shard * per_shard, min(count, (shard + 1) * per_shard)):
+                    key = f"{split}_{i:05d}"
+                    label = (7 * i + 3) % classes
+                    w, h = IMAGENET_SIZES[i % len(IMAGENET_SIZES)]
+                    out = io.BytesIO()
+                    Image.fromarray(_images(1, h, w, 3, 10_000 * len(split) + i)[0]).save(
+                        out, format="JPEG", quality=85
+                    )
+                    _tar_member(tar, f"{key}.jpg", out.getvalue())
+                    cls = labels.get(key, str(label).encode())
+                    if cls is not None:
+                        _tar_member(tar, f"{key}.cls", cls)
+                    _tar_member(tar, f"{key}.json", json.dumps({"filename": f"{key}.JPEG", "label": label}).encode())
+    return root
+
+
+def write_hf_files(
+    root: Path, train: int = 48, test: int = 16, files: int = 4, size: int = 16, classes: int = 4
+) -> Path:
+    """A local Hugging Face dataset split into several parquet files per split, as the hub's big datasets
+    are (``root/data/train-0000k-of-0000N.parquet``): what streaming splits across ranks and workers."""
+    import datasets
+
+    features = datasets.Features(
+        {"image": datasets.Image(), "label": datasets.ClassLabel(names=[f"c{i}" for i in range(classes)])}
+    )
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    for seed, (split, n) in enumerate([("train", train), ("test", test)]):
+        per_file = -(-n // files)
+        for k in range(files):
+            rows = range(k * per_file, min(n, (k + 1) * per_file))
+            images = [Image.fromarray(pixels) for pixels in _images(len(rows), size, size, 3, 100 * seed + k)]
+            table = datasets.Dataset.from_dict(
+                {"image": images, "label": [i % classes for i in rows]}, features=features
+            )
+            table.to_parquet(str(root / "data" / f"{split}-{k:05d}-of-{files:05d}.parquet"))
+    return root

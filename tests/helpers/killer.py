@@ -63,3 +63,24 @@ class Crash(RuntimeError):
 class KillAtStep(KillAt):
     def __init__(self, step: int):
         super().__init__("train_batch_end", step=step)
+
+
+def kill_and_resume(
+    mixer: str, run: list[str], killer: str, env: dict, saved: tuple, cwd: str | None = None, name: str = "killed"
+):
+    """``mixer fit RUN --config KILLER`` as the run `name`, which must die of SIGKILL leaving `saved` =
+    (its last.ckpt, the global step in it), then the same run resumed with ``--ckpt_path last``; returns the
+    resumed process (it must have succeeded)."""
+    import subprocess
+
+    import torch
+
+    common = dict(env=env, cwd=cwd, capture_output=True, text=True)
+    killed = subprocess.run([mixer, "fit", *run, "--config", killer, "--trainer.logger.init_args.name", name], **common)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert torch.load(saved[0], weights_only=True)["global_step"] == saved[1]
+    resumed = subprocess.run(
+        [mixer, "fit", *run, "--trainer.logger.init_args.name", name, "--ckpt_path", "last"], **common
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    return resumed

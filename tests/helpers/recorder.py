@@ -20,3 +20,36 @@ class ImageRecorder(Callback):
             for image, label in zip(x.cpu(), y.cpu().tolist(), strict=True):
                 digest = hashlib.sha256(image.numpy().tobytes()).hexdigest()[:20]
                 f.write(f"{trainer.current_epoch}:{digest}:{label}\n")
+
+
+def record_one_and_two_processes(
+    command: list[str], tmp_path: Path, env: dict, extra: tuple[list[str], list[str]] = ([], [])
+) -> tuple[list[str], list[list[str]]]:
+    """Run `command` (a ``mixer fit`` with `ImageRecorder` among its callbacks) on one CPU process, then with
+    DDP on two (gloo), each with its `extra` arguments; return the lines that process and the two ranks wrote."""
+    import subprocess
+
+    for name, devices, more in (("one", "1", extra[0]), ("two", "2", extra[1])):
+        result = subprocess.run(
+            [
+                *command,
+                "--trainer.callbacks.folder",
+                str(tmp_path / name),
+                "--trainer.devices",
+                devices,
+                "--trainer.strategy",
+                "ddp" if devices == "2" else "auto",
+                "--trainer.logger.init_args.name",
+                name,
+                *more,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+    one = (tmp_path / "one" / "rank0.txt").read_text().split()
+    ranks = [(tmp_path / "two" / f"rank{r}.txt").read_text().split() for r in (0, 1)]
+    return one, ranks

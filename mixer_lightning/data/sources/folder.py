@@ -8,10 +8,9 @@ import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.sources.base import DatasetInfo, DatasetSource
+from mixer_lightning.data.sources.base import DatasetSource, natural_info
 from mixer_lightning.errors import ConfigError, require
 
 
@@ -132,14 +131,7 @@ class Folder(DatasetSource):
             f"{str(train)!r} holds {len(self.classes)} class folders, need at least 2",
             "put each class's images in a folder of its own under it",
         )
-        self.info = DatasetInfo(
-            num_classes=len(self.classes),
-            image_size=self.default_size,
-            in_chans=3,
-            mean=IMAGENET_DEFAULT_MEAN,
-            std=IMAGENET_DEFAULT_STD,
-            small=False,
-        )
+        self.info = natural_info(len(self.classes), self.default_size)
 
     def load(self, split: str) -> Dataset:
         folder = Path(self.root) / split

@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.sources.base import DatasetInfo, DatasetSource
+from mixer_lightning.data.sources.base import DatasetSource, first_image_info
 from mixer_lightning.data.sources.folder import _decompression_bomb
 from mixer_lightning.errors import ConfigError, require
 
@@ -18,6 +17,24 @@ from mixer_lightning.errors import ConfigError, require
 HF_IMAGE_COLUMNS = ("img", "image")
 HF_LABEL_COLUMNS = ("label", "fine_label", "labels")
 HF_SPLITS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
+
+
+def load_hf(root: str, streaming: bool = False) -> Any:
+    """`datasets.load_dataset(root)` (streamed: `streaming`) as a dict of splits; a one-line error when it
+    cannot be loaded."""
+    import datasets
+
+    try:
+        splits = datasets.load_dataset(root, streaming=streaming)
+    except Exception as error:  # a missing folder or hub id, no network, no data files
+        raise ConfigError(
+            "data.root",
+            f"cannot {'stream' if streaming else 'load'} the Hugging Face dataset {root!r} ({type(error).__name__}: {error})",
+            "give a hub id or a local folder in the hub's layout (e.g. data/train-*.parquet)",
+        ) from None
+    if isinstance(splits, (datasets.Dataset, datasets.IterableDataset)):  # one split: the training images
+        splits = (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(train=splits)
+    return splits
 
 
 class HFImages(Dataset):
@@ -68,21 +85,13 @@ class HuggingFace(DatasetSource):
     """
 
     name = "hf"
+    options: ClassVar[tuple[str, ...]] = ("image_column", "label_column")
 
     def __init__(self, root: str, download: bool, image_column: str | None = None, label_column: str | None = None):
         super().__init__(root, download)
         import datasets
 
-        try:
-            self.splits = datasets.load_dataset(root)
-        except Exception as error:  # a missing folder or hub id, no network, no data files
-            raise ConfigError(
-                "data.root",
-                f"cannot load the Hugging Face dataset {root!r} ({type(error).__name__}: {error})",
-                "give a hub id or a local folder in the hub's layout (e.g. data/train-*.parquet)",
-            ) from None
-        if isinstance(self.splits, datasets.Dataset):
-            self.splits = datasets.DatasetDict(train=self.splits)
+        self.splits = load_hf(root)
         self.split_names = {split: self._find_split(names) for split, names in HF_SPLITS.items()}
         require(
             self.split_names["train"] is not None,
@@ -119,18 +128,7 @@ class HuggingFace(DatasetSource):
         for split in dict.fromkeys(name for name in self.split_names.values() if name is not None):
             self._check_labels(split, num_classes)
         self.has_val = self.split_names["val"] is not None and self.split_names["val"] != self.split_names["test"]
-        first = train[0][self.image_column]
-        self.mode = "L" if first.mode in ("1", "L", "I", "I;16", "F") else "RGB"
-        width, height = first.size
-        self.info = DatasetInfo(
-            num_classes=num_classes,
-            image_size=max(width, height),
-            in_chans=1 if self.mode == "L" else 3,
-            mean=(0.5,) if self.mode == "L" else IMAGENET_DEFAULT_MEAN,
-            std=(0.5,) if self.mode == "L" else IMAGENET_DEFAULT_STD,
-            small=max(width, height) <= 96,
-        )
-        self.square = width == height
+        self.mode, self.square, self.info = first_image_info(train[0][self.image_column], num_classes)
 
     def _find_split(self, names: tuple[str, ...]) -> str | None:
         return next((name for name in names if name in self.splits), None)

@@ -1,0 +1,328 @@
+"""Hugging Face datasets streamed, never downloaded whole (``data.dataset: hf``, ``data.streaming: true``;
+the source: `mixer_lightning.data.sources.huggingface_stream`).
+
+The library does the reading: ``datasets.load_dataset(root, streaming=True)``, its seeded shuffle
+(the order of the data files, then a buffer of ``data.shuffle_buffer`` examples; ``set_epoch``
+reshuffles every epoch), `datasets.distributed.split_dataset_by_node` across the ranks (whole data
+files when their number is a multiple of the ranks, else every W-th example) and its split of the
+files across DataLoader workers. What this module adds (docs/notes/cluster-data.md):
+
+- **Batches in a known order.** Each worker decodes, augments and batches its own examples; its k-th
+  batch is global batch ``k × workers + worker``, the order in which the DataLoader hands them out.
+  `StreamLoader` yields them in that order, and ends the epoch at the first batch that is missing (a
+  worker whose files ran dry) or after ``⌊examples / (batch × ranks)⌋`` batches, the same number on
+  every rank (the ranks agree at every batch, so none waits on a collective another never joins).
+- **Exact resume, by replay.** The order is a function of (seed, epoch, workers, ranks): a run resumed
+  mid-epoch replays the epoch's stream, each worker reading past its share of the batches already
+  trained on without decoding them, and goes on with the same batches, augmented with the same seeds,
+  as the run that was stopped. The cost: re-reading that part of the epoch. With another number of
+  workers or ranks the order differs (a warning says so). Hugging Face's own ``state_dict`` needs
+  torchdata's StatefulDataLoader and loses the shuffle buffer's examples on resuming.
+- **Labels checked as they stream**: a missing, negative or too large label is one line naming the
+  split and the example (a stream cannot be checked before training, as a downloaded dataset is).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from mixer_lightning.data.sampling import mix, seeded, training_seed
+from mixer_lightning.data.sources.folder import _decompression_bomb
+from mixer_lightning.errors import ConfigError, require
+
+GRANULARITY = (
+    "resumes exactly by replaying the interrupted epoch's stream, reading (not decoding) the batches it had "
+    "trained on; the order depends on data.num_workers and the number of processes: resume with the same"
+)
+
+
+class StreamImages(IterableDataset):
+    """Batches ``(global batch number, images, labels)`` of one split, for one rank and worker (module
+    docstring). The data module sets the transform, batch size, seed, ranks and, when resuming,
+    ``skip`` (batches already trained on in this epoch) before each pass; ``epoch`` selects the shuffle."""
+
+    def __init__(
+        self,
+        stream: Any,
+        examples: int,
+        split: str,
+        root: str,
+        image_column: str,
+        label_column: str,
+        mode: str,
+        num_classes: int,
+    ):
+        self.stream, self.examples, self.split, self.root = stream, examples, split, root
+        self.image_column, self.label_column, self.mode, self.num_classes = (
+            image_column,
+            label_column,
+            mode,
+            num_classes,
+        )
+        self.transform: Callable | None = None
+        self.batch_size, self.train, self.seed, self.shuffle_buffer = 1, False, 0, 10_000
+        self.rank, self.world, self.epoch, self.skip = 0, 1, 0, 0
+
+    def __len__(self) -> int:
+        return self.examples
+
+    @property
+    def batches(self) -> int:
+        """Batches per rank in an epoch: the same on every rank when training (full batches only)."""
+        if self.train:
+            return self.examples // (self.batch_size * self.world)
+        return math.ceil(math.ceil(self.examples / self.world) / self.batch_size)
+
+    def rank_stream(self, epoch: int) -> Any:
+        """This rank's share of the (training: shuffled for `epoch`) stream."""
+        from datasets.distributed import split_dataset_by_node
+
+        stream = self.stream
+        if self.train:
+            stream = stream.shuffle(seed=self.seed, buffer_size=self.shuffle_buffer)
+            stream.set_epoch(epoch)
+        if self.world > 1:
+            stream = split_dataset_by_node(stream, rank=self.rank, world_size=self.world)
+        return stream
+
+    def _label(self, example: dict, position: int, worker: int) -> int:
+        label = example.get(self.label_column)
+        if label is None or not isinstance(label, int) or not 0 <= label < self.num_classes:
+            got = "no label" if label is None else f"the label {label!r}"
+            raise ConfigError(
+                "data.label_column",
+                f"split {self.split!r} of {self.root!r}, column {self.label_column!r}: example {position} of rank "
+                f"{self.rank}'s worker {worker} has {got}; labels are 0..{self.num_classes - 1}",
+                "fix or drop that example",
+            )
+        return label
+
+    def _image(self, value: dict) -> Any:
+        from PIL import Image
+
+        try:
+            data = value.get("bytes")
+            with Image.open(io.BytesIO(data)) if data is not None else Image.open(value["path"]) as image:
+                return image.convert(self.mode) if image.mode != self.mode else image.copy()
+        except Image.DecompressionBombError as error:
+            raise _decompression_bomb(error) from None
+
+    def _batch(
+        self, examples: list[tuple[int, dict]], number: int, worker: int, epoch: int
+    ) -> tuple[int, torch.Tensor, torch.Tensor]:
+        images, labels = [], []
+        for j, (position, example) in enumerate(examples):
+            labels.append(self._label(example, position, worker))
+            try:
+                image = self._image(example[self.image_column])
+            except (OSError, SyntaxError, ValueError) as error:
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise ConfigError(
+                    "data.root",
+                    f"cannot read the image of example {position} of split {self.split!r} (rank {self.rank}'s worker "
+                    f"{worker}) of {self.root!r} ({reason})",
+                    "fix or drop that example",
+                ) from None
+            if self.transform is not None:
+                if self.train:
+                    with seeded(mix(self.seed, epoch, self.rank, number, j)):
+                        image = self.transform(image)
+                else:
+                    image = self.transform(image)
+            images.append(image)
+        return number, torch.stack(images), torch.tensor(labels)
+
+    def __iter__(self) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        info = get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        # This worker's batches among those already trained on, counted in whole rounds of the workers (the
+        # DataLoader hands out worker 0's batch first): `StreamLoader` drops the few of the last round.
+        # Read now, not when the first batch is asked for (without workers the loader resets `skip` first).
+        skip = len(range(worker, self.skip - self.skip % workers, workers))
+        return self._batches(self.epoch, skip, worker, workers)
+
+    def _batches(
+        self, epoch: int, skip: int, worker: int, workers: int
+    ) -> Iterator[tuple[int, torch.Tensor, torch.Tensor]]:
+        pending: list[tuple[int, dict]] = []
+        k = 0
+        for position, example in enumerate(self.rank_stream(epoch)):
+            pending.append((position, example))
+            if len(pending) < self.batch_size:
+                continue
+            if k < skip:  # replayed: read, not decoded (its labels still checked)
+                for p, e in pending:
+                    self._label(e, p, worker)
+            else:
+                yield self._batch(pending, k * workers + worker, worker, epoch)
+            k += 1
+            pending = []
+        if pending and not self.train:
+            yield self._batch(pending, k * workers + worker, worker, epoch)
+
+
+class StreamLoader(DataLoader):
+    """The DataLoader of a `StreamImages` (module docstring): (images, labels) in global batch order.
+
+    Args:
+        epoch: returns the epoch about to be read (the trainer's).
+        agree: under DDP, whether every rank has its next batch (a collective), else None.
+    """
+
+    def __init__(self, dataset: StreamImages, epoch: Callable[[], int], agree: Callable[[bool], bool] | None, **common):
+        super().__init__(dataset, batch_size=None, **common)
+        self._epoch, self._agree = epoch, agree
+
+    def __len__(self) -> int:
+        return self.dataset.batches
+
+    # Resumes from the trainer's progress (`skip`), so it has no state of its own: it declares the
+    # interface so that Lightning knows it is resumable (as `ResumableDataLoader`).
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        data: StreamImages = self.dataset
+        data.epoch = self._epoch()
+        start, iterator = data.skip, super().__iter__()  # the workers take their copy of `data` here
+        data.skip = 0
+        if not data.train:
+            for _, images, labels in iterator:
+                yield images, labels
+            return
+        for number in range(start - start % max(1, self.num_workers), data.batches):
+            item = next(iterator, None)
+            has = item is not None and item[0] == number
+            if number < start:  # trained on before the stop, in the workers' last round of those: dropped
+                continue
+            if self._agree is not None:
+                has = self._agree(has)
+            if not has:
+                break
+            yield item[1], item[2]
+
+
+def stream_loader(
+    dataset: StreamImages,
+    transform: Callable,
+    train: bool,
+    batch_size: int,
+    seed: int,
+    shuffle_buffer: int,
+    trainer: Any,
+    skip: int,
+    common: dict[str, Any],
+) -> StreamLoader:
+    """The loader of a streamed split for `trainer` (its ranks, epoch and, under DDP, the agreement at
+    every batch); workers beyond this rank's number of data files would get none, so they are not started."""
+    dataset.transform, dataset.train, dataset.batch_size = transform, train, batch_size
+    dataset.seed, dataset.shuffle_buffer, dataset.skip = seed, shuffle_buffer, skip
+    world = trainer.world_size if trainer is not None else 1
+    dataset.rank, dataset.world = (trainer.global_rank if trainer is not None else 0), world
+    files = dataset.rank_stream(0).num_shards
+    workers = min(common.get("num_workers") or 0, files)
+    if train and workers > 1 and files % workers and dataset.rank == 0:
+        warnings.warn(
+            f"data.num_workers: {workers} workers share the {files} data files of a process unevenly; the epoch ends "
+            f"when the first worker's files run dry (give a number of workers that divides {files})",
+            stacklevel=2,
+        )
+    options = dict(common, num_workers=workers, persistent_workers=False)  # a pass's workers take its epoch
+    # Its own generator: the workers' base seed never draws from (so never shifts) the global RNG, which a
+    # resumed run restores from the checkpoint.
+    options["generator"] = torch.Generator().manual_seed(seed)
+    # Lightning's warning that an iterable's length may be wrong with workers: here it is the batches each
+    # rank yields, whatever the workers (module docstring).
+    warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined")
+    if workers == 0:
+        options["prefetch_factor"] = None
+
+    def epoch() -> int:
+        return trainer.fit_loop.epoch_progress.current.processed if trainer is not None and train else 0
+
+    agree = None
+    if train and world > 1:
+
+        def agree(has: bool) -> bool:
+            return bool(trainer.strategy.reduce_boolean_decision(has, all=True))
+
+    return StreamLoader(dataset, epoch, agree, **options)
+
+
+def setup_streams(datamodule: Any, stage: str | None) -> None:
+    """`ImageDataModule.setup` for a streamed source: the splits as `StreamImages` (nothing is read yet)."""
+    source = datamodule.source
+    require(
+        datamodule.train_subset is None,
+        "data.train_subset",
+        "a streamed dataset cannot keep a seeded subset of its images",
+        "drop data.train_subset, or use data.streaming: false",
+    )
+    datamodule.pipeline = "pil"
+    if stage in (None, "fit", "validate") and datamodule.train_set is None:
+        has_val = source.split_names["val"] is not None  # (also when it serves as the test split: ImageNet's)
+        require(
+            has_val or datamodule.val_split == 0,
+            "data.val_split",
+            f"{source.root!r} has no validation split, and a stream cannot hold out training images",
+            "set data.val_split: 0 (validate on the test split), or use data.streaming: false",
+        )
+        datamodule.train_set = source.load("train")
+        datamodule.val_set = source.load("val" if has_val else "test")
+    if stage in (None, "test", "predict") and datamodule.test_set is None:
+        datamodule.test_set = source.load("test")
+
+
+def datamodule_loader(datamodule: Any, dataset: StreamImages, train: bool) -> StreamLoader:
+    """`ImageDataModule`'s loader of a streamed split; training prints the resume granularity once."""
+    trainer = datamodule.trainer
+    skip = 0
+    if train and trainer is not None and trainer.fit_loop.restarting:
+        skip = trainer.fit_loop.epoch_loop.batch_progress.current.processed
+    workers = datamodule.num_workers
+    common = dict(
+        num_workers=workers,
+        pin_memory=datamodule.pin_memory,
+        prefetch_factor=datamodule._prefetch_factor if workers > 0 else None,
+    )
+    hparams = datamodule.hparams
+    loader = stream_loader(
+        dataset,
+        datamodule.transform(train),
+        train,
+        datamodule.batch_size if train else datamodule.eval_batch_size,
+        training_seed(),
+        int(hparams.get("shuffle_buffer", 10_000)),
+        trainer,
+        skip,
+        common,
+    )
+    if train:
+        layout = {"workers": loader.num_workers, "processes": dataset.world}
+        saved, datamodule.stream_layout = getattr(datamodule, "saved_stream_layout", None), layout
+        if dataset.rank == 0 and saved and saved != layout and skip:
+            warnings.warn(
+                f"data.streaming: the run was stopped with {saved['workers']} workers × {saved['processes']} processes "
+                f"and resumes with {layout['workers']} × {layout['processes']}: the rest of this epoch is not the "
+                "batches the stopped run would have trained on",
+                stacklevel=2,
+            )
+        if dataset.rank == 0 and not getattr(datamodule, "_stream_line_printed", False):
+            datamodule._stream_line_printed = True
+            print(
+                f"data   hf streaming: {dataset.examples:,} training examples, {dataset.batches:,} batches of "
+                f"{dataset.batch_size} per process per epoch ({loader.num_workers} workers × {dataset.world} "
+                f"processes); {GRANULARITY}",
+                flush=True,
+            )
+    return loader
