@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import sys
 import time
 import warnings
@@ -40,12 +41,14 @@ _CHATTER = (
     "Restoring states from the checkpoint path",
     "Restored all states from the checkpoint",
     "Loaded model weights from the checkpoint",
+    "SLURM auto-requeueing enabled",  # the project's own line replaces it (`mixer_lightning.safety.slurm`)
 )
 _CHATTY_LOGGERS = (
     "lightning.pytorch.utilities.rank_zero",
     "lightning.fabric.utilities.rank_zero",
     "lightning.fabric.utilities.seed",
     "lightning.pytorch.utilities.seed",
+    "lightning.pytorch.trainer.connectors.signal_connector",
 )
 # Deprecation warnings raised inside libraries about their own use of another library.
 _LIBRARY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*LeafSpec.*is deprecated.*")
@@ -67,7 +70,7 @@ _NOT_ARCHITECTURE = {
 
 class _DropChatter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
+        message = re.sub(r"^\s*\[rank: \d+\]\s*", "", record.getMessage())  # Lightning's prefix under DDP/SLURM
         return not message.lstrip().startswith(_CHATTER)
 
 

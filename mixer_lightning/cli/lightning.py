@@ -49,6 +49,7 @@ from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
 from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, ResumeCheckpoint
+from mixer_lightning.safety.slurm import SlurmRequeue
 from mixer_lightning.tasks import ClassifierModule
 
 TRAINER_DEFAULTS = {
@@ -179,7 +180,7 @@ class MixerCLI(LightningAdapter):
             config["callbacks"] = [c for c in given if not isinstance(c, ModelCheckpoint)]
             config["enable_checkpointing"] = False
         else:
-            callbacks = [*callbacks, DataFacts()]
+            callbacks = [*callbacks, DataFacts(), SlurmRequeue()]  # SLURM: `mixer_lightning.safety.slurm`
         ckpt = settings.get("ckpt_path")
         self.header = RunHeader(
             command or "",

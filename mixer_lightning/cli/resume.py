@@ -4,6 +4,7 @@ Runs right after the arguments are parsed (`MixerCLI.parse_arguments`), before L
 checkpoint's hyper-parameters over the config (LightningCLI's ``_parse_ckpt_path``: the checkpoint's
 model wins over the config's):
 
+- a requeued SLURM job's ``fit`` resumes the run its first start made (`resume_requeued_run`);
 - ``--ckpt_path last``: the last.ckpt of the pinned version, else of the highest version_N
   (`mixer_lightning.safety.rundir.find_last_run`); ``fit`` continues that run in its own directory;
 - the checkpoint file is read and checked (one line for a missing, damaged or untrusted file) before
@@ -20,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from mixer_lightning.cli.arguments import LINKED_FROM_DATA
-from mixer_lightning.cli.rundirs import logger_args
+from mixer_lightning.cli.rundirs import first_process, logger_args
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.rundir import find_last_run
+from mixer_lightning.safety.slurm import job_id, requeued_run, restart_count
 from mixer_lightning.tasks.loading import family_module, read_checkpoint
 
 # Model arguments a resumed run may give differently from its checkpoint: the checkpoint holds the
@@ -38,6 +40,9 @@ def resolve_checkpoint(config: Any) -> dict:
     subcommand = config.get("subcommand")
     config = config[subcommand] if subcommand else None
     path = config.get("ckpt_path") if config is not None else None
+    if subcommand == "fit" and path in (None, "last"):  # a requeued SLURM job goes on with its own run
+        resume_requeued_run(config)
+        path = config.get("ckpt_path")
     if path == "last":  # fit: resume that run in its directory; validate/test/predict: evaluate it
         resume_last_run(config, resume=subcommand == "fit")
         path = config.ckpt_path
@@ -147,3 +152,19 @@ def resume_last_run(config: Any, resume: bool = True) -> None:
     if resume:
         init_args.version = last.parent.parent.name
     config.ckpt_path = str(last)
+
+
+def resume_requeued_run(config: Any) -> None:
+    """A SLURM job requeued after a preemption (`mixer_lightning.safety.slurm`) resumes the run its first start
+    made (same version_N, same TensorBoard stream) from its last.ckpt, with the same command line."""
+    init_args = logger_args(config)
+    if init_args is None:
+        return
+    run = requeued_run(Path(init_args.save_dir) / str(init_args.get("name") or ""))
+    last = run / "checkpoints" / "last.ckpt" if run is not None else None
+    if last is None or not last.is_file():
+        return
+    init_args.version = run.name
+    config.ckpt_path = str(last)
+    if first_process():
+        print(f"SLURM job {job_id()} requeued (restart {restart_count()}): resuming {run}", flush=True)

@@ -26,6 +26,7 @@ from mixer_lightning.errors import ConfigError
 from mixer_lightning.safety.atomic import remove_orphans
 from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.rundir import RunLock, create_next_version, holds_a_run
+from mixer_lightning.safety.slurm import mark_run
 
 
 def first_process() -> bool:
@@ -126,6 +127,7 @@ class RunClaim:
             self.lock = RunLock(run_dir).acquire()
             for folder in (run_dir, run_dir / "checkpoints"):
                 remove_orphans(folder)
+            mark_run(run_dir)  # under SLURM: the job id, by which a requeued job finds this run
         name_config(trainer, run_dir, command, existing)
         if command == "fit" and resuming and existing:
             print(f"Resuming {run_dir} from {resuming}")

@@ -300,6 +300,10 @@ class ResumeCheckpoint(ModelCheckpoint):
             flush=True,
         )
 
+    def request_stop(self, signum: int) -> None:
+        """Stop at the next resumable point, as on SIGTERM (`mixer_lightning.safety.slurm`: SLURM's requeue signal)."""
+        self._on_signal(signum, None)
+
     def _stop_requested(self, trainer: Trainer) -> bool:
         stop = self._stop_signal is not None
         if trainer.world_size > 1:  # every process stops at the same step
