@@ -10,7 +10,7 @@ The parts, by role (imports point down this list, never up: docs/architecture.md
 - the science: `analysis` (spectra, CKA, few-shot, effective weights), `weights` (timm and JAX weights),
   `models` (plain nn.Modules), `width` (Ω and the widths, no torch);
 - run safety: `safety` (what a file may import, atomic files, checked configs, run directories,
-  checkpoints); `errors` (one-line errors), beneath everything.
+  checkpoints, SLURM preemption); `errors` (one-line errors), beneath everything.
 """
 
 __version__ = "0.1.0"
