@@ -453,7 +453,7 @@ def test_run_states_and_the_commands_they_give(tmp_path: Path) -> None:
         "--ckpt_path",
         str(run_dir / "checkpoints" / "last.ckpt"),
     ]
-    (run_dir / "test_metrics.json").write_text("{}")
+    (run_dir / "test_metrics.json").write_text('{"test/acc1": 0.5}')
     assert run_state(run_dir) == TESTED
 
 
@@ -485,7 +485,7 @@ def test_sweep_point_does_what_each_state_needs(capsys: pytest.CaptureFixture, m
     calls.clear()
     main(["sweep", "point", "s", "C8_S12_seed0"])
     assert [c[0] for c in calls] == ["test"]
-    Path(partial["run_dir"], "test_metrics.json").write_text("{}")
+    Path(partial["run_dir"], "test_metrics.json").write_text('{"test/acc1": 0.5}')
     calls.clear()
     main(["sweep", "point", "s", "C8_S12_seed0"])
     assert calls == [] and "sweep: C8_S12_seed0: done" in capsys.readouterr().out
@@ -550,7 +550,10 @@ def test_points_side_by_side_through_the_sweep_and_its_script(
     assert result.returncode == 0, result.stderr[-2000:]
     for point in ("C4_S20", "C8_S12"):
         assert run_state(Path("script/runs", point, "seed0")) == TESTED
-    assert Path("script/summary.csv").is_file()
+        # Each point's output in its own log, one line per start and end on the console (issue 26, T9).
+        assert f"Run directory: script/runs/{point}/seed0" in Path(f"script/logs/{point}_seed0.log").read_text()
+        assert f"sweep: {point}_seed0: done (log: script/logs/{point}_seed0.log)" in result.stdout
+    assert "Run directory" not in result.stdout and Path("script/summary.csv").is_file()
 
 
 def test_sw_mlp_sweep_runs_here_and_reports_against_width(

@@ -53,10 +53,10 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
     if cache.is_file():
         try:
             stored = json.loads(cache.read_text())
-            if stored.get("key") == key:
-                return stored["result"]
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            pass  # a damaged cache is recomputed
+        except (ValueError, RecursionError, OSError):  # ValueError: not JSON, not UTF-8
+            stored = None  # a damaged cache is recomputed
+        if isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("result"), dict):
+            return stored["result"]
     result = compute_matrix(
         str(a), str(b), [entry["config"]], batch_size=batch_size, batches=batches, accelerator=accelerator, devices=1
     )

@@ -41,7 +41,14 @@ from jsonargparse import ArgumentParser, Namespace
 
 from mixer_lightning.commands.sweep.curves import add_curves_arguments, run_curves
 from mixer_lightning.commands.sweep.report import add_report_arguments, report_directories, run_report
-from mixer_lightning.commands.sweep.runs import emit, extra_arguments, read_manifest, run_point, run_points_in_parallel
+from mixer_lightning.commands.sweep.runs import (
+    LOGS,
+    emit,
+    extra_arguments,
+    read_manifest,
+    run_point,
+    run_points_in_parallel,
+)
 from mixer_lightning.errors import TrainingError, require
 
 
@@ -113,8 +120,8 @@ def run(args: Namespace) -> None:
         failed = run_points_in_parallel(directory, runs, args.parallel)
         if failed:
             raise TrainingError(
-                f"sweep {directory}: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their output "
-                "is above; run the same command again to continue them"
+                f"sweep {directory}: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their logs "
+                f"are in {Path(directory, LOGS)}; run the same command again to continue them"
             )
     else:
         for entry in runs:

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 
 from mixer_lightning.commands.sweep.axes import format_value
-from mixer_lightning.commands.sweep.runs import REFERENCE, check_output_directory, read_manifest
+from mixer_lightning.commands.sweep.runs import METRICS, REFERENCE, check_output_directory, load_metrics, read_manifest
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv
 from mixer_lightning.width import optimum
@@ -53,10 +53,17 @@ def collect(directory: str, series: str) -> tuple[dict, list[dict]]:
     density_grid = manifest.get("kind") in DENSITY_KINDS
     rows = []
     for entry in manifest["runs"]:
-        metrics_path = Path(entry["run_dir"], "test_metrics.json")
-        if entry.get("role") == REFERENCE or not metrics_path.is_file():
+        if entry.get("role") == REFERENCE:
             continue
-        metrics = json.loads(metrics_path.read_text())
+        metrics, damaged = load_metrics(entry["run_dir"])
+        require(
+            damaged is None,
+            "directories",
+            f"{str(Path(entry['run_dir'], METRICS))!r} is damaged ({damaged})",
+            f"run `mixer sweep point {directory} {entry['name']}` to test that run again",
+        )
+        if metrics is None:
+            continue
         point = entry.get("point") or Path(entry["run_dir"]).parent.name
         row = {
             "series": series,
