@@ -665,6 +665,45 @@ def test_loss_curves_across_seeds_from_the_logs(capsys: pytest.CaptureFixture) -
     )
 
 
+def test_curves_of_a_directory_of_runs_average_seeds_of_one_config_only(capsys: pytest.CaptureFixture) -> None:
+    """`mixer sweep curves runs/NAME` (issue 26, T5): runs that differ in more than the seed are separate
+    curves named by what differs (before: one curve calling them all seeds, cut to the shortest run);
+    two runs of one config and one seed are one line."""
+    short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1"]
+    for seed, channels, epochs in ((0, 8, 1), (1, 8, 1), (0, 4, 2)):
+        main(
+            [
+                "fit",
+                "--config",
+                TINY_S_MIXER,
+                *short,
+                "--seed_everything",
+                str(seed),
+                "--model.init_args.channels",
+                str(channels),
+                "--trainer.max_epochs",
+                str(epochs),
+            ]
+        )
+    capsys.readouterr()
+    main(["sweep", "curves", "runs/digits_rp_s_mixer", "--json", "--out", "curves"])
+    curves = json.loads(capsys.readouterr().out)["curves"]
+    assert [(c["point"], c["runs"], len(c["rows"])) for c in curves] == [
+        ("channels=4,max_epochs=2", 1, 2),
+        ("channels=8,max_epochs=1", 2, 1),
+    ]
+    main(["sweep", "curves", "runs/digits_rp_s_mixer", "--out", "curves"])
+    out = capsys.readouterr().out
+    assert "channels=8,max_epochs=1 val/loss           2 seeds, 1 epochs" in out and "1 seed, 2 epochs" in out
+    main(["fit", "--config", TINY_S_MIXER, *short, "--seed_everything", "1"])  # a repeat of version_1
+    capsys.readouterr()
+    err = one_line_error(capsys, ["sweep", "curves", "runs/digits_rp_s_mixer", "--out", "curves"])
+    assert (
+        "'runs/digits_rp_s_mixer/version_1' and 'runs/digits_rp_s_mixer/version_3' are the same config and seed (1)"
+        in err
+    )
+
+
 # ------------------------------------------------------------------------------ slow, end to end
 
 

@@ -237,6 +237,34 @@ def test_a_damaged_test_result_is_one_line_in_the_report_and_tested_again(
     assert run_state(RUN) == TESTED and "sweep s: 2 runs done" in out
 
 
+def test_the_report_marks_one_seed_and_a_partial_test(capsys: pytest.CaptureFixture) -> None:
+    """Issue 26, T8 (the report's part): a point with one seed has no spread ("–" and null, not ± 0.0000);
+    a result of part of the test split (`mixer test --trainer.limit_test_batches`, which records
+    ``partial``, ``images`` and ``of``) is flagged on its row and in summary.csv."""
+    main([*EMIT[:-2], "--seeds", "0,1", "--emit", "s"])
+    results = {
+        "C4_S20/seed0": {"test/acc1": 0.5},
+        "C4_S20/seed1": {"test/acc1": 0.7},
+        "C8_S12/seed0": {"test/acc1": 0.6, "partial": True, "images": 64, "of": 359},
+    }
+    for run, metrics in results.items():
+        Path("s/runs", run).mkdir(parents=True)
+        Path("s/runs", run, "test_metrics.json").write_text(json.dumps(metrics))
+    capsys.readouterr()
+    main(["sweep", "report", "s"])
+    out = capsys.readouterr().out
+    c4, c8 = (next(line for line in out.splitlines() if f" {p} " in line) for p in ("C4_S20", "C8_S12"))
+    assert c4.endswith("0.4000 ± 0.1414") and "partial" not in c4, c4
+    assert c8.endswith("0.4000 –  (partial test: seed 0: 64 of 359)"), c8
+    assert "± 0.0000" not in out
+    main(["sweep", "report", "s", "--json"])
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert [(r["point"], r["seeds"], r["test_error_std"], r["partial"]) for r in summary] == [
+        ("C4_S20", 2, pytest.approx(0.1414, abs=1e-4), ""),
+        ("C8_S12", 1, None, "seed 0: 64 of 359"),
+    ]
+
+
 # --------------------------------------------------------------- RC2, T9: --parallel side by side
 
 

@@ -29,6 +29,7 @@ from mixer_lightning.commands.sweep.report import series_names
 from mixer_lightning.commands.sweep.runs import MANIFEST, check_output_directory, read_manifest
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv
+from mixer_lightning.safety.config_files import load_configs
 
 
 def add_curves_arguments(parser) -> None:
@@ -45,14 +46,66 @@ def add_curves_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print the curves as JSON")
 
 
+# What differs between runs of one setting: the seed, where the run went, how it was shown.
+RUN_ONLY = ("seed_everything", "ckpt_path", "trainer.logger.init_args.version", "trainer.enable_progress_bar")
+
+
+def _flatten(config, prefix: str = "") -> dict[str, str]:
+    """Dotted keys -> the values as JSON text (lists and null included), for comparing configs."""
+    if isinstance(config, dict) and config:
+        flat: dict[str, str] = {}
+        for key, value in config.items():
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: json.dumps(config, sort_keys=True, default=str)}
+
+
+def _setting(run_dir: str) -> tuple[dict[str, str] | None, str | None]:
+    """A run's config without what differs between the seeds of one setting (`RUN_ONLY`, ``progress.*``),
+    and its seed; (None, None) for a run without a config.yaml (its setting is not known)."""
+    path = Path(run_dir, "config.yaml")
+    if not path.is_file():
+        return None, None
+    flat = _flatten(load_configs([str(path)], "directories"))
+    setting = {k: v for k, v in flat.items() if k not in RUN_ONLY and k != "progress" and not k.startswith("progress.")}
+    return setting, flat.get("seed_everything")
+
+
+def _names(root: Path, settings: list[dict[str, str] | None]) -> list[str]:
+    """A curve name per distinct setting: the keys in which they differ (``channels=8``), or the directory's
+    name for runs without a config."""
+    known = [s for s in settings if s is not None]
+    keys = sorted({k for s in known for k in s})
+    differing = [k for k in keys if len({s.get(k) for s in known}) > 1]
+    names = []
+    for setting in settings:
+        if setting is None:
+            names.append(root.name)
+            continue
+        parts = [f"{k.rsplit('.', 1)[-1]}={json.loads(setting[k]) if k in setting else '-'}" for k in differing[:3]]
+        names.append(",".join(parts) + (",…" if len(differing) > 3 else ""))
+    return names
+
+
 def groups(directory: str) -> dict[str, list[str]]:
-    """point -> the run directories (seeds) of a series directory."""
+    """point -> the run directories (seeds) of a series directory. In a directory of runs, runs are
+    seeds of one point only when their configs agree but for the seed (and the run's own keys); two runs
+    of one setting and one seed are an error (a curve averages seeds, not repeats)."""
     root = Path(directory)
     if (root / MANIFEST).is_file():
         found: dict[str, list[str]] = {}
+        seeds: dict[str, set] = {}
         for entry in read_manifest(root)["runs"]:
+            point = entry.get("point") or Path(entry["run_dir"]).parent.name
+            require(
+                entry["seed"] not in seeds.setdefault(point, set()),
+                "directories",
+                f"{str(root / MANIFEST)!r} lists point {point!r} with seed {entry['seed']} twice",
+                "emit the sweep again into a new directory",
+            )
+            seeds[point].add(entry["seed"])
             if has_logs(entry["run_dir"]):
-                found.setdefault(entry.get("point") or Path(entry["run_dir"]).parent.name, []).append(entry["run_dir"])
+                found.setdefault(point, []).append(entry["run_dir"])
         return found
     require(
         root.is_dir(),
@@ -63,7 +116,35 @@ def groups(directory: str) -> dict[str, list[str]]:
     runs = [str(p) for p in sorted(root.iterdir()) if p.is_dir() and has_logs(p)]
     if not runs and has_logs(root):
         runs = [str(root)]
-    return {root.name: runs} if runs else {}
+    if not runs:
+        return {}
+    read = [_setting(run) for run in runs]
+    distinct: list[dict | None] = []
+    for setting, _ in read:
+        if setting not in distinct:
+            distinct.append(setting)
+    if len(distinct) == 1:
+        names = [root.name]
+    else:
+        names = _names(root, distinct)
+        if len(set(names)) < len(names):  # not told apart by 3 keys: by the first run of each
+            names = [
+                f"{name} ({Path(runs[[s for s, _ in read].index(d)]).name})"
+                for name, d in zip(names, distinct, strict=True)
+            ]
+    found, seen = {}, {}
+    for run, (setting, seed) in zip(runs, read, strict=True):
+        name = names[distinct.index(setting)]
+        if seed is not None and isinstance(json.loads(seed), int) and seed not in ("true", "false"):
+            other = seen.setdefault((name, seed), run)
+            require(
+                other == run,
+                "directories",
+                f"{other!r} and {run!r} are the same config and seed ({json.loads(seed)}): a curve averages seeds",
+                "remove one, or give them as separate directories",
+            )
+        found.setdefault(name, []).append(run)
+    return found
 
 
 def compute(directories: list[str], metrics: list[str], points: list[str] | None) -> list[dict]:
@@ -91,6 +172,7 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
                             "metric": metric,
                             "runs": len(logged),
                             "rows": spread(logged),
+                            "longest": max(len(c) for c in logged),  # more than rows: cut to the common epochs
                         }
                     )
     for metric in metrics:
@@ -147,8 +229,12 @@ def run_curves(args) -> None:
         return
     for c in curves:
         last = c["rows"][-1]
+        epochs = f"{len(c['rows'])} epochs"
+        if c["longest"] > len(c["rows"]):
+            epochs = f"cut to the {len(c['rows'])} epochs all reached (the longest: {c['longest']})"
+        seeds = "1 seed" if c["runs"] == 1 else f"{c['runs']} seeds"
         print(
-            f"{c['series']:<24} {c['point']:<16} {c['metric']:<18} {c['runs']} seeds, {len(c['rows'])} epochs; "
+            f"{c['series']:<24} {c['point']:<16} {c['metric']:<18} {seeds}, {epochs}; "
             f"last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]"
         )
     print(f"written: {out / 'curves.csv'}, " + ", ".join(plots))

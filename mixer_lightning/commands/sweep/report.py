@@ -74,11 +74,23 @@ def collect(directory: str, series: str) -> tuple[dict, list[dict]]:
             "seed": entry["seed"],
             "test_acc1": metrics["test/acc1"],
             "test_error": 1.0 - metrics["test/acc1"],
+            # A test of part of the split (--trainer.limit_test_batches): `mixer test` records it (issue 26, T8).
+            "partial": _partial(metrics),
         }
         if density_grid:
             row["train_loss"] = _final_train_loss(entry["run_dir"])
         rows.append(row)
     return manifest, rows
+
+
+def _partial(metrics: dict) -> str:
+    """ "" for a test of the whole split, else what was tested ("64 of 359", or "yes" without counts)."""
+    if metrics.get("partial") is not True:
+        return ""
+    images, total = metrics.get("images"), metrics.get("of")
+    if isinstance(images, int) and isinstance(total, int) and not isinstance(images, bool):
+        return f"{images:,} of {total:,}"
+    return "yes"
 
 
 def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
@@ -99,7 +111,9 @@ def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
             **{name: first.get(name) for name in axis_names},
             "seeds": len(members),
             "test_error_mean": statistics.fmean(errors),
-            "test_error_std": statistics.stdev(errors) if len(errors) > 1 else 0.0,
+            # One seed has no spread: None (printed "–", drawn without an error bar), not a measured 0.
+            "test_error_std": statistics.stdev(errors) if len(errors) > 1 else None,
+            "partial": ", ".join(f"seed {r['seed']}: {r['partial']}" for r in members if r["partial"]),
         }
         losses = [r["train_loss"] for r in members if r.get("train_loss") is not None]
         if "train_loss" in first:
@@ -146,7 +160,8 @@ def _plot_lines(ax, summary: list[dict], x, label, y: str = "test_error_mean", e
     for row in summary:
         if x(row) is None or row.get(y) is None:
             continue
-        groups.setdefault(label(row), []).append((x(row), row[y], row.get(err) if err else None))
+        spread = (row.get(err) or 0.0) if err else None  # one seed: no bar
+        groups.setdefault(label(row), []).append((x(row), row[y], spread))
     for name, points in sorted(groups.items()):
         points.sort()
         xs, ys, es = zip(*points, strict=True)
@@ -273,7 +288,7 @@ def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, other
         if row.get(axis) is None:
             continue
         label = " ".join([row["series"], row["width_point"]] + [f"{n}={row[n]}" for n in others])
-        groups.setdefault(label, {})[format_value(row[axis])] = (row["test_error_mean"], row["test_error_std"])
+        groups.setdefault(label, {})[format_value(row[axis])] = (row["test_error_mean"], row["test_error_std"] or 0.0)
     order += sorted({v for bars in groups.values() for v in bars} - set(order))
     fig, ax = plt.subplots(figsize=(max(6.2, 0.9 * len(order) * len(groups)), 4.2))
     width = 0.8 / len(groups)
@@ -282,8 +297,8 @@ def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, other
         ys, es = zip(*(bars[v] for v in order if v in bars), strict=True)
         ax.bar(xs, ys, width=width, yerr=es, capsize=3, label=label)
     shown = [r for r in summary if r.get(axis) is not None]
-    low = min(r["test_error_mean"] - r["test_error_std"] for r in shown)
-    high = max(r["test_error_mean"] + r["test_error_std"] for r in shown)
+    low = min(r["test_error_mean"] - (r["test_error_std"] or 0.0) for r in shown)
+    high = max(r["test_error_mean"] + (r["test_error_std"] or 0.0) for r in shown)
     margin = max(high - low, 0.01) * 0.5  # the differences, not the bars' common base, fill the axes
     ax.set(xticks=range(len(order)), ylim=(max(0.0, low - margin), high + margin))
     ax.set_xticklabels(order)
@@ -357,6 +372,13 @@ def add_report_arguments(parser) -> None:
     parser.add_argument("--accelerator", type=str, default="auto", help="for the CKA: auto, cpu, gpu, …")
 
 
+def _error(row: dict, short: bool = False) -> str:
+    """Mean ± std of the test error; one seed has no std: "–" in its place (a table cell) or the mean alone."""
+    if row["test_error_std"] is None:
+        return f"{row['test_error_mean']:.4f}" + ("" if short else " –")
+    return f"{row['test_error_mean']:.4f} ± {row['test_error_std']:.4f}"
+
+
 def run_report(args) -> None:
     """Gather finished sweep runs into report.csv / summary.csv and plot them (test error against the
     width, C, γ, the sparsity, each generic axis; average diagonal CKA against the density)."""
@@ -372,17 +394,20 @@ def run_report(args) -> None:
         )
         print(header)
     for r in result["summary"]:
-        error = f"{r['test_error_mean']:.4f} ± {r['test_error_std']:.4f}"
+        error = _error(r)
         c, s = ("-", "-") if r["C"] is None else (r["C"], r["S"])
         g = "-" if r["gamma"] is None else f"{r['gamma']:.4g}"
         p = "-" if r["p"] is None else f"{r['p']:.4g}"
         m = "-" if r["m"] is None else r["m"]
-        print(f"{r['series']:<20} {r['point']:<24} {c:>6} {s:>6} {g:>7} {p:>8} {m:>8} {r['seeds']:>5} {error:>16}")
+        partial = f"  (partial test: {r['partial']})" if r.get("partial") else ""
+        print(
+            f"{r['series']:<20} {r['point']:<24} {c:>6} {s:>6} {g:>7} {p:>8} {m:>8} {r['seeds']:>5} {error:>16}{partial}"
+        )
     for b in result["best"]:
         values = ", ".join(f"{name} = {b[name]}" for name in axes)
         print(
-            f"best for {b['series']} {b['point']}: {values} (test error {b['test_error_mean']:.4f} ± "
-            f"{b['test_error_std']:.4f}, {b['seeds']} seeds)"
+            f"best for {b['series']} {b['point']}: {values} (test error {_error(b, short=True)}, "
+            f"{b['seeds']} seed{'s' if b['seeds'] != 1 else ''})"
         )
     if result["summary"]:
         best = min(result["summary"], key=lambda r: r["test_error_mean"])["point"]
