@@ -184,10 +184,15 @@ def test_a_run_s_saved_config_is_checked_before_test_imports_from_it(trained, tm
 
 
 def test_a_sweep_manifest_naming_a_text_config_is_checked(tmp_path, capsys, no_this) -> None:
-    (tmp_path / "x.txt").write_text(yaml.safe_dump({"trainer": {"callbacks": [ZEN]}}))
     sweep = tmp_path / "sweep"
-    sweep.mkdir()
-    run = {"name": "a", "config": str(tmp_path / "x.txt"), "run_dir": str(sweep / "runs" / "a" / "seed0")}
+    (sweep / "configs").mkdir(parents=True)  # a manifest's configs lie in the sweep's configs/ (or are refused)
+    (sweep / "configs" / "x.txt").write_text(yaml.safe_dump({"trainer": {"callbacks": [ZEN]}}))
+    run = {
+        "name": "a",
+        "seed": 0,
+        "config": str(sweep / "configs" / "x.txt"),
+        "run_dir": str(sweep / "runs" / "a" / "seed0"),
+    }
     (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": [run]}))
     err = refused(capsys, ["sweep", "point", str(sweep), "a"], ZEN)
     assert_this_not_imported(err)
@@ -216,13 +221,16 @@ def test_parallel_sweep_children_never_import_from_the_working_directory(tmp_pat
     # the children were started with) puts the working directory first on sys.path and runs it.
     (tmp_path / "yaml.py").write_text(f"open({PWNED!r}, 'w').write('ran')\nraise SystemExit('shadowed')\n")
     sweep = tmp_path / "sweep"
-    sweep.mkdir()
+    (sweep / "configs").mkdir(parents=True)  # a manifest's configs lie in the sweep's configs/ (or are refused)
+    config = sweep / "configs" / "digits_mixer.yaml"
+    config.write_text((TEST_CONFIGS / "digits_mixer.yaml").read_text())
     runs = []
     for name in ("a", "b"):
         run_dir = sweep / "runs" / name / "seed0"
         (run_dir).mkdir(parents=True)
-        (run_dir / "test_metrics.json").write_text("{}")  # finished: the child only has to start and say so
-        runs.append({"name": name, "config": str(TEST_CONFIGS / "digits_mixer.yaml"), "run_dir": str(run_dir)})
+        # finished: the child only has to start and say so
+        (run_dir / "test_metrics.json").write_text('{"test/acc1": 0.5}')
+        runs.append({"name": name, "seed": 0, "config": str(config), "run_dir": str(run_dir)})
     (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": runs}))
     from mixer_lightning.commands.sweep.runs import run_points_in_parallel
 

@@ -252,7 +252,10 @@ CHILD = (
     "main()"
 )
 LOGS = "logs"  # <sweep>/logs/<run>.log: the output of each point of a --parallel sweep
-FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT, signal.SIGHUP: signal.SIGTERM}
+# The signals a --parallel sweep forwards to its points, and as what (no SIGHUP on Windows).
+FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT}
+if hasattr(signal, "SIGHUP"):
+    FORWARD[signal.SIGHUP] = signal.SIGTERM
 
 
 def _last_line(path: Path) -> str:
