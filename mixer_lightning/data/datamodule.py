@@ -349,7 +349,7 @@ class ImageDataModule(LightningDataModule):
         if self.tensor_path is None:
             return None
         sides = tuple(self.image_size if plan.prefix else self.info.image_size for plan in self.tensor_path.plans)
-        sets = self.tensor_path.datasets(requests, sides, self.in_chans, self.permutation)
+        sets = self.tensor_path.datasets(requests, sides, self.in_chans, self.permutation, self.num_classes)
         if sets is not None:
             self.pipeline = "tensor"
         return sets

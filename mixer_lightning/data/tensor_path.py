@@ -12,10 +12,10 @@ of it on a CPU and would starve a GPU. Here:
    (RandAugment, AutoAugment, AugMix, colour jitter, random erasing, the random-resized crop) has no
    batched form: the data module keeps the PIL path for it (`NoBatchedForm` names the field).
 2. `cache.load_or_decode` runs the prefix over a split once, through the same reads as the PIL path,
-   into an (N, C, H, W) uint8 tensor, and caches it on disk (`cache.cache_file`): keyed by the source files' names,
-   sizes and modification times (or a Hugging Face dataset's fingerprint), the prefix and
-   `LOADER_VERSION`, so a changed source or prefix decodes again. Loaded memory-mapped: parallel runs
-   on one machine share the page cache.
+   into an (N, C, H, W) uint8 tensor, and caches it on disk (`cache.cache_file`, checked on every
+   read): keyed by the files the readers read (or a Hugging Face dataset's fingerprint), the prefix
+   and `LOADER_VERSION`, so a changed source or prefix decodes again. Loaded memory-mapped: parallel
+   runs on one machine share the page cache.
 3. Loaders yield small key batches: base indices, and for training the crop offsets and flips of each
    image, drawn exactly as the PIL path draws them (torch's generator seeded by the sample seed
    (seed, epoch, index) of `sampling.KeyedBatchSampler`, the calls of torchvision's ``RandomCrop`` and
@@ -30,17 +30,19 @@ choice between the paths (``data.pipeline``: `batched_plans`, `TensorPath`).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 from torch.utils.data import Dataset
 
 from mixer_lightning.data.batched import BatchedPlan, NoBatchedForm, batched_plan
 from mixer_lightning.data.cache import (
     DecodedSplit,
+    Loaded,
     NotDecodable,
     cache_file,
     cache_key,
@@ -52,6 +54,12 @@ from mixer_lightning.errors import require
 
 Pipeline = Literal["auto", "tensor", "pil"]
 PIPELINES = ("auto", "tensor", "pil")
+
+
+@rank_zero_only
+def warn(line: str) -> None:
+    """A ``mixer: warning:`` line on stderr (once, from rank zero), as the command line prints its own."""
+    print(f"mixer: warning: {line}", file=sys.stderr, flush=True)
 
 
 class DecodedImages(Dataset):
@@ -209,6 +217,7 @@ class TensorPath:
         self.cache_dir, self.limit_gb = cache_dir, limit_gb
         self.decoded: dict[tuple[str, str], DecodedSplit] = {}
         self.announced = False
+        self.unwritten: str | None = None  # why a decoded split could not be written to the cache
 
     def datasets(
         self,
@@ -216,11 +225,12 @@ class TensorPath:
         sides: tuple[int, int],
         in_chans: int,
         permutation: InputPermutation | None,
+        num_classes: int | None = None,
     ) -> list[DecodedImages] | None:
         """`DecodedImages` for each (role, base dataset, split, indices, train) request, or None where
         the PIL path must read them: the decoded images would exceed ``tensor_limit_gb``, or they have
         no single shape (``auto``; ``tensor`` says so in one line). `sides`: the side of the decoded
-        training and evaluation images."""
+        training and evaluation images; `in_chans`, `num_classes`: what a cache file must match."""
         needed: dict[tuple[str, str], int] = {}
         for _, base, split, _, train in requests:
             plan = self.plans[0 if train else 1]
@@ -245,7 +255,9 @@ class TensorPath:
             if key not in self.decoded:
                 try:
                     path = cache_file(cache_dir, self.dataset, split, cache_key(base, self.root, split, plan))
-                    self.decoded[key] = DecodedSplit(*load_or_decode(base, plan.prefix, path))
+                    loaded = load_or_decode(base, plan.prefix, path, in_chans, num_classes)
+                    self.decoded[key] = DecodedSplit(loaded.images, loaded.labels)
+                    self._report(loaded, path)
                 except NotDecodable as problem:
                     require(
                         not self.forced,
@@ -257,9 +269,22 @@ class TensorPath:
                     return None
             sets.append(DecodedImages(self.decoded[key], plan, indices, permutation, role))
         if not self.announced:
+            # Say where the splits are only where they are there: a split that could not be written is
+            # kept in memory, and the line says why.
+            where = "kept in memory only, not cached" if self.unwritten is not None else f"cached in {cache_dir}"
             rank_zero_info(
-                f"data.pipeline: tensor (uint8 splits decoded once, cached in {cache_dir}; "
+                f"data.pipeline: tensor (uint8 splits decoded once, {where}; "
                 "batches cropped, flipped and normalised on the training device)"
             )
             self.announced = True
         return sets
+
+    def _report(self, loaded: Loaded, path: Path) -> None:
+        """One line for a cache file that was damaged (decoded again, replaced or not); remember why a
+        split could not be written, for the announcement."""
+        if loaded.unwritten is not None and self.unwritten is None:
+            self.unwritten = loaded.unwritten
+            warn(f"data.cache_dir: {loaded.unwritten}; the decoded splits are kept in memory only")
+        if loaded.damaged is not None:
+            done = "replaced" if loaded.cached is not None else "kept in memory only"
+            warn(f"data.cache_dir: the cache {str(path)!r} was damaged ({loaded.damaged}); decoded again and {done}")
