@@ -1,6 +1,7 @@
 """The PIL data path: each image read and transformed on its own (`TransformedDataset`), in DataLoader
 workers; the path for every augmentation, and the reads the tensor path's decoding shares
-(`mixer_lightning.data.cache.decode`)."""
+(`mixer_lightning.data.cache.decode`). `to_mode` is the one conversion of a decoded file to the
+model's channels that every reader uses (folder datasets, Hugging Face datasets, `mixer predict`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,37 @@ from torch.utils.data import Dataset
 
 from mixer_lightning.data.sampling import seeded
 from mixer_lightning.errors import ConfigError
+
+# Modes of unsigned 16-bit grey images (PNG, TIFF): scaled to 8 bits, never clipped.
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+
+
+class UnknownRange(ValueError):
+    """An image whose values have no known range (32-bit integers, floats): no 8-bit rendering of it
+    is right, so it is refused (a ValueError: the readers name the file)."""
+
+
+def to_mode(image: Any, mode: str) -> Any:
+    """`image` (a PIL image) converted to `mode` (``RGB`` or ``L``), as 8-bit pixels, in a new image.
+
+    PIL's ``convert`` clips high-bit-depth grey images to 0..255 (a 16-bit PNG becomes nearly white);
+    here a 16-bit image keeps its top 8 bits (``v >> 8``: 65535 → 255, and an 8-bit image stored as
+    16 bits, v × 257, comes back exactly). A mode ``I`` image read from a PNG is 16-bit (older Pillow
+    opens 16-bit grey PNGs so; PNG holds no more); any other ``I`` or ``F`` image is refused."""
+    import numpy as np
+    from PIL import Image
+
+    if image.mode in SIXTEEN_BIT_MODES or (image.mode == "I" and getattr(image, "format", None) == "PNG"):
+        values = np.asarray(image)
+        if values.size and (values.min() < 0 or values.max() > 65535):  # not 16-bit after all
+            raise UnknownRange(f"a mode {image.mode} image with values {values.min()}..{values.max()}")
+        image = Image.fromarray((values.astype(np.uint32) >> 8).astype(np.uint8), "L")
+    elif image.mode in ("I", "F") or image.mode.startswith("I;"):
+        kind = {"F": "32-bit floating-point", "I": "32-bit integer"}.get(image.mode, "signed integer")
+        raise UnknownRange(
+            f"a {kind} image (mode {image.mode}) whose range is unknown: convert it to 8 or 16 bits per channel"
+        )
+    return image.convert(mode)  # a copy even in the same mode: the caller may close the file behind `image`
 
 
 class TransformedDataset(Dataset):

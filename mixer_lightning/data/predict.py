@@ -24,6 +24,7 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
+from mixer_lightning.data.pil_path import to_mode
 from mixer_lightning.data.transforms import INTERPOLATIONS, EvalCrop, InputPermutation, PermutationMode, eval_transform
 from mixer_lightning.errors import ConfigError, require
 
@@ -94,7 +95,7 @@ class ImageFiles(Dataset):
         path = self.paths[index]
         try:
             with Image.open(path) as image:
-                image = image.convert(self.mode)
+                image = to_mode(image, self.mode)  # 16-bit images scaled to 8 bits, not clipped
         except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
             raise ConfigError(

@@ -53,6 +53,17 @@ def image_files(folder: Path, extensions: tuple[str, ...]) -> list[str]:
     return [os.path.join(directory, name) for directory, name in sorted(found)]
 
 
+def rgb_loader(path: str) -> Any:
+    """The image file `path` as 8-bit RGB (torchvision's ``pil_loader``, but 16-bit images scaled, not
+    clipped: `pil_path.to_mode`)."""
+    from PIL import Image
+
+    from mixer_lightning.data.pil_path import to_mode
+
+    with open(path, "rb") as f:
+        return to_mode(Image.open(f), "RGB")
+
+
 class RGBImageFolder(Dataset):
     """Images in class folders (torchvision's ImageFolder layout, ``root/<class>/**/*.jpg``), converted
     to RGB (ImageNet holds a few grey and CMYK JPEGs).
@@ -61,7 +72,7 @@ class RGBImageFolder(Dataset):
     a split without any, and a decompression bomb are one-line errors naming the path."""
 
     def __init__(self, root: str):
-        from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader
+        from torchvision.datasets.folder import IMG_EXTENSIONS
 
         self.root = Path(root)
         self.classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
@@ -89,7 +100,7 @@ class RGBImageFolder(Dataset):
             )
             self.samples.extend((path, index) for path in found)
         self.targets = [label for _, label in self.samples]  # labels without decoding (few-shot draws)
-        self.loader = default_loader  # converts to RGB
+        self.loader = rgb_loader
 
     def __len__(self) -> int:
         return len(self.samples)

@@ -49,7 +49,9 @@ class HFImages(Dataset):
         return len(self.dataset)
 
     def _convert(self, image: Any) -> Any:
-        return image if image.mode == self.mode else image.convert(self.mode)
+        from mixer_lightning.data.pil_path import to_mode
+
+        return image if image.mode == self.mode else to_mode(image, self.mode)  # 16-bit scaled, not clipped
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         from PIL import Image
