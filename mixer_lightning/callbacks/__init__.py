@@ -96,6 +96,8 @@ class PredictionWriter(BasePredictionWriter):
     def _write_csv(
         self, path: Path, files: Any, probabilities: torch.Tensor, indices: list[int], names: list[str]
     ) -> None:
+        from mixer_lightning.data.predict import spreadsheet_text
+
         k = min(self.topk, probabilities.shape[1])
         top = probabilities.topk(k, dim=1)
         header = ["file"] + [f"{what}_{rank}" for rank in range(1, k + 1) for what in ("class", "name", "prob")]
@@ -107,9 +109,10 @@ class PredictionWriter(BasePredictionWriter):
                 if index in seen:  # a DistributedSampler pads the last batch with repeats
                     continue
                 seen.add(index)
-                cells = [files.names[index]]
+                # Names as text a spreadsheet does not run (a file named =1+1.png, say); numbers as they are.
+                cells = [spreadsheet_text(files.names[index])]
                 for value, cls in zip(top.values[row].tolist(), top.indices[row].tolist(), strict=True):
-                    cells += [cls, names[cls], f"{value:.6f}"]
+                    cells += [cls, spreadsheet_text(names[cls]), f"{value:.6f}"]
                 writer.writerow(cells)
 
 

@@ -47,6 +47,17 @@ FACT_KEYS = (
 )
 
 
+# First characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection"), and their
+# full-width forms, which some spreadsheets read as formulas too.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def spreadsheet_text(text: str) -> str:
+    """`text` (a file or class name) as a CSV cell no spreadsheet runs: prefixed with ``'`` when it starts
+    like a formula (``=1+1.png`` → ``'=1+1.png``), as OWASP advises; any other text as it is."""
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
 def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> tuple[list[str], list[str]]:
     """The image files of `root` (a folder, read at any depth in sorted order, a file, or a list of
     either) and their names as the CSV shows them (relative to a folder given). Errors name `field`."""
