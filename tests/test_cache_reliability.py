@@ -9,8 +9,10 @@ import argparse
 import errno
 import os
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -194,7 +196,32 @@ def failing_save(kind: str) -> Callable:
     return save
 
 
-@pytest.mark.parametrize("kind", ["oserror", "runtime_error", "not_a_folder"])
+def filling(atomic_write: Callable) -> Callable:
+    """atomic_write whose file fills the disk after 3,000 bytes: torch's zip writer, writing through it,
+    fails with a RuntimeError of its own ("unexpected pos …")."""
+
+    class Full:
+        def __init__(self, f: Any) -> None:
+            self.f, self.written = f, 0
+
+        def write(self, data: bytes) -> int:
+            if self.written + len(data) > 3000:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.written += len(data)
+            return self.f.write(data)
+
+        def flush(self) -> None:
+            self.f.flush()
+
+    @contextmanager
+    def write(target: Path, mode: str, field: str) -> Iterator[Full]:
+        with atomic_write(target, mode, field) as f:
+            yield Full(f)
+
+    return write
+
+
+@pytest.mark.parametrize("kind", ["oserror", "full_disk_under_torch", "runtime_error", "not_a_folder"])
 def test_a_cache_that_cannot_be_written_keeps_the_splits_in_memory(
     kind: str,
     tmp_path: Path,
@@ -207,6 +234,9 @@ def test_a_cache_that_cannot_be_written_keeps_the_splits_in_memory(
     if kind == "not_a_folder":
         cache_dir.write_text("a file where the cache folder would be")
         cache_dir = cache_dir / "sub"
+    elif kind == "full_disk_under_torch":
+        cache_dir.mkdir()
+        monkeypatch.setattr(cache, "atomic_write", filling(cache.atomic_write))
     else:
         cache_dir.mkdir()
         monkeypatch.setattr(torch, "save", failing_save(kind))
@@ -216,11 +246,12 @@ def test_a_cache_that_cannot_be_written_keeps_the_splits_in_memory(
     assert len(lines) == 1, lines
     expected = {
         "oserror": "no space left on the device",
+        "full_disk_under_torch": "no space left on the device",
         "runtime_error": "unexpected pos 960 vs 854",
         "not_a_folder": "Not a directory",
     }[kind]
     assert lines[0].startswith(f"mixer: warning: data.cache_dir: cannot write '{cache_dir}")
-    assert expected in lines[0] and lines[0].endswith("; the decoded splits are kept in memory only")
+    assert expected in lines[0] and lines[0].endswith("; the decoded train split is kept in memory only")
     said = out + err + caplog.text  # (Lightning's info lines go to its own handler)
     assert "cached in" not in said and "uint8 splits decoded once, kept in memory only, not cached;" in said
     if kind != "not_a_folder":

@@ -250,16 +250,39 @@ def _read(
     return images, labels
 
 
+class _Writes:
+    """A file object for torch.save that remembers the first `OSError` of a write: torch's zip writer
+    swallows it and fails later with a RuntimeError of its own ("unexpected pos 960 vs 854"), which says
+    nothing of a full disk."""
+
+    def __init__(self, f: Any):
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as error:
+            self.error = self.error or error
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def _write(path: Path, images: torch.Tensor, labels: torch.Tensor) -> str | None:
     """Write the cache file `path` atomically; None, or why it could not be written."""
     meta = {"shape": list(images.shape), "sha256": checksum(images, labels)}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_killed_writers(path.parent)
-        # A file object, not a name: torch.save's own file writer turns a full disk into a RuntimeError
-        # ("unexpected pos …"); through Python's, it is the OSError that atomic_write translates.
         with atomic_write(path, "wb", field="data.cache_dir") as f:
-            torch.save({"version": LOADER_VERSION, "images": images, "labels": labels, "meta": meta}, f)
+            writes = _Writes(f)
+            try:
+                torch.save({"version": LOADER_VERSION, "images": images, "labels": labels, "meta": meta}, writes)
+            except RuntimeError:
+                if writes.error is not None:
+                    raise writes.error from None  # the real cause, which atomic_write translates (ENOSPC …)
+                raise
     except (ConfigError, ResourceError) as error:  # atomic_write's translation of an OSError
         return error.problem
     except (OSError, RuntimeError) as error:  # mkdir, or torch.save failing in its own way

@@ -217,7 +217,8 @@ class TensorPath:
         self.cache_dir, self.limit_gb = cache_dir, limit_gb
         self.decoded: dict[tuple[str, str], DecodedSplit] = {}
         self.announced = False
-        self.unwritten: str | None = None  # why a decoded split could not be written to the cache
+        self.cached: list[str] = []  # the splits on disk, and those kept in memory only (not writable)
+        self.in_memory: list[str] = []
 
     def datasets(
         self,
@@ -257,7 +258,7 @@ class TensorPath:
                     path = cache_file(cache_dir, self.dataset, split, cache_key(base, self.root, split, plan))
                     loaded = load_or_decode(base, plan.prefix, path, in_chans, num_classes)
                     self.decoded[key] = DecodedSplit(loaded.images, loaded.labels)
-                    self._report(loaded, path)
+                    self._report(loaded, path, split)
                 except NotDecodable as problem:
                     require(
                         not self.forced,
@@ -271,7 +272,12 @@ class TensorPath:
         if not self.announced:
             # Say where the splits are only where they are there: a split that could not be written is
             # kept in memory, and the line says why.
-            where = "kept in memory only, not cached" if self.unwritten is not None else f"cached in {cache_dir}"
+            if not self.in_memory:
+                where = f"cached in {cache_dir}"
+            elif not self.cached:
+                where = "kept in memory only, not cached"
+            else:
+                where = f"cached in {cache_dir}, but the {' and '.join(self.in_memory)} split kept in memory only"
             rank_zero_info(
                 f"data.pipeline: tensor (uint8 splits decoded once, {where}; "
                 "batches cropped, flipped and normalised on the training device)"
@@ -279,12 +285,15 @@ class TensorPath:
             self.announced = True
         return sets
 
-    def _report(self, loaded: Loaded, path: Path) -> None:
-        """One line for a cache file that was damaged (decoded again, replaced or not); remember why a
-        split could not be written, for the announcement."""
-        if loaded.unwritten is not None and self.unwritten is None:
-            self.unwritten = loaded.unwritten
-            warn(f"data.cache_dir: {loaded.unwritten}; the decoded splits are kept in memory only")
+    def _report(self, loaded: Loaded, path: Path, split: str) -> None:
+        """One line for a cache file that was damaged (decoded again, replaced or not), and one for the
+        first split that could not be written (the announcement names them all)."""
+        if loaded.unwritten is not None:
+            if not self.in_memory:
+                warn(f"data.cache_dir: {loaded.unwritten}; the decoded {split} split is kept in memory only")
+            self.in_memory.append(split)
+        else:
+            self.cached.append(split)
         if loaded.damaged is not None:
             done = "replaced" if loaded.cached is not None else "kept in memory only"
             warn(f"data.cache_dir: the cache {str(path)!r} was damaged ({loaded.damaged}); decoded again and {done}")
