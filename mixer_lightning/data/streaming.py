@@ -107,10 +107,12 @@ class StreamImages(IterableDataset):
     def _image(self, value: dict) -> Any:
         from PIL import Image
 
+        from mixer_lightning.data.pil_path import to_mode
+
         try:
             data = value.get("bytes")
             with Image.open(io.BytesIO(data)) if data is not None else Image.open(value["path"]) as image:
-                return image.convert(self.mode) if image.mode != self.mode else image.copy()
+                return to_mode(image, self.mode)  # a copy; 16-bit images scaled to 8 bits, not clipped
         except Image.DecompressionBombError as error:
             raise _decompression_bomb(error) from None
 

@@ -67,9 +67,11 @@ class ShardImages(Dataset):
     def decode(self, data: bytes) -> Any:
         from PIL import Image
 
+        from mixer_lightning.data.pil_path import to_mode
+
         try:
             with Image.open(io.BytesIO(data)) as image:
-                return image.convert("RGB")
+                return to_mode(image, "RGB")  # 16-bit images scaled to 8 bits, not clipped
         except Image.DecompressionBombError as error:
             raise _decompression_bomb(error) from None
 
