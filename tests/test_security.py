@@ -232,7 +232,7 @@ def test_parallel_sweep_children_never_import_from_the_working_directory(tmp_pat
         (run_dir / "test_metrics.json").write_text('{"test/acc1": 0.5}')
         runs.append({"name": name, "seed": 0, "config": str(config), "run_dir": str(run_dir)})
     (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": runs}))
-    from mixer_lightning.commands.sweep.runs import run_points_in_parallel
+    from mixer_lightning.commands.sweep.parallel import run_points_in_parallel
 
     failed = run_points_in_parallel(sweep, runs, parallel=2, log=lambda line: None)
     assert not Path(PWNED).exists(), "a child imported yaml.py from the working directory"

@@ -40,15 +40,10 @@ from pathlib import Path
 from jsonargparse import ArgumentParser, Namespace
 
 from mixer_lightning.commands.sweep.curves import add_curves_arguments, run_curves
+from mixer_lightning.commands.sweep.manifest import read_manifest
+from mixer_lightning.commands.sweep.parallel import run_points_in_parallel
 from mixer_lightning.commands.sweep.report import add_report_arguments, report_directories, run_report
-from mixer_lightning.commands.sweep.runs import (
-    LOGS,
-    emit,
-    extra_arguments,
-    read_manifest,
-    run_point,
-    run_points_in_parallel,
-)
+from mixer_lightning.commands.sweep.runs import LOGS, emit, extra_arguments, run_point
 from mixer_lightning.errors import TrainingError, require
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 
 from mixer_lightning.analysis.curves import epoch_curves, has_logs, spread
 from mixer_lightning.commands.lists import comma_list
+from mixer_lightning.commands.sweep.manifest import MANIFEST, read_manifest
 from mixer_lightning.commands.sweep.report import series_names
-from mixer_lightning.commands.sweep.runs import MANIFEST, check_output_directory, read_manifest
+from mixer_lightning.commands.sweep.runs import check_output_directory
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv
 from mixer_lightning.safety.config_files import load_configs

@@ -23,7 +23,8 @@ import statistics
 from pathlib import Path
 
 from mixer_lightning.commands.sweep.axes import format_value
-from mixer_lightning.commands.sweep.runs import METRICS, REFERENCE, check_output_directory, load_metrics, read_manifest
+from mixer_lightning.commands.sweep.manifest import read_manifest
+from mixer_lightning.commands.sweep.runs import METRICS, REFERENCE, check_output_directory, load_metrics
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv
 from mixer_lightning.width import optimum

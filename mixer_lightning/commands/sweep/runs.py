@@ -27,7 +27,6 @@ import json
 import math
 import os
 import shlex
-import signal
 from pathlib import Path
 
 import yaml
@@ -35,12 +34,12 @@ import yaml
 from mixer_lightning import run_mixer
 from mixer_lightning.commands.lists import seeds as parse_seeds
 from mixer_lightning.commands.sweep.grid import Grid, GridPoint, build
-from mixer_lightning.errors import ConfigError, ResourceError, Stopped, require
+from mixer_lightning.commands.sweep.manifest import MANIFEST, METRICS_LIMIT, _number, read_json, read_manifest
+from mixer_lightning.errors import ConfigError, ResourceError, require
 from mixer_lightning.safety.atomic import atomic_write
 from mixer_lightning.safety.config_files import deep_merge, load_configs
 from mixer_lightning.safety.rundir import LOCK_NAME, RunLock, _holder
 
-MANIFEST = "sweep.json"
 SCRIPTS = ("run_all.sh", "slurm_array.sh")
 REFERENCE = "reference"  # the point id of a sweep's CKA reference runs (Fig. 2(a): the Mixer)
 EXTRA_ARGS_ENV = "MIXER_ARGS"  # extra flags for every fit and test of a sweep, e.g. a trainer overlay
@@ -54,31 +53,7 @@ RESUME_ARGS = ("--ckpt_path", "last")
 
 
 METRICS = "test_metrics.json"
-# Result and manifest files are small (a manifest of 10,000 runs is ~4 MB); more is not one of ours.
-METRICS_LIMIT, MANIFEST_LIMIT = 1 << 20, 64 << 20
-
-
-def _read_json(path: Path, limit: int):
-    """The JSON value in `path`; ValueError naming what is wrong (too large, not UTF-8, not JSON, too
-    deeply nested: Python's parser recurses, so 100,000 ``[`` would otherwise end in a RecursionError)."""
-    with open(path, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ValueError(f"larger than {limit:,} bytes")
-    if not data.strip():
-        raise ValueError("empty")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError("not UTF-8 text") from None
-    except RecursionError:
-        raise ValueError("nested too deeply") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON: {error}") from None
-
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+LOGS = "logs"  # <sweep>/logs/<run>.log: the output of each point of a --parallel sweep
 
 
 def load_metrics(run_dir: str | Path) -> tuple[dict | None, str | None]:
@@ -91,7 +66,7 @@ def load_metrics(run_dir: str | Path) -> tuple[dict | None, str | None]:
     if not path.is_file():
         return None, "not a regular file"
     try:
-        metrics = _read_json(path, METRICS_LIMIT)
+        metrics = read_json(path, METRICS_LIMIT)
     except ValueError as error:
         return None, str(error)
     except OSError as error:
@@ -219,160 +194,6 @@ def _run_point(entry: dict, run_dir: Path, name: str, extra: list[str], log) -> 
     return state
 
 
-def threads_per_run(parallel: int) -> str:
-    """OMP threads for each of `parallel` runs side by side: the CPUs split between them (at least 1),
-    unless ``$OMP_NUM_THREADS`` says otherwise. On an idle 2-core CPU two one-thread runs take what two
-    two-thread runs in turn take (1.02×, `benchmarks/sweep_lanes.sh`); a one-thread run does not stall
-    when another process takes a core, where torch's second thread waits at every parallel op."""
-    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // parallel))
-
-
-# How a child of `run_points_in_parallel` starts: as the `mixer` console script does, with nothing of
-# the working directory on sys.path. ``python -m`` and ``-c`` put it first, so a ``timm.py`` or
-# ``yaml.py`` lying there would be imported in place of the real package and run (``-P`` would do
-# this too, from Python 3.11 on). On Linux the child then asks the kernel for SIGTERM when its parent
-# dies (prctl PR_SET_PDEATHSIG): a SIGKILLed sweep takes its points with it, each stopping at its next
-# resumable step with last.ckpt, instead of orphans training on into the next run of the sweep. A parent
-# that died before the prctl call is caught by comparing the parent's pid with the one it gave.
-PARENT_ENV = "MIXER_SWEEP_PARENT"
-CHILD = (
-    "import sys\n"
-    "if sys.path and sys.path[0] in ('', '.'):\n"
-    "    del sys.path[0]\n"
-    "import os\n"
-    "if sys.platform.startswith('linux'):\n"
-    "    try:\n"
-    "        import ctypes\n"
-    "        ctypes.CDLL(None, use_errno=True).prctl(1, 15, 0, 0, 0)\n"  # PR_SET_PDEATHSIG, SIGTERM
-    "    except (OSError, AttributeError):\n"
-    "        pass\n"
-    f"if os.environ.get('{PARENT_ENV}', str(os.getppid())) != str(os.getppid()):\n"
-    "    sys.exit('mixer: sweep point: the sweep that started this point has ended; not started')\n"
-    "from mixer_lightning.cli import main\n"
-    "main()"
-)
-LOGS = "logs"  # <sweep>/logs/<run>.log: the output of each point of a --parallel sweep
-# The signals a --parallel sweep forwards to its points, and as what (no SIGHUP on Windows).
-FORWARD = {signal.SIGTERM: signal.SIGTERM, signal.SIGINT: signal.SIGINT}
-if hasattr(signal, "SIGHUP"):
-    FORWARD[signal.SIGHUP] = signal.SIGTERM
-
-
-def _last_line(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-            lines = [line.strip() for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    last = lines[-1] if lines else ""
-    return last if len(last) <= 200 else last[:197] + "..."
-
-
-def _elapsed(seconds: float) -> str:
-    minutes, seconds = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}"
-
-
-def run_points_in_parallel(directory: str | Path, runs: list[dict], parallel: int, log=print) -> list[str]:
-    """Every run through ``mixer sweep point DIRECTORY NAME`` in its own process, `parallel` at a time
-    (several small models on one GPU, or one single-threaded run per core); returns the names of the
-    runs whose process failed. Each process decides, as `run_point` does, what its run still needs.
-
-    Each child writes to ``DIRECTORY/logs/NAME.log`` (appended, a header per start); the console gets
-    one line per start and per end (done with its test/acc1, or failed with the last line of its log).
-    Each child runs in its own process group, so a terminal's Ctrl+C reaches this process only; SIGTERM,
-    SIGINT and SIGHUP here are forwarded to every running child (SIGHUP as SIGTERM), no point is started
-    after them, the children are waited for (they save last.ckpt and stop) and the sweep ends with
-    `Stopped`: one line, exit status 128 + the signal. A second Ctrl+C is forwarded too (the children
-    then stop at once). Children of a SIGKILLed sweep get SIGTERM from the kernel (`CHILD`)."""
-    import subprocess
-    import sys
-    import threading
-    import time
-
-    env = {**os.environ, "OMP_NUM_THREADS": threads_per_run(parallel), PARENT_ENV: str(os.getpid())}
-    names = [entry.get("name") or Path(entry["config"]).stem for entry in runs]
-    run_dirs = {entry.get("name") or Path(entry["config"]).stem: Path(entry["run_dir"]) for entry in runs}
-    logs = Path(directory, LOGS)
-    logs.mkdir(parents=True, exist_ok=True)
-    pending, active, failed, received = list(names), {}, [], []
-    counts = {"done": 0, "stopped": 0}
-    sent: dict = {}  # process -> how many of the received signals it was sent
-
-    def catch_up(process) -> None:
-        while sent.get(process, 0) < len(received):
-            signum = received[sent.get(process, 0)]
-            sent[process] = sent.get(process, 0) + 1
-            if process.poll() is None:
-                process.send_signal(FORWARD[signum])
-
-    def forward(signum, frame) -> None:
-        received.append(signum)
-        for process in list(active):
-            catch_up(process)
-
-    handlers = {}
-    if threading.current_thread() is threading.main_thread():
-        for signum in FORWARD:
-            handlers[signum] = signal.signal(signum, forward)
-    log(f"sweep: {len(names)} runs, {parallel} at a time, {env['OMP_NUM_THREADS']} thread(s) each; logs in {logs}")
-    try:
-        while active or (pending and not received):
-            while pending and len(active) < parallel and not received:
-                name = pending.pop(0)
-                path = logs / f"{name}.log"
-                with open(path, "ab") as out:
-                    out.write(f"==== mixer sweep point {directory} {name}: started {time.ctime()}\n".encode())
-                    out.flush()
-                    command = [sys.executable, "-c", CHILD, "sweep", "point", str(directory), name]
-                    process = subprocess.Popen(
-                        command,
-                        env=env,
-                        stdin=subprocess.DEVNULL,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                active[process] = (name, path, time.monotonic())
-                catch_up(process)  # a signal that came while it was being started
-                log(f"sweep: {name}: started (log: {path})")
-            time.sleep(0.2)
-            for process in [p for p in active if p.poll() is not None]:
-                name, path, started = active.pop(process)
-                code = process.returncode
-                took = _elapsed(time.monotonic() - started)
-                if code == 0:
-                    counts["done"] += 1
-                    metrics = load_metrics(run_dirs[name])[0]
-                    result = f", test/acc1 {metrics['test/acc1']:.4f}" if metrics else ""
-                    log(f"sweep: {name}: done in {took}{result} (log: {path})")
-                elif received and code in (128 + signal.SIGTERM, 128 + signal.SIGINT, -signal.SIGTERM, -signal.SIGINT):
-                    counts["stopped"] += 1
-                    log(f"sweep: {name}: stopped after {took} ({_last_line(path)}) (log: {path})")
-                else:
-                    failed.append(name)
-                    log(f"sweep: {name}: failed (exit {code}) after {took}: {_last_line(path)} (log: {path})")
-    finally:
-        for process in active:  # only on an error of this loop itself: the children do not outlive it
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in active:
-            process.wait()
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-    if received:
-        signum = received[0]
-        raise Stopped(
-            signum,
-            f"sweep {directory}: stopped by {signal.Signals(signum).name}: {counts['stopped']} runs stopped (each "
-            f"resumes from its last.ckpt), {counts['done']} done, {len(failed)} failed, {len(pending)} not started; "
-            "run the same command again to continue",
-        )
-    return failed
-
-
 # ----------------------------------------------------------------------------------------- emit
 
 
@@ -414,128 +235,6 @@ def check_output_directory(directory: str, field: str) -> Path:
             "move it away or give another directory",
         )
     return root
-
-
-FIGURE_KEYS = ("C", "S", "P", "m", "p", "gamma")  # numbers (or null) the report sorts and plots
-
-
-def _damaged(field: str, path: Path, problem: str) -> ConfigError:
-    return ConfigError(
-        field,
-        f"{str(path)!r} is damaged ({problem})",
-        "emit the sweep again into a new directory (its configs and runs are kept where they are)",
-    )
-
-
-def _inside(path: str, root: Path) -> bool:
-    """Whether `path` (relative to the working directory, as the manifest writes it) lies strictly
-    inside `root` once symbolic links are followed."""
-    try:
-        resolved = Path(path).resolve()
-    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
-        return False
-    return resolved != root and resolved.is_relative_to(root)
-
-
-def _check_entry(index: int, entry, path: Path, field: str, runs_root: Path, configs_root: Path) -> dict:
-    """One run of a manifest, checked as `read_manifest` says; returns it with its name filled in."""
-    if not isinstance(entry, dict):
-        raise _damaged(field, path, f"run {index} is a JSON {type(entry).__name__}, not an object")
-    given = entry.get("name")
-    label = f"run {index} ({given!r})" if isinstance(given, str) and given else f"run {index}"
-    for key in ("config", "run_dir"):
-        value = entry.get(key)
-        if not isinstance(value, str) or not value.strip() or "\0" in value:
-            what = "missing" if value is None else f"{value!r}, not a path"
-            raise _damaged(field, path, f"{label}: {key} is {what}")
-    name = given or Path(entry["config"]).stem  # manifests before names: the config's file name
-    label = f"run {index} ({name!r})" if isinstance(name, str) else f"run {index}"
-    if not isinstance(name, str) or not name.strip() or "/" in name:
-        raise _damaged(field, path, f"{label}: name is not a run name")
-    seed = entry.get("seed")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise _damaged(field, path, f"{label}: seed is {seed!r}, not an integer")
-    for key in ("point", "role", "width_point"):
-        if entry.get(key) is not None and not isinstance(entry[key], str):
-            raise _damaged(field, path, f"{label}: {key} is {entry[key]!r}, not a string")
-    for key in FIGURE_KEYS:
-        value = entry.get(key)
-        if value is not None and (not _number(value) or not math.isfinite(value)):
-            raise _damaged(field, path, f"{label}: {key} is {value!r}, not a number")
-    if entry.get("axes") is not None and not isinstance(entry["axes"], dict):
-        raise _damaged(field, path, f"{label}: axes is not an object")
-    # The run directory is renamed, written and reported from, and the config read and trained: both must
-    # be the sweep's own (a hand-edited "/home/me/thesis" or "." is never moved aside or trained into).
-    for key, root in (("run_dir", runs_root), ("config", configs_root)):
-        if not _inside(entry[key], root):
-            raise ConfigError(
-                field,
-                f"{str(path)!r}: {label}: {key} {entry[key]!r} is not inside {str(root)!r}",
-                "a sweep writes only below its own directory: run this command from the directory the sweep "
-                "was emitted in (run_all.sh does: cd $MIXER_WORKDIR), or emit the sweep again",
-            )
-    return {**entry, "name": name}
-
-
-def read_manifest(directory: str | Path, field: str = "directories") -> dict:
-    """The manifest of a sweep directory, checked once for every command that reads it (a one-line
-    error naming the file and the run if there is none or it is damaged): UTF-8 JSON, an object with a
-    list of runs; each run an object with a name, a seed (an integer), ``config`` inside the sweep's
-    ``configs/`` and ``run_dir`` inside its ``runs/`` (after following symbolic links; the paths are
-    relative to the working directory the sweep was emitted from), names and run directories unique,
-    the figures numbers. Returns it with every run's name filled in."""
-    path = Path(directory, MANIFEST)
-    require(
-        path.is_file(),
-        field,
-        f"{str(directory)!r} is not a sweep directory (no {MANIFEST})",
-        "give a directory written by `mixer sweep --emit/--run`",
-    )
-    try:
-        manifest = _read_json(path, MANIFEST_LIMIT)
-    except ValueError as error:
-        raise _damaged(field, path, str(error)) from None
-    except OSError as error:
-        raise ConfigError(field, f"cannot read {str(path)!r} ({error.strerror or error})", "check the file") from None
-    require(
-        isinstance(manifest, dict) and isinstance(manifest.get("runs"), list),
-        field,
-        f"{str(path)!r} is not a sweep manifest",
-        "emit the sweep again into a new directory",
-    )
-    for key in ("omega", "gamma", "width"):
-        value = manifest.get(key)
-        if value is not None and (not _number(value) or not math.isfinite(value)):
-            raise _damaged(field, path, f"{key} is {value!r}, not a number")
-    if manifest.get("kind") is not None and not isinstance(manifest["kind"], str):
-        raise _damaged(field, path, "kind is not a string")
-    axes = manifest.get("axes")
-    if axes is not None and not (
-        isinstance(axes, list)
-        and all(
-            isinstance(a, dict)
-            and isinstance(a.get("name"), str)
-            and isinstance(a.get("key"), str)
-            and isinstance(a.get("values"), list)
-            for a in axes
-        )
-    ):
-        raise _damaged(field, path, "axes is not a list of {key, name, values}")
-    reference = manifest.get("cka_reference")
-    if reference is not None and not (isinstance(reference, list) and all(isinstance(r, str) for r in reference)):
-        raise _damaged(field, path, "cka_reference is not a list of config paths")
-    root = Path(directory).resolve()
-    runs_root, configs_root = (root / "runs").resolve(), (root / "configs").resolve()  # runs/ may link to scratch
-    runs, names, run_dirs = [], set(), set()
-    for index, entry in enumerate(manifest["runs"]):
-        checked = _check_entry(index, entry, path, field, runs_root, configs_root)
-        where = Path(checked["run_dir"]).resolve()
-        if checked["name"] in names or where in run_dirs:
-            raise _damaged(field, path, f"run {index} ({checked['name']!r}) repeats the name or run_dir of another run")
-        names.add(checked["name"])
-        run_dirs.add(where)
-        runs.append(checked)
-    return {**manifest, "runs": runs}
 
 
 def describe(signature: dict) -> str:
