@@ -1,5 +1,7 @@
 """The arguments of ``mixer fit|validate|test|predict`` before jsonargparse reads them:
 
+- `configs_first`: the ``--config`` files move in front of every flag, so that a flag wins over a
+  config file wherever it stands;
 - `evaluation_arguments`: validate/test/predict of a checkpoint complete themselves from it (its run's
   config.yaml, or its model class and data facts);
 - `check_config_files`: every config file given is readable UTF-8 YAML naming only trusted classes,
@@ -37,6 +39,31 @@ def option_values(args: list[str]) -> dict[str, str]:
             name, value = arg, following if not following.startswith("--") else ""
         values[name] = value
     return values
+
+
+def configs_first(args: list[str]) -> list[str]:
+    """`args` with every ``--config X``, ``--config=X`` and ``-c X`` moved right after the subcommand,
+    in their own order; the other arguments keep theirs.
+
+    jsonargparse applies arguments left to right and a config file sets every key it holds, so a flag
+    before a ``--config`` was applied and then silently overwritten: ``mixer test --ckpt_path BEST
+    --config RUN/config.yaml`` tested an untrained model (the run's config says ``ckpt_path: null``),
+    and a model flag before the ``--config`` naming the model class was parsed against the default
+    class. Flags win over config files wherever they stand; among config files, the later wins."""
+    if not args or args[0] not in SUBCOMMANDS:
+        return args
+    configs: list[str] = []
+    rest: list[str] = []
+    i = 1
+    while i < len(args):
+        arg = args[i]
+        if arg in ("--config", "-c") and i + 1 < len(args):
+            configs += [arg, args[i + 1]]
+            i += 2
+            continue
+        (configs if arg.startswith("--config=") else rest).append(arg)
+        i += 1
+    return [args[0], *configs, *rest]
 
 
 def evaluation_arguments(args: list[str]) -> list[str]:
@@ -95,7 +122,7 @@ def check_config_files(given: list[str]) -> list[str]:
         # (--model m.yaml), is read and checked here for the friendly early line. What guarantees
         # that nothing untrusted is imported, from any file however named or nested, is
         # jsonargparse's import-path policy (`mixer_lightning.safety.trust.enforce_import_policy`).
-        is_config = value.startswith("--config=") or (i > 0 and values[i - 1] == "--config")
+        is_config = value.startswith("--config=") or (i > 0 and values[i - 1] in ("--config", "-c"))
         name = value.split("=", 1)[1] if value.startswith("--config=") else value
         if is_config and Path(name).exists() and not Path(name).is_file():
             raise ConfigError("config", f"{name!r} is not a regular file", "give the path of a YAML file")

@@ -39,6 +39,7 @@ from mixer_lightning.cli.arguments import (
     LINKED_FROM_DATA,
     SUBCOMMANDS,
     check_config_files,
+    configs_first,
     evaluation_arguments,
 )
 from mixer_lightning.cli.console import RunHeader, progress_callback, quiet_libraries
@@ -131,12 +132,13 @@ class MixerCLI(LightningAdapter):
     # ------------------------------------------------------------------------------ parsing
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
-        """The arguments completed (`evaluation_arguments`) and their config files checked before
+        """The arguments completed (`evaluation_arguments`), the config files put before the flags
+        (`configs_first`: a flag wins wherever it stands) and checked before
         jsonargparse reads them; then ``--ckpt_path`` resolved and checked (`resolve_checkpoint`) before
         Lightning reads the checkpoint's hyper-parameters, which it does right after this."""
         given = sys.argv[1:] if args is None else args  # `run` puts the arguments in sys.argv
         if isinstance(given, (list, tuple)):
-            completed = evaluation_arguments(list(given))
+            completed = configs_first(evaluation_arguments(list(given)))
             if args is None:  # where Lightning's DDP launcher finds them for the other processes
                 sys.argv[1:] = completed
             else:
