@@ -10,13 +10,16 @@ from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.demos.boring_classes import BoringModel
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
 from mixer_lightning.cli.adapter import (
+    BATCH_COUNTS,
     LightningAdapter,
+    batch_counts_as_ints,
     logger_version,
     option_keys,
     pin_logger_version,
@@ -117,3 +120,21 @@ def test_a_logger_writes_into_the_version_pinned_in_its_private_attribute(tmp_pa
     assert versioned(logger) and logger_version(logger) is None
     pin_logger_version(logger, 7)
     assert logger.version == 7 and Path(logger.log_dir) == tmp_path / "run" / "version_7"
+
+
+def test_batch_counts_are_type_hinted_arguments_tried_in_union_order() -> None:
+    """`batch_counts_as_ints`: jsonargparse tries the subtypes of an argument's ``_typehint`` union in
+    order; Lightning's hint of the batch counts is a union of int and float (which typing may hand out
+    float first). With the int first, ``1`` is one batch and ``0.5`` still half the epoch."""
+    parser = LightningArgumentParser()
+    parser.add_lightning_class_args(Trainer, "trainer")
+    hints = {a.dest: getattr(a, "_typehint", None) for a in parser._actions}
+    assert all({int, float} <= set(hints[f"trainer.{name}"].__args__) for name in BATCH_COUNTS)
+    batch_counts_as_ints(parser)
+    values = [
+        f"--trainer.{name}={value}"
+        for name, value in zip(BATCH_COUNTS, ["1", "2", "0.5", "1.0", "1", "1"], strict=True)
+    ]
+    trainer = parser.parse_args(values).trainer
+    got = [(getattr(trainer, name), type(getattr(trainer, name))) for name in BATCH_COUNTS]
+    assert got == [(1, int), (2, int), (0.5, float), (1.0, float), (1, int), (1, int)]

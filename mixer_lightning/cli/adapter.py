@@ -11,7 +11,7 @@ and ``after_<command>``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
@@ -60,6 +60,36 @@ class SaveConfig(SaveConfigCallback):
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+
+# Trainer arguments where an int counts batches and a float is a fraction of the epoch (Lightning:
+# ``limit_train_batches=1`` is one batch, ``1.0`` the whole epoch).
+BATCH_COUNTS = (
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "val_check_interval",
+    "overfit_batches",
+)
+
+
+def batch_counts_as_ints(parser: Any, group: str = "trainer") -> None:
+    """Parse the `BATCH_COUNTS` of `parser`'s trainer as an int first, then a float: ``--trainer.
+    limit_train_batches 1`` (or ``limit_train_batches: 1`` in a file) is one batch, not the whole epoch.
+
+    jsonargparse: an argument from a type hint is an ``ActionTypeHint`` whose ``_typehint`` union is
+    tried in order. Lightning annotates ``Optional[Union[int, float]]``, but typing caches unions as
+    equal regardless of order, so the hint ``get_type_hints`` returns is ``Union[float, int, None]``
+    whenever another library built that union first (it does, on import): ``1`` parsed as ``1.0``."""
+    for action in parser._actions:
+        name = action.dest.split(".", 1)[1] if action.dest.startswith(f"{group}.") else None
+        hint = getattr(action, "_typehint", None)
+        arguments = getattr(hint, "__args__", None)
+        if name not in BATCH_COUNTS or not isinstance(arguments, tuple) or not {int, float} <= set(arguments):
+            continue
+        rest = [argument for argument in arguments if argument not in (int, float)]
+        action._typehint = Union[tuple([int, float, *rest])]  # noqa: UP007 (a typing.Union keeps this order)
 
 
 def subcommand_parser(parser: Any, command: str | None) -> Any:

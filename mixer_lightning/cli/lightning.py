@@ -33,7 +33,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.callbacks.throughput import ThroughputMonitor
 from mixer_lightning.cli import checks, results
-from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, subcommand_parser
+from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, batch_counts_as_ints, subcommand_parser
 from mixer_lightning.cli.arguments import (
     EVALUATIONS,
     LINKED_FROM_DATA,
@@ -84,6 +84,7 @@ class MixerCLI(LightningAdapter):
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        batch_counts_as_ints(parser)  # --trainer.limit_train_batches 1 is one batch, as in Lightning
         # Best checkpoint (by val/acc1) under <run dir>/checkpoints/. last.ckpt is step_checkpoint's.
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
