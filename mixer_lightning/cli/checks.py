@@ -10,7 +10,7 @@ from mixer_lightning.commands.lists import SEED_LIMIT
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.loggers import check_logger_available
 from mixer_lightning.safety.atomic import check_output_file
-from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.safety.checkpoints import BEST_NAME, SPECIAL_CKPT_PATHS
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import check_checkpoint
 
@@ -58,7 +58,26 @@ def check_trainer_settings(config: Any) -> None:
     checkpoint = config.get("checkpoint")
     if checkpoint is not None and checkpoint.get("save_last"):
         checkpoint.save_last = False
+    if checkpoint is not None:
+        check_top_k_filename(checkpoint)
     check_logger_available(trainer.get("logger"))
+
+
+def check_top_k_filename(checkpoint: Any) -> None:
+    """``checkpoint.save_top_k`` k > 1 needs a file name that differs between the k checkpoints (the
+    default ``best`` becomes ``{epoch}-{step}-{monitor}``: `BestCheckpoint`): with one fixed name every
+    candidate replaces the previous one, and that file is the latest model, not the best."""
+    k, filename = checkpoint.get("save_top_k"), checkpoint.get("filename")
+    if k in (0, 1, None) or not filename or filename == BEST_NAME or "{" in filename:
+        return
+    if checkpoint.get("enable_version_counter"):  # Lightning's NAME-v1.ckpt, NAME-v2.ckpt, ...
+        return
+    raise ConfigError(
+        "checkpoint.filename",
+        f"{filename!r} names one file, but save_top_k {k} keeps {'every' if k == -1 else k} checkpoints "
+        "(each would replace the one before)",
+        "put {epoch} or the metric in it, e.g. --checkpoint.filename '{epoch}-{val/acc1:.4f}'",
+    )
 
 
 def trainer_error(error: Exception) -> ConfigError:

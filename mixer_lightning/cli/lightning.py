@@ -49,7 +49,12 @@ from mixer_lightning.cli.rundirs import RunClaim, check_pinned_version, evaluate
 from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
-from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS, AtomicCheckpointIO, ResumeCheckpoint
+from mixer_lightning.safety.checkpoints import (
+    SPECIAL_CKPT_PATHS,
+    AtomicCheckpointIO,
+    BestCheckpoint,
+    ResumeCheckpoint,
+)
 from mixer_lightning.safety.slurm import SlurmRequeue
 from mixer_lightning.tasks import ClassifierModule
 
@@ -85,8 +90,9 @@ class MixerCLI(LightningAdapter):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         batch_counts_as_ints(parser)  # --trainer.limit_train_batches 1 is one batch, as in Lightning
-        # Best checkpoint (by val/acc1) under <run dir>/checkpoints/. last.ckpt is step_checkpoint's.
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        # Best checkpoint (by val/acc1) under <run dir>/checkpoints/ (top-k: k files, best.ckpt the best of
+        # them; `BestCheckpoint`). last.ckpt is step_checkpoint's.
+        parser.add_lightning_class_args(BestCheckpoint, "checkpoint")
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/acc1",

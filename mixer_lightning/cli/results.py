@@ -45,6 +45,8 @@ def write_fit_summary(trainer: Any) -> None:
     if checkpoint is not None and checkpoint.best_model_path:
         summary.update(best_checkpoint=checkpoint.best_model_path, monitor=checkpoint.monitor)
         summary["best_score"] = float(checkpoint.best_model_score)
+        if len(checkpoint.best_k_models) > 1:  # save_top_k > 1: every checkpoint kept, with its score
+            summary["best_k"] = {path: float(score) for path, score in checkpoint.best_k_models.items()}
         if trainer.is_global_zero:
             print(f"Run directory: {log_dir}")
             print(f"Best checkpoint ({checkpoint.monitor} = {summary['best_score']:.4f}): {checkpoint.best_model_path}")

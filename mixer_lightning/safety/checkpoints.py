@@ -6,6 +6,8 @@
   moves it, which is a copy, not a rename, when that folder is on another filesystem).
 - `ResumeCheckpoint` writes ``last.ckpt`` only at moments a resumed run continues exactly from
   (see its docstring), and turns SIGTERM/SIGINT into a stop at the next such moment.
+- `BestCheckpoint` keeps the best (or top-k) checkpoints by the monitored metric, ``best.ckpt`` always
+  the best of them, with metric names such as ``val/acc1`` safe in file names.
 
 Reading them, safely and checked against the model, is `mixer_lightning.tasks.loading` (it needs the
 registered families).
@@ -13,6 +15,9 @@ registered families).
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import signal
 import sys
 import threading
@@ -26,7 +31,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
 from mixer_lightning.errors import Stopped
-from mixer_lightning.safety.atomic import atomic_write, remove_orphans
+from mixer_lightning.safety.atomic import atomic_write, fsync_directory, remove_orphans, temporary_path
 
 # Lightning's special values of ckpt_path, resolved by Lightning itself.
 SPECIAL_CKPT_PATHS = ("best", "hpc", "registry")
@@ -54,6 +59,74 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             self._cleaned.add(target.parent)
         with atomic_write(target, "wb", field="checkpoint") as f:
             torch.save(checkpoint, f)
+
+
+# The `checkpoint` callback's file name for the best checkpoint (the CLI's default filename).
+BEST_NAME = "best"
+# A ``{name}`` or ``{name:format}`` group of a checkpoint file name template (Lightning's own pattern).
+_GROUP = re.compile(r"\{([^:}]*)([:}])")
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Lightning's `ModelCheckpoint` (same arguments) for the best checkpoints by ``monitor``:
+
+    - ``save_top_k`` k > 1 (or -1) with the filename ``best`` keeps k files named
+      ``epoch=E-step=S-val_acc1=0.1234.ckpt``: with one fixed name (and no version counter) Lightning
+      writes every top-k candidate to the same path, so ``best.ckpt`` silently became the latest epoch;
+    - ``best.ckpt`` is always the best of the files kept (a hard link, or a copy where links fail,
+      replaced atomically), so ``--ckpt_path RUN/checkpoints/best.ckpt`` works whatever the filename;
+    - a metric name's ``/`` (``{val/acc1:.3f}``) becomes ``_`` in the name Lightning inserts
+      (``val_acc1=0.141``) instead of a folder ``val/``; a ``/`` written outside braces is a folder,
+      as in Lightning.
+    """
+
+    _linked: str | None = None  # the checkpoint best.ckpt was last made from (by this process)
+
+    @property
+    def state_key(self) -> str:
+        # ModelCheckpoint's key: a run saved before this class resumes with its best-checkpoint state.
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        if self.filename == BEST_NAME and self.save_top_k not in (0, 1) and self.monitor:
+            self.filename = "{epoch}-{step}-{" + self.monitor + ":.4f}"
+
+    def _format_checkpoint_name(
+        self,
+        filename: str | None,
+        metrics: dict[str, Any],
+        prefix: str | None = None,
+        auto_insert_metric_name: bool = True,
+    ) -> str:
+        if filename and auto_insert_metric_name:  # insert "name=" ourselves, with "/" made safe
+            filename = _GROUP.sub(
+                lambda m: f"{m.group(1).replace('/', '_')}{self.CHECKPOINT_EQUALS_CHAR}{{{m.group(1)}{m.group(2)}",
+                filename,
+            )
+        return super()._format_checkpoint_name(filename, metrics, prefix=prefix, auto_insert_metric_name=False)
+
+    def _update_best_and_save(self, current: Any, trainer: Trainer, monitor_candidates: dict[str, Any]) -> None:
+        super()._update_best_and_save(current, trainer, monitor_candidates)
+        self._point_best_at(trainer, self.best_model_path)
+
+    def _point_best_at(self, trainer: Trainer, best: str) -> None:
+        """Make ``best.ckpt`` beside `best` the same file, atomically (a reader sees the old or the new)."""
+        if not best or not self.dirpath or "://" in str(best):
+            return
+        link = Path(self.dirpath) / f"{BEST_NAME}{self.FILE_EXTENSION}"
+        if trainer.is_global_zero and not (link.exists() and (self._linked == best or os.path.samefile(best, link))):
+            # (samefile: a rename onto another name of the same file would be a no-op, leaving the staged name)
+            staged = temporary_path(link)
+            staged.unlink(missing_ok=True)
+            try:
+                os.link(best, staged)
+            except OSError:  # a filesystem without hard links
+                shutil.copyfile(best, staged)
+            os.replace(staged, link)
+            fsync_directory(link.parent)
+            self._linked = best
+        trainer.strategy.barrier()
 
 
 def _counts(progress: dict) -> list[dict]:

@@ -1,0 +1,75 @@
+"""Top-k checkpoints and metric names in checkpoint file names (docs/usage.md, "Top-k checkpoints"):
+``--checkpoint.save_top_k 3`` keeps three files and ``best.ckpt`` is the best of them; ``{val/acc1}``
+in a filename is a name, not a folder."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from helpers import CONFIGS, TEST_CONFIGS, read_json, run_dirs
+from mixer_lightning.cli import main
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+CSV = str(CONFIGS / "logger" / "csv.yaml")
+
+
+def logged(run: Path, name: str) -> dict[int, float]:
+    """The figure `name` of each epoch, as the CSV logger wrote it."""
+    with open(run / "metrics.csv", newline="") as f:
+        return {int(row["epoch"]): float(row[name]) for row in csv.DictReader(f) if row.get(name)}
+
+
+def test_save_top_k_keeps_k_checkpoints_and_best_ckpt_is_the_best(capsys) -> None:
+    """With the filename ``best`` and k = 3, Lightning wrote every candidate to best.ckpt: it held the
+    last epoch and fit_summary.json reported its score as the best. Monitored in reverse (the highest
+    val/loss) so that the best is not simply the last epoch."""
+    main(
+        [
+            "fit",
+            *("--config", TINY, "--config", CSV),
+            *("--trainer.max_epochs", "4", "--checkpoint.save_top_k", "3"),
+            *("--checkpoint.monitor", "val/loss", "--checkpoint.mode", "max"),
+        ]
+    )
+    (run,) = run_dirs("digits_mixer")
+    losses = logged(run, "val/loss")
+    assert sorted(losses) == [0, 1, 2, 3]
+    folder = run / "checkpoints"
+    kept = sorted(p.name for p in folder.iterdir() if p.name.startswith("epoch="))
+    top3 = sorted(losses, key=losses.get, reverse=True)[:3]
+    assert kept == sorted(f"epoch={e}-step={4 * (e + 1)}-val_loss={losses[e]:.4f}.ckpt" for e in top3)
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*kept, "best.ckpt", "last.ckpt"])  # nothing else
+    best_epoch = top3[0]
+    best_file = folder / f"epoch={best_epoch}-step={4 * (best_epoch + 1)}-val_loss={losses[best_epoch]:.4f}.ckpt"
+    assert (folder / "best.ckpt").read_bytes() == best_file.read_bytes()
+    summary = read_json(run / "fit_summary.json")
+    assert summary["best_score"] == pytest.approx(max(losses.values()), rel=1e-6)
+    assert Path(summary["best_checkpoint"]).name == best_file.name
+    assert sorted(Path(p).name for p in summary["best_k"]) == kept
+    # best.ckpt is a checkpoint like any other: the test of it runs in its run directory.
+    main(["test", "--ckpt_path", str(folder / "best.ckpt")])
+    assert run_dirs("digits_mixer") == [run] and (run / "test_metrics.json").is_file()
+
+
+def test_a_metric_with_a_slash_in_the_filename_is_a_name_not_a_folder(capsys) -> None:
+    """``{val/acc1:.3f}``: Lightning inserts ``val/acc1=`` into the name, i.e. a folder ``epoch=0-val/``."""
+    main(["fit", "--config", TINY, "--config", CSV, "--checkpoint.filename", "{epoch}-{val/acc1:.3f}"])
+    (run,) = run_dirs("digits_mixer")
+    folder = run / "checkpoints"
+    accuracy = logged(run, "val/acc1")
+    best = max(accuracy, key=accuracy.get)  # the first of equals, as Lightning keeps it
+    name = f"epoch={best}-val_acc1={accuracy[best]:.3f}.ckpt"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([name, "best.ckpt", "last.ckpt"])
+    assert (folder / "best.ckpt").read_bytes() == (folder / name).read_bytes()
+
+
+def test_top_k_with_one_fixed_filename_is_one_line(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit", "--config", TINY, "--checkpoint.filename", "fixed", "--checkpoint.save_top_k", "2"])
+    assert exit_.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("mixer: error: checkpoint.filename: 'fixed' names one file, but save_top_k 2 keeps 2")
+    assert not Path("runs").exists()
