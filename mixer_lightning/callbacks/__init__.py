@@ -15,6 +15,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.safety.atomic import atomic_write
+from mixer_lightning.safety.checkpoints import SEED_KEY
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -128,10 +129,12 @@ class DataFacts(Callback):
     image size, channels, normalisation, evaluation crop and input permutation
     (`mixer_lightning.data.predict.data_facts`), so that ``mixer predict --ckpt_path CKPT
     --data.predict_root DIR`` needs neither a data config nor the training data. Plain values only
-    (read back with ``torch.load(weights_only=True)``)."""
+    (read back with ``torch.load(weights_only=True)``). Also the run's seed, under ``seed_everything``
+    (None: not seeded), which a resumed run must keep."""
 
-    def __init__(self) -> None:
+    def __init__(self, seed: int | None = None) -> None:
         self.facts: dict[str, Any] | None = None
+        self.seed = seed
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit" and self.facts is None:
@@ -142,6 +145,7 @@ class DataFacts(Callback):
     def on_save_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
         if self.facts is not None:
             checkpoint["data"] = dict(self.facts)
+        checkpoint[SEED_KEY] = self.seed
 
 
 class _WeightMonitor(Callback):

@@ -3,7 +3,10 @@ directory exists): each a one-line `ConfigError` before anything is written."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import torch
 
 from mixer_lightning.callbacks import PredictionWriter
 from mixer_lightning.commands.lists import SEED_LIMIT
@@ -55,6 +58,21 @@ def check_trainer_settings(config: Any) -> None:
             f"must be >= 1 (or null), got {every}",
             "give 1 to validate every epoch",
         )
+    interval = trainer.get("val_check_interval")
+    if isinstance(interval, (int, float)) and not isinstance(interval, bool):
+        if interval < 1 if isinstance(interval, int) else not 0 < interval <= 1:  # Lightning takes a modulo of it
+            raise ConfigError(
+                "trainer.val_check_interval",
+                f"must be a number of batches >= 1 or a fraction of the epoch in (0, 1], got {interval}",
+                "give 1.0 to validate once per epoch, 0.25 four times, or 100 every 100 batches",
+            )
+    clip = trainer.get("gradient_clip_val")
+    if isinstance(clip, (int, float)) and not (math.isfinite(clip) and clip >= 0):  # Lightning ignores clip <= 0
+        raise ConfigError(
+            "trainer.gradient_clip_val",
+            f"must be a finite norm >= 0, got {clip} (a negative one would silently clip nothing)",
+            "give e.g. 1.0, or 0 (or null) for no clipping",
+        )
     checkpoint = config.get("checkpoint")
     if checkpoint is not None and checkpoint.get("save_last"):
         checkpoint.save_last = False
@@ -95,14 +113,31 @@ def check_ckpt_file(path: Any, model: Any) -> None:
         check_checkpoint(path, model)
 
 
-def check_optimizers(model: Any) -> None:
+# float16's smallest positive value (a subnormal): anything below rounds to 0 in a half-precision tensor.
+FLOAT16_TINY = 2.0**-24
+
+
+def _optimizers(configured: Any) -> list:
+    """The torch optimisers in what ``configure_optimizers`` returned (one, a list, a dict, a tuple)."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return [configured]
+    if isinstance(configured, dict):
+        return _optimizers(configured.get("optimizer"))
+    if isinstance(configured, (list, tuple)):
+        return [o for item in configured for o in _optimizers(item)]
+    return []
+
+
+def check_optimizers(model: Any, precision: str | None = None) -> None:
     """Build the optimiser and schedule once on the side: a negative learning rate or weight decay is
-    a one-line error now, before the run directory exists, not a traceback after it."""
+    a one-line error now, before the run directory exists, not a traceback after it; so is an infinite
+    learning rate (torch.optim accepts it; the loss is nan at the first step) and, with ``trainer.precision
+    16-true``, an Adam ``eps`` that is 0 in float16 (Adam then divides by zero at the first step)."""
     configure = getattr(model, "configure_optimizers", None)
     if not isinstance(model, ClassifierModule) or configure is None:
         return
     try:
-        configure()
+        configured = configure()
     except ValueError as error:  # torch.optim: "Invalid learning rate: -0.1", "Invalid weight_decay value: -1"
         problem = str(error).splitlines()[0].rstrip(".")
         argument = next((name for words, name in OPTIMIZER_WORDS if words in problem.lower()), None)
@@ -118,6 +153,24 @@ def check_optimizers(model: Any) -> None:
             str(error).splitlines()[0],
             "check the arguments of model.optimizer and model.lr_scheduler",
         ) from None
+    for optimizer in _optimizers(configured):
+        for group in optimizer.param_groups:
+            for key in ("initial_lr", "lr"):  # initial_lr: the base of a schedule that starts from a warm-up
+                lr = group.get(key)
+                if isinstance(lr, (int, float, torch.Tensor)) and not math.isfinite(float(lr)):
+                    raise ConfigError(
+                        "model.optimizer.init_args.lr",
+                        f"must be a finite number, got {float(lr)}",
+                        "give a learning rate such as 0.001",
+                    )
+            eps = group.get("eps")
+            if precision == "16-true" and isinstance(eps, float) and eps < FLOAT16_TINY:
+                raise ConfigError(
+                    "model.optimizer.init_args.eps",
+                    f"{eps:g} is 0 in float16 (trainer.precision 16-true), so the optimiser divides by zero at "
+                    "the first step",
+                    "use trainer.precision 16-mixed or bf16-true, or give eps >= 1e-4",
+                )
 
 
 def check_prediction_output(trainer: Any) -> None:

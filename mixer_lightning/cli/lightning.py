@@ -189,7 +189,9 @@ class MixerCLI(LightningAdapter):
             config["callbacks"] = [c for c in given if not isinstance(c, ModelCheckpoint)]
             config["enable_checkpointing"] = False
         else:
-            callbacks = [*callbacks, DataFacts(), SlurmRequeue()]  # SLURM: `mixer_lightning.safety.slurm`
+            seed = settings.get("seed_everything")  # the number Lightning seeded with (false: not seeded)
+            seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+            callbacks = [*callbacks, DataFacts(seed), SlurmRequeue()]  # SLURM: `mixer_lightning.safety.slurm`
         ckpt = settings.get("ckpt_path")
         self.header = RunHeader(
             command or "",
@@ -225,7 +227,7 @@ class MixerCLI(LightningAdapter):
 
     def before_fit(self) -> None:
         checks.check_ckpt_file(self._ckpt_path(), self.model)
-        checks.check_optimizers(self.model)
+        checks.check_optimizers(self.model, str(self.trainer.precision))
         self._claim()
 
     def before_validate(self) -> None:

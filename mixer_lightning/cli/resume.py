@@ -9,7 +9,8 @@ model wins over the config's):
   (`mixer_lightning.safety.rundir.find_last_run`); ``fit`` continues that run in its own directory;
 - the checkpoint file is read and checked (one line for a missing, damaged or untrusted file) before
   jsonargparse imports the names in its hyper-parameters;
-- a resumed ``fit`` trains the checkpoint's model: a model argument given with another value is refused;
+- a resumed ``fit`` continues the interrupted run or is refused: a model argument, the seed or a data
+  argument that decides the trajectory, given with another value, is refused (`check_resumed_run`);
 - the optimiser and schedule the config gives are kept (`arguments_not_in_checkpoints`), since the
   checkpoint's hyper-parameters leave them out.
 """
@@ -21,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from mixer_lightning.cli.arguments import LINKED_FROM_DATA
-from mixer_lightning.cli.rundirs import first_process, logger_args
+from mixer_lightning.cli.rundirs import first_process, logger_args, run_dir_of_checkpoint
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.safety.checkpoints import SEED_KEY, SPECIAL_CKPT_PATHS
+from mixer_lightning.safety.config_files import load_configs
 from mixer_lightning.safety.rundir import find_last_run
 from mixer_lightning.safety.slurm import job_id, requeued_run, restart_count
 from mixer_lightning.tasks.loading import family_module, read_checkpoint
@@ -31,6 +33,21 @@ from mixer_lightning.tasks.loading import family_module, read_checkpoint
 # Model arguments a resumed run may give differently from its checkpoint: the checkpoint holds the
 # trained weights (init_from is not read again) and the optimiser/schedule states.
 RESUME_MAY_DIFFER = (*LINKED_FROM_DATA, "init_from", "optimizer", "lr_scheduler")
+# Data arguments a resumed run may give differently: how and where the same data is read, and the
+# evaluation batch; none changes what is trained on, in which order, or the figures logged.
+DATA_MAY_DIFFER = (
+    "num_workers",
+    "pin_memory",
+    "persistent_workers",
+    "prefetch_factor",
+    "eval_batch_size",
+    "pipeline",
+    "cache_dir",
+    "tensor_limit_gb",
+    "download",
+    "root",
+    "predict_root",
+)
 
 
 def resolve_checkpoint(config: Any) -> dict:
@@ -57,7 +74,7 @@ def resolve_checkpoint(config: Any) -> dict:
         # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
         checkpoint = read_checkpoint(path)
         if subcommand == "fit":
-            check_resumed_model(config, checkpoint, path)
+            check_resumed_run(config, checkpoint, path)
     return arguments_not_in_checkpoints(config)
 
 
@@ -101,6 +118,76 @@ def _signature_defaults(cls: type) -> dict[str, Any]:
                 if parameter.default is not inspect.Parameter.empty:
                     defaults[name] = parameter.default
     return defaults
+
+
+def check_resumed_run(config: Any, checkpoint: dict, path: str) -> None:
+    """A resumed ``fit`` continues exactly the interrupted run, or is refused: the same model
+    (`check_resumed_model`), seed (`check_resumed_seed`) and data (`check_resumed_data`)."""
+    check_resumed_model(config, checkpoint, path)
+    check_resumed_seed(config, checkpoint, path)
+    check_resumed_data(config, checkpoint, path)
+
+
+def saved_seed(checkpoint: dict, path: str) -> int | None:
+    """The seed of the run `checkpoint` belongs to: recorded in the checkpoint (`DataFacts`), else, for
+    a checkpoint written before, in its run's config.yaml; None if unknown or not seeded."""
+    seed = checkpoint.get(SEED_KEY)
+    if seed is None and SEED_KEY not in checkpoint:
+        run = run_dir_of_checkpoint(path)
+        if run is not None:
+            seed = load_configs([str(run / "config.yaml")], "ckpt_path").get("seed_everything")
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+
+
+def check_resumed_seed(config: Any, checkpoint: dict, path: str) -> None:
+    """``seed_everything`` of a resumed run is that of the run (the data order and the augmentation
+    streams follow it): ``true`` (a random seed) takes the run's; another number is refused."""
+    saved = saved_seed(checkpoint, path)
+    given = config.get("seed_everything")
+    if saved is None or given is False or given == saved:
+        return
+    if given is True:
+        config.seed_everything = saved
+        return
+    raise ConfigError(
+        "seed_everything",
+        f"is {given}, but the run being resumed has {saved} ({path})",
+        f"a resumed run keeps its seed: give --seed_everything {saved}, or start a new run",
+    )
+
+
+def check_resumed_data(config: Any, checkpoint: dict, path: str) -> None:
+    """A resumed run reads the same data in the same order: a data argument outside `DATA_MAY_DIFFER`
+    given with another value than the checkpoint's ``datamodule_hyper_parameters`` is refused (the
+    data module is built from the config, not from the checkpoint). ``null`` where the checkpoint has
+    a value is the value resolved from the data (``image_size``: the dataset's own)."""
+    saved = checkpoint.get("datamodule_hyper_parameters")
+    data = config.get("data")
+    if not isinstance(saved, dict) or data is None:
+        return
+    saved_class, given_class = str(saved.get("_class_path") or ""), str(data.get("class_path") or "")
+    if saved_class and given_class and saved_class.rsplit(".", 1)[-1] != given_class.rsplit(".", 1)[-1]:
+        raise ConfigError(
+            "data.class_path",
+            f"{given_class} differs from the {saved_class} of the run being resumed ({path})",
+            "a resumed run keeps its data: use the run's config.yaml, or start a new run",
+        )
+    for name, value in _plain(data.get("init_args") or {}).items():
+        if name in DATA_MAY_DIFFER or name.startswith("_") or name not in saved or value is None:
+            continue
+        if value != _plain(saved[name]):
+            raise ConfigError(
+                f"data.{name}",
+                f"is {value!r}, but the run being resumed has {saved[name]!r} ({path})",
+                f"a resumed run keeps its data and their order: give --data.{name} {_flag_value(saved[name])}, "
+                "or start a new run",
+            )
+
+
+def _flag_value(value: Any) -> str:
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def check_resumed_model(config: Any, checkpoint: dict, path: str) -> None:

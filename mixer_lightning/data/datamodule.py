@@ -220,7 +220,7 @@ class ImageDataModule(LightningDataModule):
         self.split_seed = split_seed
         self.train_subset = train_subset
         info = self.source.info
-        self._image_size = image_size or info.image_size
+        self._image_size = info.image_size if image_size is None else image_size  # 0 is not "not given"
         require(self._image_size > 0, "data.image_size", f"must be positive, got {image_size}")
         # Record the resolved size, as the model's linked hparam is (the logger merges both sets of hparams).
         self.save_hyperparameters({**self.hparams, "image_size": self._image_size, "num_classes": info.num_classes})

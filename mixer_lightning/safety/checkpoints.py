@@ -38,6 +38,8 @@ SPECIAL_CKPT_PATHS = ("best", "hpc", "registry")
 # Module state that is not the network: metric accumulators, filled in when absent (`ClassifierModule`).
 NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# The seed of the run a checkpoint belongs to (``seed_everything``; written by `mixer_lightning.callbacks.DataFacts`).
+SEED_KEY = "seed_everything"
 # Where `ResumeCheckpoint` took a checkpoint, when Lightning's loop state needs adapting at load time.
 POSITION_KEY = "mixer_resume_position"
 
