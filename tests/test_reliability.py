@@ -1072,7 +1072,20 @@ def test_a_failed_run_leaves_no_run_directory(capsys: pytest.CaptureFixture) -> 
     """A run that fails after its directory was made (here: during training) but before any checkpoint
     removes that directory; one with a checkpoint keeps it (it can be resumed)."""
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", *ONE_STEP, "--model.optimizer.lr", "1e30", "--model.lr_scheduler", "null"])
+        # Three steps (the loss of step 0 is finite; that of step 1 is not): ONE_STEP trained a whole epoch
+        # when an int limit_train_batches 1 was read as 1.0.
+        main(
+            [
+                "fit",
+                *ONE_STEP,
+                "--trainer.limit_train_batches",
+                "3",
+                "--model.optimizer.lr",
+                "1e30",
+                "--model.lr_scheduler",
+                "null",
+            ]
+        )
     assert exit_info.value.code == 1 and "no checkpoint was saved yet" in capsys.readouterr().err
     assert not Path("runs").exists()
 
