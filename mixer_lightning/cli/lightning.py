@@ -86,6 +86,10 @@ class MixerCLI(LightningAdapter):
         # The model arguments a checkpoint's hyper-parameters leave out, restored after Lightning reads them.
         self.kept: dict = {}
         self.header: RunHeader | None = None
+        # validate/test: the checkpoint's epoch and step, its record and the results file (`results.stage_file`).
+        self.ckpt_facts: dict = {}
+        self.result_record: dict | None = None
+        self.result_file: str | None = None
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -161,7 +165,7 @@ class MixerCLI(LightningAdapter):
             if suggestion is None:
                 raise
             raise suggestion from error
-        self.kept = resolve_checkpoint(self.config)
+        self.kept = resolve_checkpoint(self.config, self.ckpt_facts)
         checks.check_seed(self.config)
 
     def before_instantiate_classes(self) -> None:
@@ -230,13 +234,26 @@ class MixerCLI(LightningAdapter):
         checks.check_optimizers(self.model, str(self.trainer.precision))
         self._claim()
 
+    def _choose_results(self) -> None:
+        """The checkpoint's record and the results file (never another checkpoint's), shown in the header."""
+        if first_process():
+            self.result_record = results.checkpoint_record(self._ckpt_path(), self.claim.run_dir, self.ckpt_facts)
+            self.result_file = results.stage_file(self.claim.run_dir, self.subcommand, self.result_record)
+            if self.header is not None:
+                self.header.results = self.result_file
+
+    def _saved_config(self) -> str | None:
+        return next((c.config_filename for c in self.trainer.callbacks if isinstance(c, SaveConfig)), None)
+
     def before_validate(self) -> None:
         checks.check_ckpt_file(self._ckpt_path(), self.model)
         self._claim()
+        self._choose_results()
 
     def before_test(self) -> None:
         checks.check_ckpt_file(self._ckpt_path(), self.model)
         self._claim()
+        self._choose_results()
 
     def before_predict(self) -> None:
         checks.check_ckpt_file(self._ckpt_path(), self.model)
@@ -248,10 +265,12 @@ class MixerCLI(LightningAdapter):
         results.write_fit_summary(self.trainer)
 
     def after_validate(self) -> None:
-        results.write_stage_metrics(self.trainer, "validate")
+        results.write_stage_metrics(
+            self.trainer, "validate", self.result_file, self.result_record, self._saved_config()
+        )
 
     def after_test(self) -> None:
-        results.write_stage_metrics(self.trainer, "test")
+        results.write_stage_metrics(self.trainer, "test", self.result_file, self.result_record, self._saved_config())
 
 
 def run(argv: list[str]) -> None:

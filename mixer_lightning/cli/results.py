@@ -1,10 +1,16 @@
 """What a run leaves in its run directory besides checkpoints and logs, for `mixer sweep report` and
 scripts: ``fit_summary.json``, ``val_metrics.json``, ``test_metrics.json`` (atomically, by the first
-process), and the file `mixer predict` writes its predictions to."""
+process), and the file `mixer predict` writes its predictions to.
+
+An evaluation's results name the checkpoint they are of (path, epoch, step, sha256) and the config it
+saved, and never replace another checkpoint's: ``test_metrics.json`` is this checkpoint's or free, else
+``test_metrics.<checkpoint stem>.json`` (`stage_file`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+from itertools import chain, count
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +59,60 @@ def write_fit_summary(trainer: Any) -> None:
     write_json(trainer, "fit_summary.json", summary)
 
 
-def write_stage_metrics(trainer: Any, command: str) -> None:
-    """``val_metrics.json`` (validate) or ``test_metrics.json`` (test)."""
+def checkpoint_record(path: Any, run_dir: Path | None, facts: dict) -> dict | None:
+    """What identifies the checkpoint at `path`: its path (relative to `run_dir` when inside it), the
+    epoch and step it was saved at (`facts`), and the sha256 of its bytes (read in 1 MiB blocks)."""
+    if not path or not Path(path).is_file():
+        return None
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    shown = Path(path).resolve()
+    if run_dir is not None and Path(run_dir).resolve() in shown.parents:
+        shown = shown.relative_to(Path(run_dir).resolve())
+    return {
+        "path": str(shown),
+        "epoch": facts.get("epoch"),
+        "global_step": facts.get("global_step"),
+        "sha256": digest.hexdigest(),
+    }
+
+
+def _recorded_sha(path: Path) -> str | None:
+    try:
+        return (json.loads(path.read_text()).get("checkpoint") or {}).get("sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def stage_file(run_dir: Path | None, command: str, record: dict | None) -> str:
+    """The file name of `command`'s results in `run_dir`: ``test_metrics.json`` when it is free or holds
+    the results of this same checkpoint (its sha256), else ``test_metrics.<stem>.json``, then
+    ``test_metrics.<stem>.<n>.json`` (best.ckpt changes between fits): never another checkpoint's."""
+    base = RESULTS[command]
+    if run_dir is None:
+        return base
+    sha = record["sha256"] if record else None
+    stem = Path(record["path"]).stem if record else "nockpt"
+    numbered = (f"{base[:-5]}.{stem}.{n}.json" for n in count(1))
+    for name in chain([base, f"{base[:-5]}.{stem}.json"], numbered):
+        path = Path(run_dir) / name
+        if not path.exists() or (sha is not None and _recorded_sha(path) == sha):
+            return name
+    raise AssertionError("unreachable")
+
+
+def write_stage_metrics(
+    trainer: Any, command: str, name: str | None = None, record: dict | None = None, config: str | None = None
+) -> None:
+    """``val_metrics.json`` (validate) or ``test_metrics.json`` (test), or the `name` `stage_file` chose:
+    the flat metrics (what `mixer sweep report` reads), the checkpoint `record` and the `config` saved."""
     stage = "val" if command == "validate" else command
     title = "Validation metrics" if command == "validate" else "Test metrics"
-    write_json(trainer, RESULTS[command], stage_metrics(trainer, stage), title)
+    content: dict[str, Any] = dict(stage_metrics(trainer, stage))
+    content.update(checkpoint=record, config=config)
+    write_json(trainer, name or RESULTS[command], content, title)
 
 
 def choose_prediction_file(trainer: Any, datamodule: Any, run_dir: Path | None, header: RunHeader | None) -> None:

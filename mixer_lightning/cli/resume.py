@@ -50,10 +50,11 @@ DATA_MAY_DIFFER = (
 )
 
 
-def resolve_checkpoint(config: Any) -> dict:
+def resolve_checkpoint(config: Any, facts: dict | None = None) -> dict:
     """Resolve and check ``--ckpt_path`` of the parsed `config` (the whole config, with ``subcommand``);
     returns the model arguments to restore after Lightning re-parses the model from the checkpoint
-    (`restore_arguments`)."""
+    (`restore_arguments`). The checkpoint's ``epoch`` and ``global_step`` go into `facts` (what an
+    evaluation's results record: `mixer_lightning.cli.results.checkpoint_record`)."""
     subcommand = config.get("subcommand")
     config = config[subcommand] if subcommand else None
     path = config.get("ckpt_path") if config is not None else None
@@ -73,6 +74,8 @@ def resolve_checkpoint(config: Any) -> dict:
         # Missing, truncated, not a checkpoint, pickled code, a class outside the families: one-line
         # errors, before Lightning parses (and jsonargparse imports) the names in its hyper-parameters.
         checkpoint = read_checkpoint(path)
+        if facts is not None:
+            facts.update({key: checkpoint.get(key) for key in ("epoch", "global_step")})
         if subcommand == "fit":
             check_resumed_run(config, checkpoint, path)
     return arguments_not_in_checkpoints(config)
