@@ -9,6 +9,8 @@ paper's "last checkpoint". Unfinished runs contribute their curves up to where t
 final figure. Writes into --out:
 
 - ``fig5_runs.csv``: one row per run (sweep, family, Ω, C, S, m, p, seed, epochs logged, final test error);
+- ``curves.csv``: every run's test error after every epoch (the data behind the curves and claims);
+- ``points.csv`` / ``points.md``: each point's test error at epochs 10–150 and final, mean ± sd (seeds);
 - ``fig5_error.png``: test error against m and against C, one line per (family, Ω), mean ± sd over seeds;
 - ``fig5_curves_2p<E>.png``: test error against the epoch, one line per C (S-Mixer solid, RP dashed);
 - ``claims.csv`` and ``claims.md``: at chosen epochs, each claim's statistic (below), so the budget question
@@ -404,6 +406,16 @@ def main() -> None:
             {k: v for k, v in r.items() if k != "error_curve"}
             | {"final": None if r["final"] is None else round(r["final"], 4)}
             for r in runs
+        ],
+    )
+    # Every run's test error after every epoch: the curves outlive the run directories (which stay on the
+    # machine that trained them), so the figures above can be checked against the data behind them.
+    write_csv(
+        out / "curves.csv",
+        [
+            {"sweep": r["sweep"], "point": r["point"], "seed": r["seed"], "epoch": epoch, "test_error": round(error, 4)}
+            for r in runs
+            for epoch, error in sorted(r["error_curve"].items())
         ],
     )
     epochs = [*EPOCHS, None]
