@@ -138,6 +138,7 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(field, f"no such file {str(path)!r}", fix)
+    check_stored_archive(path, field, fix)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
@@ -169,6 +170,32 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
             raise ConfigError(field, f"{str(path)!r} has malformed hyper_parameters ({type(hparams).__name__})", fix)
         check_class_paths(hparams, field, repr(str(path)))
     return loaded
+
+
+def check_stored_archive(path: Path, field: str, fix: str) -> None:
+    """A zip-format torch file must hold its records stored, inside the file: torch.save never
+    compresses, while torch.load inflates each record to the size it declares before comparing it
+    with the tensor's, so a 2 MB file of deflated zeros would take ~2 GB of memory before its error
+    (issue 25, RC8). Checked from the zip's directory alone, before anything is inflated."""
+    if not zipfile.is_zipfile(path):
+        return  # a legacy pickle, or no torch file: torch.load says which
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            entries = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # damaged: torch.load's own message names it
+    declared = 0
+    for entry in entries:
+        declared += entry.file_size
+        if entry.compress_type != zipfile.ZIP_STORED or entry.header_offset + entry.compress_size > size:
+            raise ConfigError(
+                field,
+                f"{str(path)!r} declares {declared / 1e6:,.0f} MB in a {size / 1e6:,.1f} MB file (its record "
+                f"{entry.filename!r} is compressed or lies past the end, which torch.save never writes); "
+                "refused before loading",
+                fix,
+            )
 
 
 def _looks_like_torch(path: Path) -> bool:

@@ -1,0 +1,125 @@
+"""The one checkpoint reader checks what a checkpoint holds, not only the names in it (issue 25, RC8):
+non-finite weights, hyper-parameters of another family than the class it names, and zip records that
+torch.save never writes (compressed: a small file that inflates to gigabytes before torch's error).
+Each is one line and exit 2 before anything is written, for every command that reads a checkpoint."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from helpers import TEST_CONFIGS, run_dirs
+from mixer_lightning.cli import main
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+
+
+@pytest.fixture
+def good() -> Path:
+    main(["fit", "--config", TINY, "--trainer.max_epochs", "1"])
+    (run,) = run_dirs("digits_mixer")
+    return run / "checkpoints" / "last.ckpt"
+
+
+def nonfinite(good: Path, value: float, name: str) -> Path:
+    checkpoint = torch.load(good, weights_only=True)
+    weight = next(k for k, v in checkpoint["state_dict"].items() if v.is_floating_point() and v.numel() > 1)
+    checkpoint["state_dict"][weight].view(-1)[0] = value
+    path = good.parent.parent.parent / name  # beside the run, not in it
+    torch.save(checkpoint, path)
+    return path
+
+
+def misnamed(good: Path) -> Path:
+    checkpoint = torch.load(good, weights_only=True)
+    checkpoint["hyper_parameters"]["_class_path"] = "mixer_lightning.tasks.mlp.SWMLPModule"
+    path = good.parent.parent.parent / "misnamed.ckpt"
+    torch.save(checkpoint, path)
+    return path
+
+
+def zip_bomb(good: Path) -> Path:
+    """`good` with its largest record replaced by 64 MB of zeros, deflated (torch.save writes STORED)."""
+    path = good.parent.parent.parent / "bomb.ckpt"
+    with zipfile.ZipFile(good) as source, zipfile.ZipFile(path, "w") as bomb:
+        largest = max(source.infolist(), key=lambda e: e.file_size)
+        for entry in source.infolist():
+            if entry is largest:
+                bomb.writestr(entry.filename, bytes(64 << 20), compress_type=zipfile.ZIP_DEFLATED)
+            else:
+                bomb.writestr(entry, source.read(entry), compress_type=zipfile.ZIP_STORED)
+    assert path.stat().st_size < (1 << 20)
+    return path
+
+
+def photos() -> str:
+    Path("photos").mkdir(exist_ok=True)
+    Image.new("RGB", (8, 8), (120, 30, 200)).save("photos/a.png")
+    return "photos"
+
+
+COMMANDS = {
+    "test": lambda ckpt: ["test", "--config", TINY, "--ckpt_path", ckpt],
+    "predict": lambda ckpt: ["predict", "--ckpt_path", ckpt, "--data.predict_root", photos()],
+    "export": lambda ckpt: ["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", "m.pt"],
+    "visualize": lambda ckpt: ["visualize", "--ckpt", ckpt, "--out", "pics"],
+}
+
+
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    before = sorted(str(p) for p in Path(".").rglob("*"))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and not any(line.startswith("Traceback") for line in err), err
+    after = sorted(str(p) for p in Path(".").rglob("*") if not str(p).startswith("photos"))
+    assert after == [p for p in before if not p.startswith("photos")]  # nothing written
+    return err[-1]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("value, word", [(float("nan"), "NaN"), (float("inf"), "inf")])
+def test_a_checkpoint_with_non_finite_weights_is_one_line(good, command, value, word, capsys) -> None:
+    """Before: exit 0 with nan figures (test), PNGs of NaNs (visualize), an export 'checked' with
+    max |Δ| nan."""
+    ckpt = str(nonfinite(good, value, f"{word}.ckpt"))
+    capsys.readouterr()
+    line = refused(COMMANDS[command](ckpt), capsys)
+    assert "holds non-finite weights" in line and f"1 {word}" in line and "best.ckpt" in line, line
+
+
+def test_resuming_a_diverged_checkpoint_is_one_line(good, capsys) -> None:
+    nan = str(nonfinite(good, float("nan"), "nan.ckpt"))
+    capsys.readouterr()
+    line = refused(["fit", "--config", TINY, "--trainer.max_epochs", "2", "--ckpt_path", nan], capsys)
+    assert "non-finite weights" in line, line
+
+
+@pytest.mark.parametrize("command", ["predict", "test"])
+def test_a_checkpoint_naming_another_family_is_one_line(good, command, capsys) -> None:
+    """Before: predict ended in a 70-line jsonargparse Union traceback (TypeError: unexpected keyword
+    argument 'tokens')."""
+    ckpt = str(misnamed(good))
+    capsys.readouterr()
+    argv = COMMANDS[command](ckpt) if command == "predict" else ["test", "--ckpt_path", ckpt]
+    line = refused(argv, capsys)
+    assert "SWMLPModule" in line and "does not take" in line, line
+
+
+def test_a_compressed_record_is_refused_before_anything_is_inflated(good, monkeypatch, capsys) -> None:
+    """A deflated record inflates to its declared size inside torch.load before torch's size check
+    (a 2 MB file: ~2 GB of memory); refused from the zip's directory, torch.load never called."""
+    bomb = str(zip_bomb(good))
+
+    def never(*args, **kwargs):
+        raise AssertionError("torch.load was called on a compressed archive")
+
+    monkeypatch.setattr(torch, "load", never)
+    capsys.readouterr()
+    line = refused(COMMANDS["export"](bomb), capsys)
+    assert "declares" in line and "compressed" in line and "refused before loading" in line, line
