@@ -231,7 +231,8 @@ def stream_loader(
     dataset.seed, dataset.shuffle_buffer, dataset.skip = seed, shuffle_buffer, skip
     world = trainer.world_size if trainer is not None else 1
     dataset.rank, dataset.world = (trainer.global_rank if trainer is not None else 0), world
-    files = dataset.rank_stream(0).num_shards
+    stream = dataset.rank_stream(0)
+    files = getattr(stream, "num_shards", None) or stream.n_shards  # n_shards in datasets 3.0.1, num_shards later
     workers = min(common.get("num_workers") or 0, files)
     if train and workers > 1 and files % workers and dataset.rank == 0:
         warnings.warn(
