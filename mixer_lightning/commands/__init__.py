@@ -48,6 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mixer_lightning.commands.export",
         "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked",
     ),
+    "average": ("mixer_lightning.commands.average", "the mean of checkpoints' weights (timm's avg_checkpoints)"),
     "data": (
         "mixer_lightning.commands.data",
         "`data pack`: an image folder or HF dataset → WebDataset tar shards; `data check`: verify shards",
