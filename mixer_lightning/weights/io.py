@@ -27,6 +27,7 @@ import torch
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.trust import load_torch_file
 from mixer_lightning.weights.file import HUB_PREFIXES, WeightsFile
+from mixer_lightning.weights.hub_folder import is_hub_folder, read_hub_folder
 from mixer_lightning.weights.keys import TIMM_NAMES, about, from_jax_key, from_timm_key, jax_to_torch, timm_key
 
 
@@ -36,6 +37,8 @@ def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
     ``field`` names the setting the path came from, in errors (``model.init_from``, ``--from``).
     A file that needs pickled objects is refused with the fix.
     """
+    if is_hub_folder(path):  # `mixer push`'s layout: a folder, or an hf-hub: repo of a mixer-lightning model
+        return read_hub_folder(path, field)
     if str(path).startswith(HUB_PREFIXES):
         from mixer_lightning.weights.timm import read_hub_weights  # imports timm: only for hub names
 
