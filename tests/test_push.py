@@ -107,6 +107,8 @@ def test_a_timm_shaped_mixer_round_trips_through_timm_and_back(
             **config["model_args"],
         ).eval()
         torch.testing.assert_close(model(images), expected, rtol=0, atol=1e-5)
+        model = timm.create_model(f"local-dir:{Path('repo').absolute()}", pretrained=True).eval()
+        torch.testing.assert_close(model(images), expected, rtol=0, atol=1e-5)
         # timm, as a hub repo (from the cache, offline).
         place_in_cache(offline_cache, "lab/tiny-push", Path("repo"))
         model = timm.create_model("hf-hub:lab/tiny-push", pretrained=True).eval()

@@ -289,7 +289,7 @@ def write_folder(ckpt: str, out: Path, repo_id: str | None) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as scratch:  # timm writes it plainly; we then write it atomically
             save_config_for_hf(
                 timm_model,
-                str(Path(scratch) / "config.json"),
+                Path(scratch) / "config.json",  # a Path: timm 1.0.21 calls its .open()
                 model_config={"label_names": names} if len(names) == net.num_classes else {},
                 model_args=model_args,
             )
