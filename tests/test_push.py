@@ -165,7 +165,7 @@ def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, 
     # Offline: the folder is written, and one line says it was not uploaded.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
     error = one_line_error(capsys, ["push", "--ckpt_path", ckpt, "--out", "off", "--repo_id", "lab/x"], code=1)
-    assert "offline" in error and "off written, not uploaded" in error and "huggingface-cli upload lab/x off" in error
+    assert "offline" in error and "off written, not uploaded" in error and "`hf upload lab/x off`" in error
     assert (Path("off") / "model.safetensors").is_file()
 
     # Online (HfApi replaced: no network here): the repo is created and the folder uploaded.

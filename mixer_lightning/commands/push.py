@@ -19,7 +19,7 @@ class and hyper-parameters under ``mixer_lightning``, so this project reads the 
 hub repo: ``mixer convert --from DIR`` / ``--from hf-hub:ORG/NAME``, ``model.init_from: DIR``.
 
 Upload: --repo_id ORG/NAME creates the repo (if new; --private) and uploads the folder, with the
-token of ``huggingface-cli login`` or HF_TOKEN. Offline (HF_HUB_OFFLINE=1, or no huggingface_hub),
+token of ``hf auth login`` or HF_TOKEN. Offline (HF_HUB_OFFLINE=1, or no huggingface_hub),
 the folder is written and the command says in one line that nothing was uploaded (exit 1).
 
 (A new command rather than ``mixer export --format hf``: export writes one file and checks it, a hub
@@ -339,7 +339,7 @@ def write_folder(ckpt: str, out: Path, repo_id: str | None) -> dict[str, Any]:
 def upload(out: Path, repo_id: str, private: bool) -> str:
     """Upload the folder `out` to the hub repo `repo_id` (created if new), as timm's push_to_hf_hub;
     a `ResourceError` in one line when the hub cannot be reached."""
-    fix = f"upload the folder later: run this again online, or `huggingface-cli upload {repo_id} {out}`"
+    fix = f"upload the folder later: run this again online, or `hf upload {repo_id} {out}`"
     try:
         import huggingface_hub
         from huggingface_hub import constants
