@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "mixer_lightning.commands.export",
         "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked",
     ),
-    "push": ("mixer_lightning.commands.push", "a checkpoint as a Hugging Face Hub repo (timm layout); uploads it"),
+    "push": ("mixer_lightning.commands.push", "a checkpoint as a Hub repo folder (timm layout); --repo_id uploads it"),
     "average": ("mixer_lightning.commands.average", "the mean of checkpoints' weights (timm's avg_checkpoints)"),
     "data": (
         "mixer_lightning.commands.data",
