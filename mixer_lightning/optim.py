@@ -119,3 +119,20 @@ def param_groups(model: nn.Module, weight_decay: float | None = None) -> list[di
         first["weight_decay"] = weight_decay
     groups: Iterable[dict] = [first, {"params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
+
+
+def layer_decay_groups(net: nn.Module, layer_decay: float, weight_decay: float) -> list[dict]:
+    """Parameter groups for layer-wise learning-rate decay (BEiT, Bao et al. 2022; timm's ``--layer-decay``):
+    timm's `param_groups_layer_decay`, with the layers named by the network's ``group_matcher`` (stem
+    first, then each block, the final norm with the last block, the head last). Each group has
+    ``lr_scale`` = layer_decay^(layers above it), for the caller to multiply into its lr, and the
+    weight decay split of `param_groups` (every 1-D parameter without)."""
+    from timm.optim import param_groups_layer_decay
+
+    require(
+        callable(getattr(net, "group_matcher", None)),
+        "layer_decay",
+        f"{type(net).__name__} does not name its layers (no group_matcher)",
+        "drop model.layer_decay for this family",
+    )
+    return param_groups_layer_decay(net, weight_decay=weight_decay, layer_decay=layer_decay)

@@ -133,7 +133,13 @@ def describe_model(module: LightningModule) -> str:
     ]
     count = sum(p.numel() for p in module.parameters())
     architecture = f" ({', '.join(shown)})" if shown else ""
-    return f"{type(module).__name__}{architecture}, {count:,} parameters"
+    # The widths the network resolved (S from Ω, m = S·C, p): what `mixer width` would say of it.
+    widths = module.architecture() if callable(getattr(module, "architecture", None)) else {}
+    resolved = "".join(
+        f", {key}={value:,.0f}" if float(value).is_integer() else f", {key}={value:.4g}"
+        for key, value in widths.items()
+    )
+    return f"{type(module).__name__}{architecture}, {count:,} parameters{resolved}"
 
 
 def describe_data(datamodule: Any, stage: str) -> str | None:

@@ -62,8 +62,18 @@ def get_entry(name: str, field: str = "model") -> ModelEntry:
         raise ConfigError(field, f"unknown model {name!r}", f"choose one of {', '.join(sorted(_REGISTRY))}") from None
 
 
-def create_model(name: str, **overrides: Any) -> nn.Module:
-    """Build the family or preset `name`; `overrides` replace the preset's (or family's) defaults."""
+def create_model(name: str, pretrained: bool | str = False, **overrides: Any) -> nn.Module:
+    """Build the family or preset `name`; `overrides` replace the preset's (or family's) defaults.
+
+    A preset is a paper's architecture, not one set of weights, so ``pretrained`` (timm's argument) is
+    refused in one line naming where weights are loaded by name (``timm:``, ``hf-hub:``, a file)."""
+    if pretrained:
+        raise ConfigError(
+            "pretrained",
+            f"create_model builds {name!r} with random weights; weights are named by their source",
+            "MLPMixerModule(preset=..., init_from='timm:mixer_b16_224.goog_in21k_ft_in1k') (or 'hf-hub:ORG/REPO', "
+            "a .pth/.safetensors/.npz file), or `mixer convert --from timm:NAME --out FILE`",
+        )
     return get_entry(name).build(**overrides)
 
 

@@ -168,6 +168,24 @@ class ShallowMLP(nn.Module):
     def structured_layers(self) -> list[nn.Module]:
         return [self.b1, self.b2]
 
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """The layers in order, for layer-wise lr decay (timm's `param_groups_layer_decay`): B1, then B2."""
+        return {"stem": r"^b1\.", "blocks": [(r"^b2\.", (0,))]}
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
+        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
+        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.features, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)  # any fixed order of the n pixels will do: B1 mixes them all
         return self.act2(self.b2(self.act1(self.b1(x))))

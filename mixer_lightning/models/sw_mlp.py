@@ -244,6 +244,24 @@ class SWMLP(nn.Module):
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
 
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """The layers in order, for layer-wise lr decay (timm's `param_groups_layer_decay`): the per-patch FC, then each block."""
+        return {"stem": r"^stem", "blocks": r"^blocks\.(\d+)"}
+
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
+        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
+        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.width, num_classes) if num_classes > 0 else nn.Identity()
+        if num_classes > 0:
+            nn.init.zeros_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
+
     def sparse_layers(self) -> list[nn.Module]:
         """Every static sparse linear layer, input to output."""
         return [layer for block in self.blocks for layer in block.sparse_layers()]

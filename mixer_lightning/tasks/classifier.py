@@ -11,6 +11,8 @@ i.e. after a strategy such as FSDP has wrapped the model.
 
 from __future__ import annotations
 
+import copy
+import inspect
 import math
 from typing import Any, Literal
 
@@ -26,7 +28,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from mixer_lightning.data.sampling import rng_states, set_rng_states
 from mixer_lightning.errors import ConfigError, TrainingError, field_prefix, require
 from mixer_lightning.models import get_entry
-from mixer_lightning.optim import WarmupDecayLR, param_groups
+from mixer_lightning.optim import WarmupDecayLR, layer_decay_groups, param_groups
 from mixer_lightning.tasks.initialise import build_initialised, implied_arguments
 from mixer_lightning.tasks.loading import check_family
 from mixer_lightning.weights import read_weights
@@ -39,19 +41,42 @@ def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollecti
     return MetricCollection(metrics, prefix=f"{stage}/")
 
 
+DATA_FACTS = ("num_classes", "image_size", "in_chans")  # what the network needs to know of the data
+
+
+def optimizer_argument(factory: Any, name: str) -> Any:
+    """The value the optimiser callable will use for `name` (``lr``, ``weight_decay``): the one bound by
+    the config (jsonargparse and `functools.partial` keep it in ``keywords``), else the optimiser
+    class's default; None when it has no such argument."""
+    keywords = getattr(factory, "keywords", None) or {}
+    if name in keywords:
+        return keywords[name]
+    try:
+        parameter = inspect.signature(getattr(factory, "func", factory)).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+
+
 class ClassifierModule(LightningModule):
     """Image classification with any backbone of the project.
 
     Args:
-        num_classes: classes of the dataset (linked from the data module by the CLI).
-        image_size: image side in pixels (linked from the data module).
-        in_chans: image channels (linked from the data module).
+        num_classes: classes of the dataset (linked from the data module by the CLI; left None in
+            Python, taken from the trainer's data module at `setup`, where the network is then built).
+        image_size: image side in pixels (linked from the data module, or taken at `setup`).
+        in_chans: image channels (linked from the data module, or taken at `setup`).
         optimizer: the optimiser, called with the parameter groups (no weight decay on biases and
             normalisation parameters).
         lr_scheduler: the learning-rate schedule, called with the optimiser; `WarmupDecayLR` is told
             the training length. None: constant learning rate.
         scheduler_interval: step the schedule every optimiser ``step`` or every ``epoch``.
         label_smoothing: label smoothing of the training cross-entropy.
+        layer_decay: layer-wise learning-rate decay for fine-tuning (BEiT; timm's ``--layer-decay``):
+            the head trains at the optimiser's lr, each layer below at ``layer_decay`` times the one
+            above (the network's ``group_matcher`` names the layers: stem, blocks, final norm with the
+            last block). The scales apply to the peak lr; `WarmupDecayLR`'s ``warmup_start_lr`` and
+            ``min_lr`` stay absolute. None: one lr for every parameter.
         init_from: initial weights of the network: a checkpoint of this project (``mixer fit`` or
             ``mixer convert``), timm weights (``.pth``/``.safetensors``) or an official JAX ``.npz``;
             a head of another size is re-initialised to zero (see `build_network`).
@@ -62,13 +87,14 @@ class ClassifierModule(LightningModule):
 
     def __init__(
         self,
-        num_classes: int = 10,
-        image_size: int = 32,
-        in_chans: int = 3,
+        num_classes: int | None = None,
+        image_size: int | None = None,
+        in_chans: int | None = None,
         optimizer: OptimizerCallable = torch.optim.AdamW,
         lr_scheduler: LRSchedulerCallable | None = WarmupDecayLR,
         scheduler_interval: Literal["step", "epoch"] = "step",
         label_smoothing: float = 0.0,
+        layer_decay: float | None = None,
         init_from: str | None = None,
         upscale: int | None = None,
         compile: bool = False,
@@ -76,8 +102,14 @@ class ClassifierModule(LightningModule):
         super().__init__()
         self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
         with field_prefix("model"):
-            require(num_classes > 1, "num_classes", f"must be at least 2, got {num_classes}")
+            require(num_classes is None or num_classes > 1, "num_classes", f"must be at least 2, got {num_classes}")
             require(0.0 <= label_smoothing < 1.0, "label_smoothing", f"must be in [0, 1), got {label_smoothing}")
+            require(
+                layer_decay is None or 0.0 < layer_decay <= 1.0,
+                "layer_decay",
+                f"must be in (0, 1], got {layer_decay}",
+                "fine-tuning recipes use 0.65 to 0.85 (timm's --layer-decay)",
+            )
         self.num_classes = num_classes
         self.image_size = image_size
         self.in_chans = in_chans
@@ -85,22 +117,106 @@ class ClassifierModule(LightningModule):
         self.lr_scheduler_factory = lr_scheduler
         self.scheduler_interval = scheduler_interval
         self.label_smoothing = label_smoothing
+        self.layer_decay = layer_decay
         self.init_from = init_from
         self.upscale = upscale
         self.compile_network = compile
-        # The training metrics accumulate over an epoch, so their states go into checkpoints (persistent):
-        # a run resumed mid-epoch reports the same epoch figures as an uninterrupted one.
-        self.train_metrics = accuracy_metrics(num_classes, "train", top5=False)
+        self._lr: float | None = None  # a learning rate set through `lr` (Lightning's LR finder)
+        self._recipe: tuple[str, str | None, dict[str, Any]] | None = None  # see `set_network`
         self.train_loss = MeanMetric()
-        for metric in (self.train_metrics, self.train_loss):
-            metric.persistent(True)
-        self.val_metrics = accuracy_metrics(num_classes, "val", top5=True)
-        self.test_metrics = accuracy_metrics(num_classes, "test", top5=True)
+        self.train_loss.persistent(True)
+        # The evaluation losses as metric objects: torchmetrics sums them over every process at the
+        # epoch's end, weighted by batch size, where a plain logged tensor would be rank 0's mean only.
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
         self._rng_states_to_restore: dict | None = None
         self._pending_losses: list[tuple[torch.Tensor, int, int]] = []  # (loss, step, epoch) not yet checked
         self._last_loss: tuple[torch.Tensor, int] | None = None  # (loss, batch size) of the step running
 
-    net: nn.Module  # set by the family module, with `build_network`
+    net: nn.Module  # set by the family module, with `set_network`
+
+    def set_network(self, family: str, preset: str | None, **architecture: Any) -> None:
+        """Build the network (`build_network`) now if the data facts (num_classes, image_size,
+        in_chans) are known, else at `setup`, from the trainer's data module (plain Python:
+        ``Trainer().fit(MLPMixerModule(patch_size=4), datamodule)``)."""
+        self._recipe = (family, preset, architecture)
+        if all(getattr(self, fact) is not None for fact in DATA_FACTS):
+            self._build()
+
+    def _build(self) -> None:
+        assert self._recipe is not None
+        family, preset, architecture = self._recipe
+        self.net = self.build_network(family, preset, **architecture)
+        self.record_hparams(self.resolved_arguments())
+        # The training metrics accumulate over an epoch, so their states go into checkpoints (persistent):
+        # a run resumed mid-epoch reports the same epoch figures as an uninterrupted one.
+        self.train_metrics = accuracy_metrics(self.num_classes, "train", top5=False)
+        self.train_metrics.persistent(True)
+        self.val_metrics = accuracy_metrics(self.num_classes, "val", top5=True)
+        self.test_metrics = accuracy_metrics(self.num_classes, "test", top5=True)
+
+    def setup(self, stage: str) -> None:
+        """Build a network whose data facts were not given, from the data module's (Lightning calls
+        this before it moves the module to its device, configures the optimiser or restores a checkpoint)."""
+        if self._recipe is None or "net" in self._modules:
+            return
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        missing = [fact for fact in DATA_FACTS if getattr(self, fact) is None]
+        taken = {fact: getattr(datamodule, fact, None) for fact in missing}
+        absent = [fact for fact, value in taken.items() if value is None]
+        if absent:
+            where = f"the data module ({type(datamodule).__name__}) has none" if datamodule else "no data module"
+            raise ConfigError(
+                "model",
+                f"{', '.join(absent)} not given and {where}",
+                f"give them: {type(self).__name__}({', '.join(f'{fact}=...' for fact in absent)}), or fit with a "
+                "data module that has them (mixer_lightning.data.ImageDataModule)",
+            )
+        with field_prefix("model"):
+            require(
+                taken.get("num_classes", 2) > 1, "num_classes", f"must be at least 2, got {taken.get('num_classes')}"
+            )
+        for fact, value in taken.items():
+            setattr(self, fact, value)
+        self.record_hparams(taken)  # checkpoints rebuild the same network
+        self._build()
+
+    def record_hparams(self, values: dict[str, Any]) -> None:
+        """Add `values` to the hyper-parameters the checkpoints hold (``hparams``) and to those the loggers
+        write (hparams.yaml): Lightning logs ``hparams_initial``, its copy taken by `save_hyperparameters`."""
+        self.hparams.update(values)
+        self._hparams_initial = copy.deepcopy(self._hparams)
+
+    def resolved_arguments(self) -> dict[str, Any]:
+        """Architecture arguments the network solved from others, written back into the hyper-parameters
+        (hparams.yaml, checkpoints) so that what was trained is on record: S of a Mixer given by Ω.
+        A checkpoint then holds both ``omega`` and ``tokens``, which agree (`width.resolve_tokens`)."""
+        tokens = getattr(self.net, "tokens", None)
+        if self.hparams.get("omega") is not None and "tokens" in self.hparams and isinstance(tokens, int):
+            return {"tokens": tokens}
+        return {}
+
+    def architecture(self) -> dict[str, float]:
+        """The widths the paper compares models by (Hayase & Karakida Sec. 4.1, as ``mixer width`` gives
+        them), from the built network: a Mixer's S and C, its width m = S·C, Ω = γ(C²S + CS²)/2 (eq. 14)
+        and p = Ω/(γm²); an SW-MLP's m, Ω = γpm² and p. Empty for other networks (shallow MLPs)."""
+        from mixer_lightning.width import density, omega
+
+        net = self._modules.get("net")
+        if net is None:
+            return {}
+        if isinstance(getattr(net, "tokens", None), int) and isinstance(getattr(net, "channels", None), int):
+            tokens, channels, gamma = net.tokens, net.channels, getattr(net, "gamma", 1.0)
+            return {
+                "S": tokens,
+                "C": channels,
+                "m": tokens * channels,
+                "Ω": omega(tokens, channels, gamma),
+                "p": density(tokens, channels, gamma),
+            }
+        if all(isinstance(getattr(net, name, None), (int, float)) for name in ("width", "omega", "density")):
+            return {"m": net.width, "Ω": net.omega, "p": net.density}
+        return {}
 
     def build_network(self, family: str, preset: str | None, **architecture: Any) -> nn.Module:
         """The network of `family`: the registered `preset` (or the family's generic constructor) with
@@ -250,7 +366,9 @@ class ClassifierModule(LightningModule):
     def _evaluate(self, batch: tuple[torch.Tensor, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
         x, y = batch
         logits = self(x)
-        self.log(f"{stage}/loss", F.cross_entropy(logits, y), prog_bar=True, batch_size=len(x))
+        loss = self.val_loss if stage == "val" else self.test_loss
+        loss.update(F.cross_entropy(logits, y), weight=len(x))
+        self.log(f"{stage}/loss", loss, prog_bar=True, on_step=False, on_epoch=True)
         metrics(logits, y)
         self.log_dict(metrics, prog_bar=True, batch_size=len(x))
 
@@ -283,6 +401,20 @@ class ClassifierModule(LightningModule):
             batches = self.trainer.num_training_batches
             per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
             scheduler.set_training_length(int(total), max(1, int(per_epoch)))
+        if self._lr is not None:
+            # The LR finder callback ends by giving every group the found lr itself: back to each group's
+            # own (its layer_decay scale, the schedule's value at this step).
+            schedules = {
+                id(config.scheduler.optimizer): config.scheduler for config in self.trainer.lr_scheduler_configs
+            }
+            for optimizer in self.trainer.optimizers:
+                scheduler = schedules.get(id(optimizer))
+                for group in optimizer.param_groups:
+                    peak = self._lr * group.get("lr_scale", 1.0)
+                    if isinstance(scheduler, WarmupDecayLR):
+                        group["lr"] = scheduler.lr_at(scheduler.last_epoch, peak)
+                    elif scheduler is None:
+                        group["lr"] = peak
 
     def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
         if self._rng_states_to_restore is not None:  # the first step after resuming: the RNG streams
@@ -311,8 +443,43 @@ class ClassifierModule(LightningModule):
         if isinstance(hparams, dict) and hparams.get("init_from"):
             hparams["init_from"] = None
 
+    @property
+    def lr(self) -> float | None:
+        """The peak learning rate (the head's, with ``layer_decay``): the optimiser's ``lr``, or the one set
+        here. Lightning's LR finder (`Tuner.lr_find`, the ``LearningRateFinder`` callback) reads and sets it."""
+        return self._lr if self._lr is not None else optimizer_argument(self.optimizer_factory, "lr")
+
+    @lr.setter
+    def lr(self, value: float) -> None:
+        """Used from the next `configure_optimizers`; when the optimiser exists already (the finder as a
+        callback, after it restored the initial state), also the schedules' peaks (``base_lrs``,
+        ``initial_lr``), from which `WarmupDecayLR` computes every step's lr (else the next step would
+        go back to the configured lr)."""
+        self._lr = float(value)
+        if self._trainer is None:
+            return
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if hasattr(scheduler, "base_lrs"):
+                peaks = [self._lr * group.get("lr_scale", 1.0) for group in scheduler.optimizer.param_groups]
+                scheduler.base_lrs = peaks
+                for group, peak in zip(scheduler.optimizer.param_groups, peaks, strict=True):
+                    group["initial_lr"] = peak
+        rank_zero_info(
+            f"model: learning rate {self._lr:.4g} (set by the learning-rate finder; config.yaml keeps the configured one)"
+        )
+
     def configure_optimizers(self):
-        optimizer = self.optimizer_factory(param_groups(self))
+        if self.layer_decay is None:
+            groups = param_groups(self)
+        else:
+            weight_decay = optimizer_argument(self.optimizer_factory, "weight_decay")
+            groups = layer_decay_groups(self.net, self.layer_decay, weight_decay or 0.0)
+        optimizer = self.optimizer_factory(groups)
+        for group in optimizer.param_groups:
+            # timm's groups carry `lr_scale`, which only timm's schedulers apply: applied here, before the
+            # schedule records each group's peak (`initial_lr`), so that every group decays from its own.
+            group["lr"] = (self._lr if self._lr is not None else group["lr"]) * group.get("lr_scale", 1.0)
         if self.lr_scheduler_factory is None:
             return optimizer
         scheduler = self.lr_scheduler_factory(optimizer)

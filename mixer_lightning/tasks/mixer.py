@@ -40,9 +40,9 @@ class MLPMixerModule(ClassifierModule):
 
     def __init__(
         self,
-        num_classes: int = 10,
-        image_size: int = 32,
-        in_chans: int = 3,
+        num_classes: int | None = None,
+        image_size: int | None = None,
+        in_chans: int | None = None,
         preset: str | None = None,
         patch_size: int | None = None,
         tokens: int | None = None,
@@ -62,7 +62,7 @@ class MLPMixerModule(ClassifierModule):
         **kwargs: Any,
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
-        self.net = self.build_network(
+        self.set_network(
             "mlp_mixer",
             preset,
             patch_size=patch_size,
@@ -105,9 +105,9 @@ class SMixerModule(ClassifierModule):
 
     def __init__(
         self,
-        num_classes: int = 10,
-        image_size: int = 32,
-        in_chans: int = 3,
+        num_classes: int | None = None,
+        image_size: int | None = None,
+        in_chans: int | None = None,
         preset: str | None = None,
         patch_size: int | None = None,
         tokens: int | None = None,
@@ -124,7 +124,7 @@ class SMixerModule(ClassifierModule):
         **kwargs: Any,
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
-        self.net = self.build_network(
+        self.set_network(
             "s_mixer",
             preset,
             patch_size=patch_size,

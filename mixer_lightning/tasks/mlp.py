@@ -38,9 +38,9 @@ class SWMLPModule(ClassifierModule):
 
     def __init__(
         self,
-        num_classes: int = 10,
-        image_size: int = 32,
-        in_chans: int = 3,
+        num_classes: int | None = None,
+        image_size: int | None = None,
+        in_chans: int | None = None,
         preset: str | None = None,
         patch_size: int | None = None,
         channels: int | None = None,
@@ -59,7 +59,7 @@ class SWMLPModule(ClassifierModule):
         **kwargs: Any,
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
-        self.net = self.build_network(
+        self.set_network(
             "sw_mlp",
             preset,
             patch_size=patch_size,
@@ -84,9 +84,9 @@ class _ShallowModule(ClassifierModule):
 
     def __init__(
         self,
-        num_classes: int = 10,
-        image_size: int = 28,
-        in_chans: int = 1,
+        num_classes: int | None = None,
+        image_size: int | None = None,
+        in_chans: int | None = None,
         preset: str | None = None,
         factors: list[int] | None = None,
         second_act: bool | None = None,
@@ -94,7 +94,7 @@ class _ShallowModule(ClassifierModule):
         **kwargs: Any,
     ):
         super().__init__(num_classes=num_classes, image_size=image_size, in_chans=in_chans, **kwargs)
-        self.net = self.build_network(self.family, preset, factors=factors, second_act=second_act, bias=bias)
+        self.set_network(self.family, preset, factors=factors, second_act=second_act, bias=bias)
 
 
 @family
