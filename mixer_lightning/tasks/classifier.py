@@ -466,7 +466,8 @@ class ClassifierModule(LightningModule):
                 for group, peak in zip(scheduler.optimizer.param_groups, peaks, strict=True):
                     group["initial_lr"] = peak
         rank_zero_info(
-            f"model: learning rate {self._lr:.4g} (set by the learning-rate finder; config.yaml keeps the configured one)"
+            f"model: learning rate {self._lr:.4g} (set through model.lr, as Lightning's learning-rate finder does; "
+            "config.yaml keeps the configured one)"
         )
 
     def configure_optimizers(self):
