@@ -181,9 +181,8 @@ def translate_library_error(error: BaseException, command: str | None = None) ->
             )
         if isinstance(link, OSError) and link.errno in (errno.ENOSPC, errno.EDQUOT):
             where = f" writing {link.filename!r}" if link.filename else ""
-            return ResourceError(
-                "disk",
-                f"no space left on the device{where}",
-                "free some space; a stopped run goes on with --ckpt_path last",
+            resume = (
+                "; a stopped run goes on with --ckpt_path last" if command == "fit" else " and run the command again"
             )
+            return ResourceError("disk", f"no space left on the device{where}", f"free some space{resume}")
     return None

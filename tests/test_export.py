@@ -3,7 +3,12 @@ eager by the command itself and again here, by loading the file, on a batch of a
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -51,7 +56,7 @@ def test_export_refuses_to_replace_a_file_without_overwrite(trained, capsys) -> 
     with pytest.raises(SystemExit) as exit_info:
         main(["export", "--ckpt_path", ckpt, "--format", "pt2", "--out", "notes.pt2"])
     assert exit_info.value.code == 2 and Path("notes.pt2").read_text() == "my notes"
-    assert "mixer: error: out: 'notes.pt2' exists; pass --overwrite" in capsys.readouterr().err
+    assert "mixer: error: out: notes.pt2 exists; pass --overwrite" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["export", "--ckpt_path", ckpt, "--format", "tflite", "--out", "m.tflite"])
     assert "format: unknown format 'tflite'; choose one of onnx, pt2, torchscript" in capsys.readouterr().err
@@ -60,3 +65,127 @@ def test_export_refuses_to_replace_a_file_without_overwrite(trained, capsys) -> 
         == "notes.pt2"
     )
     assert not list(Path(".").glob(".notes.pt2.tmp-*"))
+
+
+def last_error(capsys) -> str:
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended (a writer killed midway leaves such a PID in its temporary's name)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.parametrize("fmt, name", [("onnx", "m.onnx"), ("pt2", "m.pt2"), ("torchscript", "m.pt")])
+def test_export_writes_through_the_atomic_writer(fmt, name, trained, capsys, monkeypatch) -> None:
+    """Issue 25 RC11: a full disk is one line naming --out (torch.export's own writer aborted the process
+    with SIGABRT), the old file is kept and no temporary is left."""
+    ckpt = trained("mixer")
+    Path(name).write_text("the previous export")
+
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)  # the disk fills as the file is written out
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", ckpt, "--format", fmt, "--out", name, "--overwrite"])
+    assert exit_info.value.code == 1
+    assert last_error(capsys) == (
+        f"mixer: error: out: cannot write '{name}': no space left on the device; '{name}' is unchanged; "
+        "free some space and run the command again"
+    )
+    assert Path(name).read_text() == "the previous export"
+    assert not list(Path(".").glob(f".{name}.tmp-*"))
+
+
+def test_export_to_a_place_it_cannot_write_is_one_line(trained, capsys, monkeypatch) -> None:
+    ckpt = trained("mixer")
+
+    def read_only(source, target) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(target))
+
+    monkeypatch.setattr(os, "replace", read_only)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", "m.pt"])
+    assert exit_info.value.code == 2
+    assert last_error(capsys) == (
+        "mixer: error: out: cannot write 'm.pt': permission denied; choose a path you can write to"
+    )
+    assert sorted(Path(".").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "fmt, out, message",
+    [
+        (
+            "onnx",
+            "m.pt2",
+            "'m.pt2' is the name of a pt2 file, but --format is onnx; name it m.onnx, or give --format pt2",
+        ),
+        (
+            "torchscript",
+            "m.onnx",
+            "'m.onnx' is the name of an ONNX file, but --format is torchscript; name it m.pt, or give --format onnx",
+        ),
+        ("pt2", "model.bin", "'model.bin' does not end in .pt2, the ending of --format pt2; name it model.pt2"),
+    ],
+)
+def test_export_file_name_matches_the_format(fmt, out, message, trained, capsys) -> None:
+    """An ONNX model named .pt2 was written (exit 0) and then opened by the wrong loader."""
+    ckpt = trained("mixer")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", ckpt, "--format", fmt, "--out", out])
+    assert exit_info.value.code == 2
+    assert last_error(capsys) == f"mixer: error: out: {message}"
+    assert not Path(out).exists()
+
+
+def test_export_removes_only_its_own_orphans(trained, capsys) -> None:
+    """A killed `mixer export --out m.pt` left .m.pt.tmp-PID: the next export to m.pt removes it; a
+    look-alike of another name in the user's folder is not ours to touch."""
+    ckpt = trained("mixer")
+    pid = dead_pid()
+    own, other = Path(f".m.pt.tmp-{pid}"), Path(f".other.tmp-{pid}")
+    own.write_text("half an export")
+    other.write_text("another tool's file")
+    export(capsys, "--ckpt_path", ckpt, "--format", "torchscript", "--out", "m.pt")
+    assert not own.exists() and other.read_text() == "another tool's file"
+
+
+@pytest.mark.parametrize(
+    "special",
+    [
+        "fifo",
+        pytest.param(
+            "device",
+            marks=pytest.mark.skipif(
+                not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod of a device needs root"
+            ),
+        ),
+    ],
+)
+def test_export_never_replaces_a_fifo_or_a_device(special, trained, capsys) -> None:
+    """Issue 25 RC12: `--out` naming a FIFO or a device node, even with --overwrite, is refused; before,
+    the node was replaced by a regular file (as root: --out /dev/null --overwrite replaced /dev/null)."""
+    ckpt = trained("mixer")
+    node = Path("node.pt")
+    if special == "fifo":
+        os.mkfifo(node)
+    else:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a second /dev/null
+    kind = {"fifo": "FIFO", "device": "character device"}[special]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", str(node), "--overwrite"])
+    assert exit_info.value.code == 2
+    assert last_error(capsys) == (
+        f"mixer: error: out: 'node.pt' is a {kind} (not a regular file); it is not replaced; "
+        "give the path of a regular file"
+    )
+    mode = node.lstat().st_mode
+    assert stat.S_ISFIFO(mode) if special == "fifo" else stat.S_ISCHR(mode)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import os
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -29,11 +29,13 @@ from torch import nn
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.models.pk import Permutation
 from mixer_lightning.models.sparse import SparseLinear
+from mixer_lightning.safety.atomic import atomic_write
 
 Format = Literal["onnx", "pt2", "torchscript"]
 FORMATS: tuple[str, ...] = ("onnx", "pt2", "torchscript")
 SUFFIXES = {"onnx": ".onnx", "pt2": ".pt2", "torchscript": ".pt"}
 MAX_DENSE_ENTRIES = 2**28  # 1 GiB of float32 per SW-MLP layer
+METADATA_FILE = "mixer.json"  # the metadata among a TorchScript / .pt2 file's extra files
 
 
 class GatherPermutation(nn.Module):
@@ -80,17 +82,69 @@ def exportable(net: nn.Module) -> nn.Module:
     return net
 
 
-def _export_onnx(net: nn.Module, example: torch.Tensor, path: Path) -> None:
+# Protobuf cannot serialise a message over 2 GiB: larger ONNX models need external data files.
+ONNX_MAX_BYTES = 2**31 - 1
+
+
+def inference_metadata(facts: dict[str, Any] | None, **more: Any) -> dict[str, str]:
+    """What a runtime needs besides the network to reproduce ``mixer predict``, as text: the data facts
+    a checkpoint carries (`mixer_lightning.data.predict.FACT_KEYS`: class names, image size, mean,
+    std, evaluation crop, interpolation, input permutation) and `more` (family, version, checkpoint
+    hash). Text stays text; numbers and lists are JSON (``json.loads``)."""
+    items = {**(facts or {}), **more}
+    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in items.items()}
+
+
+def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, str]) -> bytes:
+    """The ONNX model of `net`, its input named ``image`` and output ``logits`` (batch dynamic), with
+    `metadata` in its ``metadata_props`` (onnxruntime: ``session.get_modelmeta().custom_metadata_map``)."""
     try:
+        import onnx
         import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
     except ImportError:
         raise ConfigError(
             "format", "ONNX export needs the packages onnx and onnxscript", "pip install 'mixer-lightning[export]'"
         ) from None
+    size = sum(p.numel() * p.element_size() for p in net.parameters())
+    require(
+        size < ONNX_MAX_BYTES,
+        "format",
+        f"the network's weights take {size / 2**30:.1f} GiB, over the 2 GiB an ONNX file holds without external data",
+        "export it with --format pt2 or torchscript",
+    )
     batch = torch.export.Dim("batch", min=1)
     with contextlib.redirect_stdout(io.StringIO()):  # the exporter prints its progress on stdout
-        program = torch.onnx.export(net, (example,), dynamo=True, dynamic_shapes=({0: batch},), verbose=False)
-    program.save(str(path))
+        program = torch.onnx.export(
+            net,
+            (example,),
+            dynamo=True,
+            dynamic_shapes=({0: batch},),
+            input_names=["image"],
+            output_names=["logits"],
+            verbose=False,
+        )
+    model = program.model_proto
+    onnx.helper.set_model_props(model, metadata)
+    return model.SerializeToString()
+
+
+def _serialise(net: nn.Module, fmt: str, example: torch.Tensor, metadata: dict[str, str]) -> bytes:
+    """`net` exported in `fmt`, as the bytes of the file. In memory, not through the exporters' own
+    path writers: those raise a bare RuntimeError on a path they cannot open, and torch.export's C++
+    writer aborts the whole process on a full disk (SIGABRT from its destructor). Into memory all
+    succeed, and `atomic_write` then writes the bytes (fsync, rename, a one-line error). The cost is
+    one more copy of the weights in memory while writing."""
+    if fmt == "onnx":
+        return _onnx_bytes(net, example, metadata)
+    buffer = io.BytesIO()
+    extra = {METADATA_FILE: json.dumps(metadata)}
+    if fmt == "pt2":
+        batch = torch.export.Dim("batch", min=1)
+        program = torch.export.export(net, (example,), dynamic_shapes=({0: batch},))
+        torch.export.save(program, buffer, extra_files=extra)
+    else:
+        torch.jit.save(torch.jit.trace(net, example), buffer, _extra_files=extra)
+    return buffer.getvalue()
 
 
 def _run_onnx(path: Path, x: torch.Tensor) -> torch.Tensor:
@@ -105,11 +159,21 @@ def _run_onnx(path: Path, x: torch.Tensor) -> torch.Tensor:
 
 
 def export_network(
-    net: nn.Module, fmt: str, path: str | Path, image_size: int, in_chans: int, batch_size: int = 2, seed: int = 0
+    net: nn.Module,
+    fmt: str,
+    path: str | Path,
+    image_size: int,
+    in_chans: int,
+    batch_size: int = 2,
+    seed: int = 0,
+    metadata: dict[str, str] | None = None,
+    field: str = "out",
 ) -> float:
-    """Export `net` (any family) to `path` in `fmt`, written atomically, and return the largest
-    absolute difference between the exported file's logits and the eager network's, on a batch of
-    `batch_size` + 1 random images (one more than the traced batch: the batch dimension is dynamic)."""
+    """Export `net` (any family) to `path` in `fmt`, written atomically (`atomic_write`: an error on
+    `field`), and return the largest absolute difference between the exported file's logits and the
+    eager network's, on a batch of `batch_size` + 1 random images (one more than the traced batch: the
+    batch dimension is dynamic). `metadata` (`inference_metadata`) goes into the file: an ONNX model's
+    ``metadata_props``, or ``mixer.json`` among a TorchScript / ``.pt2`` file's extra files."""
     require(fmt in FORMATS, "format", f"unknown format {fmt!r}", f"choose one of {', '.join(FORMATS)}")
     require(batch_size >= 1, "batch_size", f"must be positive, got {batch_size}")
     path = Path(path)
@@ -118,19 +182,10 @@ def export_network(
     check = torch.randn(batch_size + 1, in_chans, image_size, image_size, generator=generator)
     eager = copy.deepcopy(net).float().cpu().eval()
     traced = exportable(net)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with torch.no_grad():
-            if fmt == "onnx":
-                _export_onnx(traced, example, temporary)
-            elif fmt == "pt2":
-                batch = torch.export.Dim("batch", min=1)
-                torch.export.save(torch.export.export(traced, (example,), dynamic_shapes=({0: batch},)), temporary)
-            else:
-                torch.jit.save(torch.jit.trace(traced, example), str(temporary))
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with torch.no_grad():
+        data = _serialise(traced, fmt, example, metadata or {})
+    with atomic_write(path, "wb", field=field) as f:
+        f.write(data)
     with torch.no_grad():
         expected = eager(check)
         if fmt == "onnx":

@@ -19,6 +19,7 @@ import csv
 import errno
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,6 +64,34 @@ def write_error(target: Path, error: OSError, field: str) -> Exception:
     return ResourceError(field, f"cannot write {str(target)!r}: {reason}; {kept}")
 
 
+def special_kind(path: str | Path) -> str | None:
+    """What `path` is when it exists and is neither a regular file, a folder nor a symbolic link (a
+    FIFO, a device, a socket: `os.replace` would put a regular file in its place); None otherwise."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return None
+    kinds = (
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    )
+    return next((kind for test, kind in kinds if test(mode)), None)
+
+
+def refuse_special(path: Path, field: str) -> None:
+    """A `ConfigError` when `path` is a FIFO, a device or a socket: writing a file there would replace it
+    (as root, ``--out /dev/null --overwrite`` would replace the system's /dev/null)."""
+    kind = special_kind(path) or (special_kind(path.resolve()) if path.is_symlink() else None)
+    if kind is not None:
+        raise ConfigError(
+            field,
+            f"{str(path)!r} is a {kind} (not a regular file); it is not replaced",
+            "give the path of a regular file",
+        )
+
+
 @contextmanager
 def atomic_write(target: str | Path, mode: str = "wb", field: str = "output") -> Iterator[IO[Any]]:
     """A file object whose content replaces `target` atomically when the block ends without an error.
@@ -77,6 +106,7 @@ def atomic_write(target: str | Path, mode: str = "wb", field: str = "output") ->
             yield f
             f.flush()
             os.fsync(f.fileno())
+        refuse_special(target, field)  # a backstop for writers that skip `check_output_file`
         os.replace(temporary, target)  # atomic on POSIX: readers see the old file or the new one
     except OSError as error:
         raise write_error(target, error, field) from None
@@ -152,6 +182,7 @@ def check_output_file(path: str | Path, field: str, overwrite: bool = False, fla
     path = Path(path)
     if path.is_dir():
         raise ConfigError(field, f"{str(path)!r} is a folder", "give the path of a file")
+    refuse_special(path, field)
     if path.exists() or path.is_symlink():
         if not overwrite:
             raise ConfigError(field, f"{path} exists", f"pass {flag} or choose another path")
@@ -218,15 +249,18 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_orphans(directory: str | Path) -> list[Path]:
+def remove_orphans(directory: str | Path, only: str | None = None) -> list[Path]:
     """Delete the ``.NAME.tmp-PID`` files in `directory` whose process is gone (a write killed midway);
-    return them."""
-    removed = []
+    return them. With `only`, just those of the file named `only`: in a user's folder (``mixer export
+    --out``, ``mixer convert --out``) another tool's files that look alike are not ours to delete."""
+    removed: list[Path] = []
     directory = Path(directory)
     if not directory.is_dir():
         return removed
     for entry in directory.iterdir():
         found = _TEMPORARY.match(entry.name)
+        if found and only is not None and found["name"] != only:
+            continue
         if found and entry.is_file() and int(found["pid"]) != os.getpid() and not pid_alive(int(found["pid"])):
             entry.unlink(missing_ok=True)
             removed.append(entry)
