@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import stat
 from functools import partial
 from pathlib import Path
 
@@ -364,3 +366,99 @@ def test_missing_and_non_weight_files_are_config_errors(tmp_path: Path) -> None:
     Path("garbage.pth").write_bytes(b"not a torch file")
     with pytest.raises(ConfigError, match="init_from: .garbage.pth. is truncated or not a PyTorch file"):
         read_weights("garbage.pth")
+
+
+# ------------------------------------------------------------------ `mixer convert` on the command line
+
+
+def tiny_npz(path: str, num_classes: int = 10, in_chans: int = 1) -> str:
+    net = MLPMixer(num_classes=num_classes, image_size=8, in_chans=in_chans, patch_size=2, channels=16, gamma=2)
+    to_jax_npz(net, path)
+    return path
+
+
+def convert_cli(*args: str) -> None:
+    from mixer_lightning.cli import main
+
+    main(["convert", *args])
+
+
+def test_convert_removes_only_its_own_orphans() -> None:
+    """Issue 25 RC11: a killed `mixer convert --out model.ckpt` left .model.ckpt.tmp-PID; the next convert
+    to model.ckpt removes it, and leaves a look-alike of another name in the user's folder alone."""
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()  # its PID is now that of a process that has ended
+    own, other = Path(f".model.ckpt.tmp-{process.pid}"), Path(f".other.ckpt.tmp-{process.pid}")
+    own.write_text("half a checkpoint")
+    other.write_text("another tool's file")
+    convert_cli("--from", tiny_npz("digits.npz"), "--model", "mlp_mixer", "--out", "model.ckpt")
+    assert Path("model.ckpt").is_file() and not own.exists() and other.read_text() == "another tool's file"
+
+
+@pytest.mark.parametrize(
+    "special",
+    [
+        "fifo",
+        pytest.param(
+            "device",
+            marks=pytest.mark.skipif(
+                not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod of a device needs root"
+            ),
+        ),
+    ],
+)
+@pytest.mark.parametrize("suffix", [".ckpt", ".npz"])
+def test_convert_never_replaces_a_fifo_or_a_device(special, suffix, capsys) -> None:
+    """Issue 25 RC12: `--out` naming a FIFO or a device node is refused even with --overwrite (it was
+    replaced by a regular file, exit 0)."""
+    node = Path(f"node{suffix}")
+    if special == "fifo":
+        os.mkfifo(node)
+    else:
+        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a second /dev/null
+    kind = {"fifo": "FIFO", "device": "character device"}[special]
+    with pytest.raises(SystemExit) as exit_info:
+        convert_cli("--from", tiny_npz("digits.npz"), "--model", "mlp_mixer", "--out", str(node), "--overwrite")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"mixer: error: --out: '{node}' is a {kind} (not a regular file); it is not replaced; "
+        "give the path of a regular file"
+    )
+    mode = node.lstat().st_mode
+    assert stat.S_ISFIFO(mode) if special == "fifo" else stat.S_ISCHR(mode)
+
+
+def test_the_atomic_writer_refuses_a_fifo_as_a_backstop() -> None:
+    """A writer that skips check_output_file still never replaces a FIFO (atomic_write checks it before
+    renaming), and leaves no temporary."""
+    from mixer_lightning.safety.atomic import atomic_write
+
+    os.mkfifo("pipe.csv")
+    with pytest.raises(ConfigError, match=r"'pipe.csv' is a FIFO \(not a regular file\); it is not replaced"):
+        with atomic_write("pipe.csv", "w", field="out") as f:
+            f.write("a,b\n")
+    assert stat.S_ISFIFO(os.lstat("pipe.csv").st_mode) and sorted(os.listdir(".")) == ["pipe.csv"]
+
+
+def test_convert_carries_the_data_facts(trained, capsys) -> None:
+    """Issue 26 T6: what `mixer predict` needs besides the weights goes into the converted checkpoint: a
+    mixer-lightning checkpoint's own data facts; for Google's JAX ImageNet weights, their preprocessing
+    (mean = std = 0.5, bicubic, 0.875 centre crop, as timm's pretrained_cfg of the same weights) and
+    ImageNet's class names. A plain state dict says nothing of its data: no facts."""
+    from mixer_lightning.tasks.loading import read_checkpoint
+
+    ckpt = trained("mixer")
+    convert_cli("--from", ckpt, "--out", "copy.ckpt")
+    assert read_checkpoint("copy.ckpt")["data"] == read_checkpoint(ckpt)["data"]
+
+    convert_cli("--from", tiny_npz("imagenet.npz", num_classes=1000, in_chans=3), "--out", "imagenet.ckpt")
+    facts = read_checkpoint("imagenet.ckpt")["data"]
+    assert facts["class_names"][0] == "tench, Tinca tinca" and len(facts["class_names"]) == 1000
+    assert facts["mean"] == facts["std"] == [0.5, 0.5, 0.5] and facts["interpolation"] == "bicubic"
+    assert (facts["eval_crop"], facts["eval_crop_pct"], facts["image_size"]) == ("resmall_crop", 0.875, 8)
+
+    convert_cli("--from", tiny_npz("digits.npz"), "--out", "digits.ckpt")
+    assert "data" not in read_checkpoint("digits.ckpt")

@@ -3,9 +3,11 @@ huggingface_hub, read from a local hub cache with ``HF_HUB_OFFLINE=1`` (nothing 
 
 from __future__ import annotations
 
+import csv
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import timm
 import torch
@@ -39,8 +41,9 @@ def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def tiny_timm_repo(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
-    """A small timm MLP-Mixer saved as timm writes hub repos (config.json + model.safetensors)."""
+def tiny_timm_repo(tmp_path: Path, model_config: dict | None = None) -> tuple[torch.nn.Module, Path]:
+    """A small timm MLP-Mixer saved as timm writes hub repos (config.json + model.safetensors);
+    `model_config` as timm's save_for_hf takes it (``label_names``, ...)."""
     from timm.models import save_for_hf
 
     model_args = {"img_size": 32, "mlp_ratio": [0.0625, 0.0625], "num_classes": 10}
@@ -53,7 +56,7 @@ def tiny_timm_repo(tmp_path: Path) -> tuple[torch.nn.Module, Path]:
         "input_size": (3, 32, 32),
         "interpolation": "bilinear",
     }
-    save_for_hf(model, tmp_path / "repo", model_args=model_args)
+    save_for_hf(model, tmp_path / "repo", model_config=model_config, model_args=model_args)
     return model, tmp_path / "repo"
 
 
@@ -106,3 +109,79 @@ def test_a_timm_name_with_its_pretrained_tag(tmp_path, offline_cache) -> None:
     weights = read_weights("timm:mixer_b16_224.goog_in21k_ft_in1k")
     assert weights.preprocessing["mean"] == [0.5, 0.5, 0.5] and weights.preprocessing["interpolation"] == "bicubic"
     assert torch.equal(weights.state_dict["head.weight"], model.head.weight)
+
+
+def test_a_converted_hub_model_predicts_as_timm_does(tmp_path, offline_cache, capsys) -> None:
+    """Issue 26 T6: the checkpoint `mixer convert` writes from hub weights carries their data facts
+    (timm's pretrained_cfg: mean, std, crop, interpolation; the hub's class names), so `mixer predict`
+    needs nothing else and computes what timm computes on timm's own evaluation pre-processing."""
+    from PIL import Image
+    from timm.data import create_transform, resolve_data_config
+
+    names = [f"kind {i}" for i in range(10)]
+    model, files = tiny_timm_repo(tmp_path, {"label_names": names})
+    place_in_cache(offline_cache, "lab/tiny-mixer", files)
+    photos = tmp_path / "photos"
+    photos.mkdir()
+    rng = np.random.default_rng(0)
+    for i, (height, width) in enumerate([(40, 48), (32, 32), (57, 35)]):
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)).save(photos / f"{i}.png")
+    main(["convert", "--from", "hf-hub:lab/tiny-mixer", "--out", "tiny.ckpt"])
+    main(
+        [
+            "predict",
+            "--ckpt_path",
+            "tiny.ckpt",
+            "--data.predict_root",
+            str(photos),
+            "--prediction_writer.output",
+            "out.csv",
+            "--prediction_writer.topk",
+            "3",
+        ]
+    )
+    with open("out.csv", newline="") as f:
+        rows = {Path(row["file"]).name: row for row in csv.DictReader(f)}
+    assert sorted(rows) == ["0.png", "1.png", "2.png"]
+    transform = create_transform(**resolve_data_config({}, model=model))
+    for name, row in rows.items():
+        with torch.no_grad():
+            expected = model(transform(Image.open(photos / name).convert("RGB"))[None]).softmax(1)[0]
+        top = expected.topk(3)
+        assert [int(row[f"class_{k}"]) for k in (1, 2, 3)] == top.indices.tolist()
+        assert [row[f"name_{k}"] for k in (1, 2, 3)] == [names[i] for i in top.indices.tolist()]
+        assert np.allclose([float(row[f"prob_{k}"]) for k in (1, 2, 3)], top.values.numpy(), atol=1e-5)
+
+
+def test_no_network_fails_at_once(tmp_path, monkeypatch, capfd, caplog) -> None:
+    """Issue 26 Q4: without a network and with nothing cached, a hub name failed after about a minute of
+    huggingface_hub's retries (1+2+4+8+8 s per file, two files); now at once, saying why."""
+    import huggingface_hub.constants as hub
+
+    from mixer_lightning.weights import hub as probe
+
+    cache = tmp_path / "empty_cache"
+    cache.mkdir()
+    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused
+    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # restored after the test: the probe sets it for the process
+    monkeypatch.setattr(probe, "_reason", None)
+    for name in ("proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", "--from", "timm:mixer_b16_224.goog_in21k", "--out", "x.ckpt"])
+    assert exit_info.value.code == 2
+    out, err = capfd.readouterr()
+    retries = [r.getMessage() for r in caplog.records if "Retrying" in r.getMessage()]  # huggingface_hub's log
+    assert not retries and "Retrying" not in out + err, retries
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "mixer: error: --from: cannot fetch 'timm:mixer_b16_224.goog_in21k' from the hub or its cache: no network "
+            "(cannot reach 127.0.0.1:9: Connection refused), and it is not in the hub cache"
+        )
+    ), err
+    assert not Path("x.ckpt").exists()

@@ -106,11 +106,14 @@ def convert(
     return net, hparams, weights
 
 
-def lightning_checkpoint(net: Any, hparams: dict[str, Any], source: str) -> dict[str, Any]:
+def lightning_checkpoint(
+    net: Any, hparams: dict[str, Any], source: str, data: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A checkpoint as `mixer fit` writes one, with weights only: the LightningModule's state dict
     (``net.`` prefix), its hyper-parameters (with the class path and instantiator the CLI stores, which
-    ``mixer test --ckpt_path`` and ``load_from_checkpoint`` read) and the Lightning version (for
-    Lightning's checkpoint migration)."""
+    ``mixer test --ckpt_path`` and ``load_from_checkpoint`` read), the Lightning version (for
+    Lightning's checkpoint migration) and, where the weights tell them, the facts of their data
+    (`mixer_lightning.weights.preprocessing.converted_data_facts`), which ``mixer predict`` reads."""
     import lightning
 
     return {
@@ -121,7 +124,7 @@ def lightning_checkpoint(net: Any, hparams: dict[str, Any], source: str) -> dict
         "hparams_name": "kwargs",
         "hyper_parameters": hparams,
         "mixer_convert": {"from": str(source)},
-    }
+    } | ({"data": data} if data else {})
 
 
 def run(args: Namespace) -> None:
@@ -129,13 +132,16 @@ def run(args: Namespace) -> None:
 
     from mixer_lightning.errors import ConfigError, require
     from mixer_lightning.models import num_params
-    from mixer_lightning.safety.atomic import atomic_write, check_output_file
+    from mixer_lightning.safety.atomic import atomic_write, check_output_file, remove_orphans
     from mixer_lightning.weights import FORMAT_NAMES, to_jax_npz
+    from mixer_lightning.weights.preprocessing import converted_data_facts
 
     out = Path(args.out)
     require(out.suffix in (".ckpt", ".npz"), "--out", f"unknown output type {out.suffix!r}", "end it in .ckpt or .npz")
     check_output_file(out, "--out", args.overwrite)  # before reading anything: one line, nothing written
+    remove_orphans(out.parent, only=out.name)  # what a killed `mixer convert` to this name left
     net, hparams, weights = convert(args.source, args.model, args.act, args.norm_eps)
+    facts = converted_data_facts(weights, hparams["num_classes"], hparams["image_size"], hparams["in_chans"])
     # Atomic: a full disk or a kill mid-write leaves an existing --out as it was (--overwrite included).
     with atomic_write(out, "wb", field="--out") as f:
         if out.suffix == ".npz":
@@ -144,7 +150,7 @@ def run(args: Namespace) -> None:
             except ConfigError as error:
                 raise ConfigError("--out", error.problem, error.fix) from None
         else:
-            torch.save(lightning_checkpoint(net, hparams, args.source), f)
+            torch.save(lightning_checkpoint(net, hparams, args.source, facts), f)
     name = hparams["preset"] or "mlp_mixer"
     print(
         f"Wrote {out}: {name}, {num_params(net, exclude_head=True) / 1e6:.2f} M parameters without the head, "

@@ -34,7 +34,10 @@ class WeightsFile:
             hyper-parameters; ``act="gelu_tanh"`` for a JAX file), to use where the user gives none.
         class_path: the LightningModule class of a mixer-lightning checkpoint.
         preprocessing: what the weights were trained on, from timm's ``pretrained_cfg`` (``mean``,
-            ``std``, ``crop_pct``, ``interpolation``, ``input_size``), for weights named on a hub.
+            ``std``, ``crop_pct``, ``crop_mode``, ``interpolation``, ``input_size``; ``label_names``, the
+            name of each class, where the hub's config gives them), for weights named on a hub.
+        data: a mixer-lightning checkpoint's facts of its data (its ``data`` entry), carried over by
+            ``mixer convert``.
     """
 
     path: str
@@ -43,6 +46,7 @@ class WeightsFile:
     architecture: dict[str, Any] = field(default_factory=dict)
     class_path: str | None = None
     preprocessing: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] | None = None
 
     def file_key(self, key: str) -> str:
         """This project's parameter name as the file spells it."""

@@ -62,12 +62,13 @@ def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
     else:
         raw = load_torch_file(path, field, "give a .pth/.ckpt file")  # class names checked there
     require(isinstance(raw, Mapping), field, f"{path} holds a {type(raw).__name__}, not a state dict")
-    hparams, class_path, fmt = {}, None, "mixer"
+    hparams, class_path, fmt, data = {}, None, "mixer", None
     if "state_dict" in raw and isinstance(raw["state_dict"], Mapping):
         if "pytorch-lightning_version" in raw:
             fmt = "lightning"
             hparams = dict(raw.get("hyper_parameters") or {})
             class_path = hparams.pop("_class_path", None)
+            data = dict(raw["data"]) if isinstance(raw.get("data"), Mapping) else None
         raw = raw["state_dict"]
     elif "model" in raw and isinstance(raw["model"], Mapping):  # {"model": state_dict}, as DeiT/ResMLP files
         raw = raw["model"]
@@ -78,7 +79,7 @@ def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
         state_dict = {from_timm_key(k, field, str(path)): v for k, v in state_dict.items()}
         _refuse_glu(state_dict, timm_key, field, str(path))
     architecture = {k: v for k, v in hparams.items() if not k.startswith("_")}
-    return WeightsFile(str(path), fmt, state_dict, architecture, class_path)
+    return WeightsFile(str(path), fmt, state_dict, architecture, class_path, data=data)
 
 
 def _strip_prefix(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

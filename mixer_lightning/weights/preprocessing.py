@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixer_lightning.weights.file import HUB_PREFIXES
+from mixer_lightning.weights.file import HUB_PREFIXES, WeightsFile
 
 # timm's pretrained_cfg key -> the data module's argument.
 DATA_ARGUMENTS = {"mean": "mean", "std": "std", "interpolation": "interpolation", "crop_pct": "eval_crop_pct"}
@@ -28,6 +28,10 @@ def hub_preprocessing(name: str) -> dict[str, Any]:
     says why in one line when it reads the weights)."""
     if not isinstance(name, str) or not name.startswith(HUB_PREFIXES):
         return {}
+    if name.startswith("hf-hub:"):
+        from mixer_lightning.weights.hub import offline_or_reachable
+
+        offline_or_reachable()  # no network: the cache only (not a minute of retries)
     try:
         if name.startswith("timm:"):
             from timm.models import get_pretrained_cfg
@@ -57,6 +61,66 @@ def data_defaults(preprocessing: dict[str, Any]) -> dict[str, Any]:
             value = float(value)
         defaults[argument] = value
     return defaults
+
+
+# timm's crop_mode -> the data module's eval_crop (Mixer supplementary C; `data.transforms.TIMM_CROP_MODE`).
+EVAL_CROPS = {"center": "resmall_crop", "squash": "resize_crop"}
+# Google's MLP-Mixer weights (the official JAX .npz files): timm's pretrained_cfg of the same weights
+# (``mixer_b16_224.goog_in21k_ft_in1k``), with which timm measures their ImageNet accuracy.
+GOOGLE_MIXER_PREPROCESSING = {
+    "mean": [0.5, 0.5, 0.5],
+    "std": [0.5, 0.5, 0.5],
+    "interpolation": "bicubic",
+    "crop_pct": 0.875,
+    "crop_mode": "center",
+}
+
+
+def imagenet_class_names(num_classes: int) -> list[str] | None:
+    """The names of ImageNet's classes for a head of `num_classes` (1000: ImageNet-1k, 21,843 or 11,821:
+    ImageNet-21k and its winter-21 subset), as timm's ``inference.py`` shows them; None otherwise."""
+    from timm.data import ImageNetInfo, infer_imagenet_subset
+
+    subset = infer_imagenet_subset({"num_classes": num_classes})
+    if subset is None:
+        return None
+    names = ImageNetInfo(subset).label_descriptions()
+    return [str(name) for name in names] if len(names) == num_classes else None
+
+
+def converted_data_facts(
+    weights: WeightsFile, num_classes: int, image_size: int, in_chans: int
+) -> dict[str, Any] | None:
+    """The ``data`` entry of a checkpoint ``mixer convert`` writes from `weights` (the keys of
+    `mixer_lightning.data.predict.FACT_KEYS`): a mixer-lightning checkpoint's own; for hub weights,
+    their ``pretrained_cfg``; for an official JAX file with ImageNet's classes, Google's Mixer
+    preprocessing. None where the weights say nothing of their data (a plain state dict)."""
+    from mixer_lightning.data.transforms import INTERPOLATIONS
+
+    if weights.data:
+        return dict(weights.data)
+    if weights.preprocessing:
+        preprocessing, dataset = weights.preprocessing, weights.path
+    elif weights.format == "jax" and imagenet_class_names(num_classes) is not None:
+        preprocessing, dataset = GOOGLE_MIXER_PREPROCESSING, "imagenet"
+    else:
+        return None
+    defaults = data_defaults(preprocessing)
+    names = preprocessing.get("label_names") or imagenet_class_names(num_classes)
+    interpolation = defaults.get("interpolation", "bicubic")
+    return {
+        "dataset": dataset,
+        "num_classes": num_classes,
+        "class_names": list(names) if names and len(names) == num_classes else [str(i) for i in range(num_classes)],
+        "image_size": image_size,
+        "in_chans": in_chans,
+        "mean": defaults.get("mean", [0.5] * in_chans),
+        "std": defaults.get("std", [0.5] * in_chans),
+        "eval_crop": EVAL_CROPS.get(preprocessing.get("crop_mode") or "center", "resmall_crop"),
+        "eval_crop_pct": defaults.get("eval_crop_pct", 0.875),
+        "interpolation": interpolation if interpolation in INTERPOLATIONS else "bicubic",
+        "input_permutation": "none",
+    }
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -15,7 +15,7 @@ from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.weights.file import WeightsFile
 from mixer_lightning.weights.keys import about, from_timm_key
 
-PREPROCESSING_KEYS = ("mean", "std", "crop_pct", "interpolation", "input_size")
+PREPROCESSING_KEYS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "input_size")
 
 
 def _timm_activation(act: nn.Module) -> str | None:
@@ -169,8 +169,12 @@ def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
     architecture is the timm model's (so no preset is needed) and ``preprocessing`` its
     ``pretrained_cfg``."""
     import timm
+    from huggingface_hub import constants
+
+    from mixer_lightning.weights.hub import offline_or_reachable
 
     model_name = name.removeprefix("timm:")
+    unreachable = offline_or_reachable()  # no network: the cache only, and a miss at once
     try:
         timm_model = timm.create_model(model_name, pretrained=True)
     except RuntimeError as error:
@@ -180,6 +184,13 @@ def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
             ) from None
         raise
     except Exception as error:  # huggingface_hub: LocalEntryNotFoundError, OfflineModeIsEnabled, connection errors
+        if unreachable:
+            raise ConfigError(
+                field,
+                f"cannot fetch {name!r} from the hub or its cache: {unreachable}, and it is not in the hub cache "
+                f"({constants.HF_HUB_CACHE})",
+                "download it once where the hub is reachable (it is then cached), or give a local weights file",
+            ) from None
         cause = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         raise ConfigError(
             field,
@@ -193,4 +204,11 @@ def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
     architecture.pop("drop_rate"), architecture.pop("drop_path")  # training settings, not the function
     cfg = getattr(timm_model, "pretrained_cfg", None) or {}
     preprocessing = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in PREPROCESSING_KEYS}
+    # The name of each class, where the hub's config gives them: timm's save_for_hf writes label_names
+    # (a list, or {index: name}) and label_descriptions ({name: description}, as ImageNet's synsets').
+    labels, descriptions = cfg.get("label_names"), cfg.get("label_descriptions") or {}
+    if isinstance(labels, dict):
+        labels = [labels.get(i, labels.get(str(i))) for i in range(timm_model.num_classes)]
+    if isinstance(labels, (list, tuple)) and len(labels) == timm_model.num_classes and None not in labels:
+        preprocessing["label_names"] = [str(descriptions.get(label, label)) for label in labels]
     return WeightsFile(name, "timm", _timm_state_dict(timm_model), architecture, None, preprocessing)
