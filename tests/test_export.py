@@ -3,14 +3,20 @@ eager by the command itself and again here, by loading the file, on a batch of a
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import csv
 import errno
+import io
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,11 +31,12 @@ def export(capsys, *args: str) -> dict:
 @pytest.mark.parametrize("kind", ["mixer", "rp_s_mixer", "sw_mlp"])
 @pytest.mark.parametrize("fmt", ["onnx", "pt2", "torchscript"])
 def test_every_family_exports_and_matches_eager(kind, fmt, trained, capsys) -> None:
+    from mixer_lightning.models.export import SUFFIXES
     from mixer_lightning.tasks.loading import load_classifier
 
     ckpt = trained(kind)
     capsys.readouterr()  # (the first use trains the checkpoint, printing its run)
-    out = Path(f"model.{fmt}")
+    out = Path("model").with_suffix(SUFFIXES[fmt])  # .onnx, .pt2, .pt: the name says what the file is
     report = export(capsys, "--ckpt_path", ckpt, "--format", fmt, "--out", str(out))
     assert out.is_file() and report["max_abs_diff"] < 1e-4, report
     # Run the file independently on images of another batch size than traced.
@@ -189,3 +196,66 @@ def test_export_never_replaces_a_fifo_or_a_device(special, trained, capsys) -> N
     )
     mode = node.lstat().st_mode
     assert stat.S_ISFIFO(mode) if special == "fifo" else stat.S_ISCHR(mode)
+
+
+def docs_onnx_example() -> str:
+    """The onnxruntime example of docs/usage.md ("Exporting for inference")."""
+    from helpers import ROOT
+
+    text = (ROOT / "docs" / "usage.md").read_text()
+    return next(block for block in re.findall(r"```python\n(.*?)```", text, re.S) if "onnxruntime" in block)
+
+
+def run_docs_example(model: Path, image: Path) -> list[tuple]:
+    code = docs_onnx_example().replace('"model.onnx"', repr(str(model))).replace('"photo.jpg"', repr(str(image)))
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exec(compile(code, "docs/usage.md", "exec"), {})
+    return ast.literal_eval(printed.getvalue().strip())
+
+
+def write_photos(folder: Path, mode: str) -> Path:
+    """Images of other sizes than the model's, some not square (the crop matters)."""
+    from PIL import Image
+
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i, (height, width) in enumerate([(40, 48), (32, 32), (57, 35)]):
+        pixels = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+        Image.fromarray(pixels).convert(mode).save(folder / f"{i}.png")
+    return folder
+
+
+def assert_docs_example_reproduces_predict(ckpt: str, photos: Path, capsys) -> None:
+    main(["export", "--ckpt_path", ckpt, "--format", "onnx", "--out", "model.onnx"])
+    main(["predict", "--ckpt_path", ckpt, "--data.predict_root", str(photos), "--prediction_writer.output", "p.csv"])
+    capsys.readouterr()
+    with open("p.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3
+    for row in rows:
+        printed = run_docs_example(Path("model.onnx"), photos / row["file"])
+        assert [(c, n) for c, n, _ in printed] == [(int(row[f"class_{k}"]), row[f"name_{k}"]) for k in range(1, 6)]
+        assert np.allclose([float(p) for *_, p in printed], [float(row[f"prob_{k}"]) for k in range(1, 6)], atol=1e-5)
+
+
+def test_onnx_export_carries_names_and_data_facts(trained, tmp_path, capsys) -> None:
+    """Issue 26 Q2: the ONNX model's input is `image`, its output `logits`, and its metadata holds the
+    checkpoint's data facts, with which the ~10-line onnxruntime example of docs/usage.md reproduces
+    `mixer predict`'s CSV (the digits Mixer: grey images resized)."""
+    import onnx
+
+    from mixer_lightning.tasks.loading import read_checkpoint
+
+    ckpt = trained("mixer")
+    assert_docs_example_reproduces_predict(ckpt, write_photos(tmp_path / "photos", "L"), capsys)
+    model = onnx.load("model.onnx")
+    assert [i.name for i in model.graph.input] == ["image"] and [o.name for o in model.graph.output] == ["logits"]
+    meta = {p.key: json.loads(p.value) for p in model.metadata_props}
+    facts = read_checkpoint(ckpt)["data"]
+    assert {k: meta[k] for k in facts} == facts and len(meta["class_names"]) == 10
+    assert meta["family"] == "MLPMixerModule" and len(meta["checkpoint_sha256"]) == 64
+    main(["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", "model.pt"])
+    extra = {"mixer.json": ""}
+    torch.jit.load("model.pt", _extra_files=extra)
+    assert json.loads(extra["mixer.json"])["class_names"] == facts["class_names"]

@@ -48,6 +48,8 @@ def tiny_timm_repo(tmp_path: Path, model_config: dict | None = None) -> tuple[to
 
     model_args = {"img_size": 32, "mlp_ratio": [0.0625, 0.0625], "num_classes": 10}
     model = timm.create_model("mixer_s32_224", **model_args).eval()
+    with torch.no_grad():  # timm's zero head would give every class the same probability
+        model.head.weight.normal_(std=0.5, generator=torch.Generator().manual_seed(0))
     model.pretrained_cfg = {
         **model.pretrained_cfg,
         "mean": (0.5, 0.5, 0.5),
@@ -185,3 +187,14 @@ def test_no_network_fails_at_once(tmp_path, monkeypatch, capfd, caplog) -> None:
         )
     ), err
     assert not Path("x.ckpt").exists()
+
+
+def test_docs_onnx_example_with_the_centre_crop_of_hub_weights(tmp_path, offline_cache, capsys) -> None:
+    """Issue 26 Q2: the onnxruntime example of docs/usage.md, on its other branch (``resmall_crop``: timm's
+    centre crop), reproduces `mixer predict`'s CSV of a converted hub model (tests/test_export.py: the other)."""
+    from test_export import assert_docs_example_reproduces_predict, write_photos
+
+    _, files = tiny_timm_repo(tmp_path, {"label_names": [f"kind {i}" for i in range(10)]})
+    place_in_cache(offline_cache, "lab/tiny-mixer", files)
+    main(["convert", "--from", "hf-hub:lab/tiny-mixer", "--out", "tiny.ckpt"])
+    assert_docs_example_reproduces_predict("tiny.ckpt", write_photos(tmp_path / "photos", "RGB"), capsys)

@@ -86,18 +86,18 @@ def exportable(net: nn.Module) -> nn.Module:
 ONNX_MAX_BYTES = 2**31 - 1
 
 
-def inference_metadata(facts: dict[str, Any] | None, **more: Any) -> dict[str, str]:
+def inference_metadata(facts: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
     """What a runtime needs besides the network to reproduce ``mixer predict``, as text: the data facts
     a checkpoint carries (`mixer_lightning.data.predict.FACT_KEYS`: class names, image size, mean,
     std, evaluation crop, interpolation, input permutation) and `more` (family, version, checkpoint
-    hash). Text stays text; numbers and lists are JSON (``json.loads``)."""
-    items = {**(facts or {}), **more}
-    return {key: value if isinstance(value, str) else json.dumps(value) for key, value in items.items()}
+    hash), as plain values."""
+    return {**(facts or {}), **more}
 
 
-def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, str]) -> bytes:
+def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, Any]) -> bytes:
     """The ONNX model of `net`, its input named ``image`` and output ``logits`` (batch dynamic), with
-    `metadata` in its ``metadata_props`` (onnxruntime: ``session.get_modelmeta().custom_metadata_map``)."""
+    `metadata` in its ``metadata_props`` (onnxruntime: ``session.get_modelmeta().custom_metadata_map``),
+    each value as JSON: ONNX's metadata holds text only."""
     try:
         import onnx
         import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
@@ -124,11 +124,11 @@ def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, str])
             verbose=False,
         )
     model = program.model_proto
-    onnx.helper.set_model_props(model, metadata)
+    onnx.helper.set_model_props(model, {key: json.dumps(value) for key, value in metadata.items()})
     return model.SerializeToString()
 
 
-def _serialise(net: nn.Module, fmt: str, example: torch.Tensor, metadata: dict[str, str]) -> bytes:
+def _serialise(net: nn.Module, fmt: str, example: torch.Tensor, metadata: dict[str, Any]) -> bytes:
     """`net` exported in `fmt`, as the bytes of the file. In memory, not through the exporters' own
     path writers: those raise a bare RuntimeError on a path they cannot open, and torch.export's C++
     writer aborts the whole process on a full disk (SIGABRT from its destructor). Into memory all
@@ -166,7 +166,7 @@ def export_network(
     in_chans: int,
     batch_size: int = 2,
     seed: int = 0,
-    metadata: dict[str, str] | None = None,
+    metadata: dict[str, Any] | None = None,
     field: str = "out",
 ) -> float:
     """Export `net` (any family) to `path` in `fmt`, written atomically (`atomic_write`: an error on
