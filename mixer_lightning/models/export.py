@@ -20,6 +20,7 @@ import contextlib
 import copy
 import io
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -128,6 +129,15 @@ def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, Any])
     return model.SerializeToString()
 
 
+@contextlib.contextmanager
+def _torchscript_quiet():
+    """torch (2.14 here) warns that TorchScript is deprecated at each of trace, save and load (six lines of
+    FutureWarning for one `mixer export --format torchscript`, which the user asked for by name)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+        yield
+
+
 def _serialise(net: nn.Module, fmt: str, example: torch.Tensor, metadata: dict[str, Any]) -> bytes:
     """`net` exported in `fmt`, as the bytes of the file. In memory, not through the exporters' own
     path writers: those raise a bare RuntimeError on a path they cannot open, and torch.export's C++
@@ -143,7 +153,8 @@ def _serialise(net: nn.Module, fmt: str, example: torch.Tensor, metadata: dict[s
         program = torch.export.export(net, (example,), dynamic_shapes=({0: batch},))
         torch.export.save(program, buffer, extra_files=extra)
     else:
-        torch.jit.save(torch.jit.trace(net, example), buffer, _extra_files=extra)
+        with _torchscript_quiet():
+            torch.jit.save(torch.jit.trace(net, example), buffer, _extra_files=extra)
     return buffer.getvalue()
 
 
@@ -193,5 +204,6 @@ def export_network(
         elif fmt == "pt2":
             got = torch.export.load(path).module()(check)
         else:
-            got = torch.jit.load(str(path))(check)
+            with _torchscript_quiet():
+                got = torch.jit.load(str(path))(check)
     return float((got - expected).abs().max())
