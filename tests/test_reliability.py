@@ -459,6 +459,8 @@ def _lying_files(tmp: Path) -> dict[str, str]:
         image.unlink()
     bombed = write_image_folder(tmp / "bombed", classes=2, per_class=2, size=(16, 16))
     bomb = write_png_header(bombed / "train" / "n00000000" / "zbomb.png", 20000, 20000)  # 4e8 pixels, 60 bytes
+    for fifo in ("pipe.ckpt", "pipe.pt"):  # output paths that are not regular files (no root needed)
+        os.mkfifo(tmp / fifo)
     digits = list(range(10))
     return {
         "latin": str(tmp / "latin.yaml"),
@@ -474,6 +476,8 @@ def _lying_files(tmp: Path) -> dict[str, str]:
         "hf_negative": str(write_hf_labels(tmp / "hf_negative", [-1, *digits], digits)),
         "hf_large": str(write_hf_labels(tmp / "hf_large", digits * 2, [12, *digits[1:]])),
         "hf_strings": str(write_hf_labels(tmp / "hf_strings", ["cat", "dog"] * 5, ["cat", "dog"], "string")),
+        "fifo_ckpt": str(tmp / "pipe.ckpt"),
+        "fifo_pt": str(tmp / "pipe.pt"),
     }
 
 
@@ -790,6 +794,41 @@ CATALOGUE = [
         ["predict", "--config", TINY, "--ckpt_path", "{good}", "--prediction_writer.output", "{tmp}"],
         2,
         "prediction_writer.output: '{tmp}' is a folder; give the path of a file",
+    ),
+    # Issue 25 RC11, RC12: an export named for another format; outputs that are FIFOs (even with overwrite).
+    (
+        "export, file name vs --format",
+        ["export", "--ckpt_path", "{good}", "--format", "onnx", "--out", "{tmp}/m.pt2"],
+        2,
+        "out: '{tmp}/m.pt2' is the name of a pt2 file, but --format is onnx; name it m.onnx, or give --format pt2",
+    ),
+    (
+        "export onto a FIFO",
+        ["export", "--ckpt_path", "{good}", "--format", "torchscript", "--out", "{fifo_pt}", "--overwrite"],
+        2,
+        "out: '{fifo_pt}' is a FIFO (not a regular file); it is not replaced; give the path of a regular file",
+    ),
+    (
+        "convert onto a FIFO",
+        ["convert", "--from", "{good}", "--out", "{fifo_ckpt}", "--overwrite"],
+        2,
+        "--out: '{fifo_ckpt}' is a FIFO (not a regular file); it is not replaced",
+    ),
+    (
+        "predict onto a FIFO",
+        [
+            "predict",
+            "--config",
+            TINY,
+            "--ckpt_path",
+            "{good}",
+            "--prediction_writer.output",
+            "{fifo_ckpt}",
+            "--prediction_writer.overwrite",
+            "true",
+        ],
+        2,
+        "prediction_writer.output: '{fifo_ckpt}' is a FIFO (not a regular file); it is not replaced",
     ),
     (
         "an empty class folder",
