@@ -18,6 +18,8 @@ from typing import Any
 
 from mixer_lightning.weights.file import HUB_PREFIXES, WeightsFile
 
+# What of timm's pretrained_cfg is preprocessing.
+PRETRAINED_KEYS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "input_size")
 # timm's pretrained_cfg key -> the data module's argument.
 DATA_ARGUMENTS = {"mean": "mean", "std": "std", "interpolation": "interpolation", "crop_pct": "eval_crop_pct"}
 
@@ -43,9 +45,21 @@ def hub_preprocessing(name: str) -> dict[str, Any]:
             cfg = load_model_config_from_hf(name.removeprefix("hf-hub:"))[0]
     except Exception:  # an unknown name, no network and no cache: the weights' reader says so
         return {}
-    get = cfg.get if isinstance(cfg, dict) else lambda key: getattr(cfg, key, None)
-    keys = ("mean", "std", "crop_pct", "interpolation", "input_size")
-    return {key: list(get(key)) if isinstance(get(key), tuple) else get(key) for key in keys if get(key) is not None}
+    return pretrained_preprocessing(cfg if isinstance(cfg, dict) else cfg.to_dict())
+
+
+def pretrained_preprocessing(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The preprocessing keys of a timm ``pretrained_cfg`` (`PRETRAINED_KEYS`, tuples as lists), and
+    ``label_names``, the name of each class, where the config gives them: timm's save_for_hf writes
+    ``label_names`` (a list, or {index: name}) and ``label_descriptions`` ({name: description})."""
+    out = {key: list(v) if isinstance(v := cfg.get(key), tuple) else v for key in PRETRAINED_KEYS}
+    out = {key: value for key, value in out.items() if value is not None}
+    labels, descriptions, count = cfg.get("label_names"), cfg.get("label_descriptions") or {}, cfg.get("num_classes")
+    if isinstance(labels, dict) and isinstance(count, int):
+        labels = [labels.get(i, labels.get(str(i))) for i in range(count)]
+    if isinstance(labels, (list, tuple)) and len(labels) == count and None not in labels:
+        out["label_names"] = [str(descriptions.get(label, label)) for label in labels]
+    return out
 
 
 def data_defaults(preprocessing: dict[str, Any]) -> dict[str, Any]:

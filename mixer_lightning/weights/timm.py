@@ -14,8 +14,7 @@ from mixer_lightning.errors import ConfigError
 from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.weights.file import WeightsFile
 from mixer_lightning.weights.keys import about, from_timm_key
-
-PREPROCESSING_KEYS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "input_size")
+from mixer_lightning.weights.preprocessing import pretrained_preprocessing
 
 
 def _timm_activation(act: nn.Module) -> str | None:
@@ -202,13 +201,6 @@ def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
     for fact in ("num_classes", "image_size", "in_chans"):  # facts of the data, not of the architecture
         architecture.pop(fact)
     architecture.pop("drop_rate"), architecture.pop("drop_path")  # training settings, not the function
-    cfg = getattr(timm_model, "pretrained_cfg", None) or {}
-    preprocessing = {k: (list(v) if isinstance(v, tuple) else v) for k, v in cfg.items() if k in PREPROCESSING_KEYS}
-    # The name of each class, where the hub's config gives them: timm's save_for_hf writes label_names
-    # (a list, or {index: name}) and label_descriptions ({name: description}, as ImageNet's synsets').
-    labels, descriptions = cfg.get("label_names"), cfg.get("label_descriptions") or {}
-    if isinstance(labels, dict):
-        labels = [labels.get(i, labels.get(str(i))) for i in range(timm_model.num_classes)]
-    if isinstance(labels, (list, tuple)) and len(labels) == timm_model.num_classes and None not in labels:
-        preprocessing["label_names"] = [str(descriptions.get(label, label)) for label in labels]
+    cfg = dict(getattr(timm_model, "pretrained_cfg", None) or {})
+    preprocessing = pretrained_preprocessing({"num_classes": timm_model.num_classes, **cfg})
     return WeightsFile(name, "timm", _timm_state_dict(timm_model), architecture, None, preprocessing)
