@@ -88,10 +88,10 @@ ONNX_MAX_BYTES = 2**31 - 1
 
 
 def inference_metadata(facts: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
-    """What a runtime needs besides the network to reproduce ``mixer predict``, as text: the data facts
-    a checkpoint carries (`mixer_lightning.data.predict.FACT_KEYS`: class names, image size, mean,
-    std, evaluation crop, interpolation, input permutation) and `more` (family, version, checkpoint
-    hash), as plain values."""
+    """What a runtime needs besides the network to reproduce ``mixer predict``, as plain values: the
+    data facts a checkpoint carries (`mixer_lightning.data.predict.FACT_KEYS`: class names, image size,
+    mean, std, evaluation crop, interpolation, input permutation) and `more` (family, version,
+    checkpoint hash)."""
     return {**(facts or {}), **more}
 
 
