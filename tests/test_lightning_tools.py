@@ -6,6 +6,7 @@ resolved widths on record; the modules and networks from plain Python."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -119,7 +120,8 @@ def test_each_documented_lightning_tool_flag_trains(tool: str) -> None:
 
 def test_the_usage_docs_give_the_tested_flag_lines() -> None:
     usage = (Path(__file__).resolve().parents[1] / "docs" / "usage.md").read_text()
-    section = usage.split("### Lightning's tools", 1)[1].split("\n#", 1)[0]
+    # the section ends at the next heading ("\n#" alone would stop at the first comment of its bash block)
+    section = re.split(r"\n#{2,3} ", usage.split("### Lightning's tools", 1)[1], maxsplit=1)[0]
     for flags in TOOLS.values():
         assert " ".join(flags) in section
 
