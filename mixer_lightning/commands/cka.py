@@ -29,7 +29,7 @@ from typing import Literal
 from jsonargparse import ArgumentParser, Namespace
 
 from mixer_lightning.errors import require
-from mixer_lightning.safety.atomic import save_figure
+from mixer_lightning.safety.atomic import pyplot, save_figure
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -86,13 +86,30 @@ def compute(args: Namespace) -> dict:
     )
 
 
+def checkpoint_labels(result: dict) -> tuple[str, str]:
+    """Axis names of the two networks that tell them apart: the family, its mixing sizes and the
+    checkpoint's path below the folder the two share (``reference/seed0/last.ckpt``), not both
+    "SMixer (last.ckpt)"."""
+    paths = [Path(result["ckpt_a"]).absolute().parts, Path(result["ckpt_b"]).absolute().parts]
+    common = 0
+    while common < min(map(len, paths)) - 1 and paths[0][common] == paths[1][common]:
+        common += 1
+    labels = []
+    for key, parts in zip("ab", paths, strict=True):
+        where = "/".join(part for part in parts[common:] if part != "checkpoints")
+        mixing = result.get(f"mixing_{key}")
+        sizes = f", S = {mixing['S']}, C = {mixing['C']}" if mixing else ""
+        labels.append(f"{key.upper()}: {result[f'model_{key}']}{sizes}\n({where})")
+    if paths[0] == paths[1]:
+        labels = [f"{label}, the same checkpoint" for label in labels]
+    return labels[0], labels[1]
+
+
 def plot(result: dict, path: str) -> None:
     """The CKA matrix as a heat map, layers of A down, layers of B across, from the input (Figure 2(b, c))."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    plt = pyplot()
 
     matrix = np.array(result["cka"])
     rows, cols = matrix.shape
@@ -112,10 +129,14 @@ def plot(result: dict, path: str) -> None:
                 )
     ax.set_xticks(range(cols), result["layers_b"], rotation=45 if cols > 8 else 0, fontsize=8)
     ax.set_yticks(range(rows), result["layers_a"], fontsize=8)
-    ax.set_xlabel(f"B: {result['model_b']} ({Path(result['ckpt_b']).name})")
-    ax.set_ylabel(f"A: {result['model_a']} ({Path(result['ckpt_a']).name})")
-    ax.set_title(f"Minibatch CKA (unbiased HSIC), {result['examples']} {result['split']} images", fontsize=10)
-    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="CKA")
+    label_a, label_b = checkpoint_labels(result)
+    ax.set_xlabel(label_b, fontsize=9)
+    ax.set_ylabel(label_a, fontsize=9)
+    ax.set_title(
+        f"Minibatch CKA (unbiased HSIC), {result['examples']} {result['split']} images\nlayers from the input",
+        fontsize=10,
+    )
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="CKA (1: same up to rotation, scale)")
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
 

@@ -108,9 +108,10 @@ def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]
     for ax, (block, images, pairs), canvas in zip(axes[:, 0], panels, canvases, strict=True):
         image = ax.imshow(canvas.numpy(), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         side = images.shape[-1]
+        # Two short lines: one long line ran past the figure's edge (issue 26).
         ax.set_title(
-            f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse "
-            f"({side}×{side} patch grid, low frequency first)",
+            f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse\n"
+            f"{side}×{side} patch grid, low spatial frequency first",
             fontsize=9,
         )
         ax.axis("off")
@@ -125,7 +126,10 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
     n, chans, p, _ = weight.shape
     scaled = weight / weight.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None, None]  # in [-1, 1]
     columns = max(1, min(16, math.ceil(math.sqrt(n))))
-    fig, ax = plt.subplots(figsize=(min(10, 1.0 + 0.55 * columns), min(10, 1.3 + 0.55 * math.ceil(n / columns))))
+    # At least 5 inches wide: the two-line title fits over a few units (it ran past a 3-inch figure).
+    fig, ax = plt.subplots(
+        figsize=(min(10, max(5.0, 1.0 + 0.55 * columns)), min(10, 1.3 + 0.55 * math.ceil(n / columns)))
+    )
     if chans == 3:
         canvas = _tile((scaled.permute(0, 2, 3, 1) + 1) / 2, columns).numpy()
         canvas[canvas != canvas] = 1.0  # NaN gaps: white
@@ -141,30 +145,55 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
     _save(fig, path, dpi=110, bbox_inches="tight")
 
 
+ZOOM = 64  # entries a side of the full-resolution corner drawn under a pooled pattern
+
+
 def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> None:
-    """0/1 pictures of effective weights, one panel each, with their density."""
+    """Pictures of the non-zero entries of effective weights, one panel each, with their density. A
+    matrix larger than the picture is drawn as the fraction of non-zeros per pixel on a square-root
+    grey scale (a 1 %-dense region is visibly grey, not black), and its top-left 64×64 entries one pixel
+    each underneath, where single connections show."""
+    from matplotlib.colors import PowerNorm
+
     from mixer_lightning.analysis.visualize import pattern_image
 
     plt = _plt()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.9), squeeze=False)
-    for ax, (label, weight) in zip(axes[0], panels, strict=True):
+    pictures = [pattern_image(weight) for _, weight in panels]
+    zoom = any(tuple(p.shape) != tuple(w.shape) for p, (_, w) in zip(pictures, panels, strict=True))
+    fig, axes = plt.subplots(
+        2 if zoom else 1, len(panels), figsize=(3.6 * len(panels), 7.6 if zoom else 4.4), squeeze=False
+    )
+    norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)
+    image = None
+    for column, ((label, weight), picture) in enumerate(zip(panels, pictures, strict=True)):
+        ax = axes[0, column]
         density = float((weight != 0).float().mean())
         rows, cols = weight.shape
-        ax.imshow(
-            pattern_image(weight).numpy(),
-            cmap="Greys",
-            vmin=0,
-            vmax=1,
-            interpolation="nearest",
-            extent=(0, cols, rows, 0),
-        )
-        ax.set_title(f"{label}\n{rows}×{cols}, non-zeros {density:.3g}", fontsize=9)
+        pooled = tuple(picture.shape) != (rows, cols)
+        image = ax.imshow(picture.numpy(), cmap="Greys", norm=norm, interpolation="nearest", extent=(0, cols, rows, 0))
+        scale = f"\n{rows / picture.shape[0]:.3g}×{cols / picture.shape[1]:.3g} entries per pixel" if pooled else ""
+        ax.set_title(f"{label}\n{rows:,}×{cols:,}, {100 * density:.3g} % non-zero{scale}", fontsize=8.5)
         ax.set_xlabel("input unit", fontsize=8)
         ax.set_ylabel("output unit", fontsize=8)
         ax.tick_params(labelsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    _save(fig, path, dpi=100)
+        if zoom:
+            corner = axes[1, column]
+            side = min(ZOOM, rows, cols)
+            corner.imshow((weight[:side, :side] != 0).float().numpy(), cmap="Greys", norm=norm, interpolation="nearest")
+            corner.set_title(f"top-left {side}×{side} entries, one pixel each", fontsize=8.5)
+            corner.set_xlabel("input unit", fontsize=8)
+            corner.set_ylabel("output unit", fontsize=8)
+            corner.tick_params(labelsize=7)
+    if not zoom:  # one pixel per entry: black is a connection
+        fig.suptitle(f"{title}\nblack: a non-zero weight (a connection), white: zero", fontsize=10)
+        fig.tight_layout()
+    else:
+        fig.suptitle(title, fontsize=10)
+        fig.tight_layout(rect=(0, 0, 0.93, 1))
+        bar = fig.add_axes((0.945, 0.56, 0.012, 0.33))  # beside the pooled row it explains
+        fig.colorbar(image, cax=bar, label="fraction of non-zero\nentries per pixel")
+        bar.tick_params(labelsize=7)
+    _save(fig, path, dpi=100, bbox_inches="tight")
 
 
 # ---------------------------------------------------------------------------------------- the pictures

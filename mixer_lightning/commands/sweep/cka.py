@@ -153,10 +153,19 @@ def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
         )
         if mixing:
             ax.axvline((1 / mixing["S"] + 1 / mixing["C"]) / 2, color=f"C{i}", linestyle="--", alpha=0.6)
+    from mixer_lightning.commands.sweep.report import grid_ticks, power_of_two_text
+
     ax.set_xscale("log", base=2)
+    grid_ticks(ax.xaxis, [r["p"] for r in summary], power_of_two_text, log=True)  # the grid's densities, as 2⁻ⁿ
+    seeds = sorted({r["seeds"] for r in summary})
     ax.set(
-        xlabel="density p of the SW-MLP (dashed: the Mixer's (1/S + 1/C)/2)",
-        ylabel="average diagonal CKA",
+        xlabel="density p of the SW-MLP's weights (log₂ scale; dashed: the Mixer's (1/S + 1/C)/2)",
+        ylabel="average diagonal CKA "
+        + (
+            "(1 seed)"
+            if seeds == [1]
+            else f"(mean ± std over {'–'.join(str(s) for s in dict.fromkeys((seeds[0], seeds[-1])))} seeds)"
+        ),
         title="CKA between the Mixer and SW-MLPs (Fig. 2(a))",
     )
     ax.legend(fontsize=8)

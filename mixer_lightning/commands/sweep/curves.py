@@ -186,27 +186,47 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
     return curves
 
 
+def metric_label(metric: str) -> str:
+    """A logged metric named for a reader, with its unit: ``val/loss`` → "test loss (cross-entropy,
+    val/loss)" (the configs validate on the test split, App. D.7); the name itself where not known."""
+    stage, _, name = metric.partition("/")
+    split = {"val": "test", "train": "training", "test": "test"}.get(stage, stage)
+    name = name.removesuffix("_epoch").removesuffix("_step")
+    what = {"loss": "loss (cross-entropy)", "acc1": "top-1 accuracy (fraction)", "acc5": "top-5 accuracy (fraction)"}
+    return f"{split} {what[name]}, {metric}" if name in what else metric
+
+
 def plot(curves: list[dict], metric: str, path: Path) -> Path:
     """Mean over seeds with the min–max band; colour by point, line style by series."""
+    from matplotlib.ticker import MaxNLocator
+
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.6, 4.4))
     points = sorted({c["point"] for c in curves})
     series = sorted({c["series"] for c in curves})
     styles = ["-", "--", ":", "-."]
-    for curve in (c for c in curves if c["metric"] == metric):
+    drawn = [c for c in curves if c["metric"] == metric]
+    for curve in drawn:
         color = f"C{points.index(curve['point']) % 10}"
         style = styles[series.index(curve["series"]) % len(styles)]
         rows = curve["rows"]
         epochs = [r["epoch"] for r in rows]
-        ax.plot(
-            epochs,
-            [r["mean"] for r in rows],
-            style,
-            color=color,
-            label=f"{curve['series']} {curve['point']} ({curve['runs']} seeds)",
-        )
+        seeds = "1 seed" if curve["runs"] == 1 else f"{curve['runs']} seeds"
+        # A series of one point (a directory of runs of one setting) is named once, not "name name".
+        name = curve["series"] if curve["point"] == curve["series"] else f"{curve['series']} {curve['point']}"
+        ax.plot(epochs, [r["mean"] for r in rows], style, color=color, marker="o", ms=3, label=f"{name} ({seeds})")
         ax.fill_between(epochs, [r["min"] for r in rows], [r["max"] for r in rows], color=color, alpha=0.18, lw=0)
-    ax.set(xlabel="epoch", ylabel=metric, title=f"{metric}: mean over seeds, min–max shaded")
+    epochs = sorted({r["epoch"] for c in drawn for r in c["rows"]})
+    if len(epochs) <= 12:  # epochs are whole numbers: a tick at each (one epoch drew ticks at ±0.045)
+        ax.set_xticks(epochs)
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(
+        xlabel="epoch (from 0)",
+        ylabel=metric_label(metric),
+        title=f"{', '.join(dict.fromkeys(c['series'] for c in drawn))}: {metric_label(metric).split(',')[0]} per epoch\n"
+        "mean over seeds, min–max shaded (App. D.7)",
+    )
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)

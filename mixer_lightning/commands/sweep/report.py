@@ -5,7 +5,7 @@ per series and grid point, one column per generic axis), and the paper's plots o
 - ``error_vs_width.png``: test error against the effective width m (Fig. 5, S.2);
 - ``error_vs_channels.png``: against C, S = C marked (Fig. 6; at fixed m, Fig. S.3 right with C* = √m);
 - ``error_vs_gamma.png``: against γ, for a γ grid at fixed m (Fig. S.3, eq. S.46);
-- ``error_vs_sparsity.png``: an SW-MLP density grid against the sparsity 1 − p, with the final
+- ``error_vs_sparsity.png``: an SW-MLP density grid against the density p (log₂), with the final
   training loss beside the test error (Fig. S.1 left: trainability falls as 1 − p grows);
 - ``error_vs_<axis>.png``: against each numeric generic axis (``--grid``), one line per width point;
 - ``error_by_<axis>.png``: bars per value of a non-numeric one (App. D.5's ``permute`` lists);
@@ -19,6 +19,7 @@ mean error (Table 1's choice of learning rate: "the highest accuracy, averaged o
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -151,9 +152,110 @@ def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
 
 # ------------------------------------------------------------------------------------------ plots
 
+# Axis labels with what is counted (the grid's own names otherwise): a reader of a figure alone knows the units.
+AXIS_LABELS = {
+    "max_epochs": "training budget (epochs)",
+    "lr": "peak learning rate",
+    "num_blocks": "depth (blocks)",
+    "batch_size": "batch size (images)",
+    "weight_decay": "weight decay",
+    "gamma": "expansion factor γ",
+    "patch_size": "patch size P (pixels)",
+    "channels": "channels C",
+    "tokens": "tokens S",
+    "omega": "connections per layer Ω",
+    "density": "density p of the weights",
+    "width": "effective width m (units)",
+}
+
 
 def _numeric(values) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _tick_text(value: float) -> str:
+    """A grid value as a tick label: the number itself (2,768, 0.02), never matplotlib's 4×10^1."""
+    if float(value).is_integer() and abs(value) >= 1:
+        return f"{int(value):,}"
+    return f"{value:.3g}"
+
+
+def power_of_two_text(value: float) -> str:
+    """A density on a log₂ axis: 2⁻⁵ where it is a power of two (the grids' densities), else the number."""
+    exponent = math.log2(value) if value > 0 else 0.5
+    return f"$2^{{{int(exponent)}}}$" if float(exponent).is_integer() else _tick_text(value)
+
+
+def grid_ticks(axis, values, text=_tick_text, log: bool = False) -> None:
+    """Ticks at the grid's values only (C = 16, 32, 48, 64, …), labelled with the values; on a log axis
+    matplotlib's decade ticks would label few of them, and as 2×10^1. Where labels would overlap, they
+    slant, and a value too close to the one labelled before it keeps its tick without a label."""
+    from matplotlib.ticker import FixedFormatter, FixedLocator, NullLocator
+
+    values = sorted({float(v) for v in values})
+    if not values:
+        return
+    position = [math.log(v) if log else v for v in values]
+    span = (position[-1] - position[0]) or 1.0
+    crowded = len(values) > 8 or any((b - a) / span < 0.09 for a, b in zip(position, position[1:], strict=False))
+    labels, last = [], None
+    for value, at in zip(values, position, strict=True):
+        shown = last is None or (at - last) / span >= (0.035 if crowded else 0.0)
+        labels.append(text(value) if shown else "")
+        last = at if shown else last
+    axis.set_major_locator(FixedLocator(values))
+    axis.set_major_formatter(FixedFormatter(labels))
+    axis.set_minor_locator(NullLocator())
+    if crowded:
+        for label in axis.get_ticklabels():
+            label.set_rotation(40)
+            label.set_horizontalalignment("right")
+
+
+def seeds_label(summary: list[dict], what: str = "test error") -> str:
+    """The y label of an error plot: how many seeds each mean (and error bar) stands for."""
+    seeds = sorted({r["seeds"] for r in summary if r.get("seeds") is not None})
+    if not seeds:
+        return f"{what} (mean ± std over seeds)"
+    if seeds == [1]:
+        return f"{what} (1 seed, no error bar)"
+    count = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+    return f"{what} (mean ± std over {count} seeds)"
+
+
+def _run_facts(manifest: dict) -> dict[str, str]:
+    """Model family, data set and epochs of a sweep, read from its first run's config (the titles say
+    what was trained); empty where the config cannot be read."""
+    import yaml
+
+    runs = [r for r in manifest.get("runs") or [] if r.get("role") != REFERENCE]
+    try:
+        config = yaml.safe_load(Path(runs[0]["config"]).read_text()) or {}
+    except (IndexError, KeyError, OSError, yaml.YAMLError):
+        return {}
+    model = str((config.get("model") or {}).get("class_path", "")).rsplit(".", 1)[-1].removesuffix("Module")
+    data = (config.get("data") or {}).get("init_args") or {}
+    epochs = (config.get("trainer") or {}).get("max_epochs")
+    facts = {"model": model, "data": str(data.get("dataset") or "")}
+    if isinstance(epochs, int):
+        facts["epochs"] = f"{epochs} epoch{'s' if epochs != 1 else ''}"
+    return {k: v for k, v in facts.items() if v}
+
+
+def figure_title(manifests: list[dict], series: list[str], context: str, vary: str | None = None) -> str:
+    """What the figure shows: the series, what they trained (model, data, epochs; an axis varied by the
+    grid is left out) and the fixed sizes (Ω, γ, m), e.g. ``d5_s_mixer: SMixer, cifar10, 200 epochs``."""
+    facts = [_run_facts(m) for m in manifests]
+    parts = []
+    for key in ("model", "data", "epochs"):
+        if key == "epochs" and vary == "max_epochs":
+            continue
+        values = list(dict.fromkeys(f[key] for f in facts if key in f))
+        if values:
+            parts.append(" / ".join(values))
+    head = ", ".join(dict.fromkeys(series))
+    line = f"{head}: {', '.join(parts)}" if parts else head
+    return f"{line}\n{context}" if context else line
 
 
 def _plot_lines(ax, summary: list[dict], x, label, y: str = "test_error_mean", err: str | None = "test_error_std"):
@@ -173,20 +275,31 @@ def _plot_lines(ax, summary: list[dict], x, label, y: str = "test_error_mean", e
     return bool(groups)
 
 
-def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[str], out: Path) -> list[Path]:
-    """The plots of the module docstring that the summary has data for."""
+def plot_summary(
+    summary: list[dict], manifests: list[dict], axis_names: list[str], out: Path, names: list[str] | None = None
+) -> list[Path]:
+    """The plots of the module docstring that the summary has data for; `names` are the series of
+    `manifests` (their order), for the titles."""
+    names = names or list(dict.fromkeys(r["series"] for r in summary))[: len(manifests)]
+    if len(names) < len(manifests):
+        names = names + [""] * (len(manifests) - len(names))
     plt = pyplot()
     manifest = manifests[0]
     kind, omega, gamma, width = (manifest.get(k) for k in ("kind", "omega", "gamma", "width"))
     context = ", ".join(
         t
         for t in (
-            f"Ω = {omega:,}" if omega else "",
+            f"Ω = {omega:,} connections per layer" if omega else "",
             f"γ = {gamma:g}" if gamma else "",
             f"m = {width:,}" if width else "",
         )
         if t
     )
+    series_order = list(dict.fromkeys(r["series"] for r in summary))
+
+    def title(vary: str | None = None, rows: list[dict] | None = None) -> str:
+        drawn = list(dict.fromkeys(r["series"] for r in rows)) if rows is not None else series_order
+        return figure_title([m for m, n in zip(manifests, names, strict=True) if n in drawn], drawn, context, vary)
 
     def series_label(row: dict) -> str:
         extra = ", ".join(f"{n} = {row[n]}" for n in axis_names if row.get(n) is not None)
@@ -212,35 +325,43 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
 
     figures = []
     if len({r["m"] for r in summary if r["m"] is not None}) > 1:
-        figures.append(("error_vs_width.png", lambda r: r["m"], "effective width m", "log"))
+        figures.append(("error_vs_width.png", "m", "effective width m = S·C (units per layer)", "log"))
     if len({r["C"] for r in summary if r["C"] is not None}) > 1:
-        figures.append(("error_vs_channels.png", lambda r: r["C"], "C" + (" (S = m/C)" if width else ""), "log"))
+        figures.append(("error_vs_channels.png", "C", "channels C" + (" (tokens S = m/C)" if width else ""), "log"))
     if kind == "gamma_at_width":
-        figures.append(("error_vs_gamma.png", lambda r: r["gamma"], "expansion factor γ (eq. S.46)", "linear"))
+        figures.append(("error_vs_gamma.png", "gamma", "expansion factor γ (eq. S.46)", "linear"))
     paths = []
-    for name, x, xlabel, scale in figures:
-        fig, ax = plt.subplots(figsize=(6.2, 4.2))
-        _plot_lines(ax, by_branch if name == "error_vs_width.png" else summary, x, series_label)
+    for name, key, xlabel, scale in figures:
+        fig, ax = plt.subplots(figsize=(6.6, 4.4))
+        _plot_lines(ax, by_branch if name == "error_vs_width.png" else summary, lambda r, k=key: r[k], series_label)
         if name == "error_vs_channels.png" and (omega or width):
             c_star = width**0.5 if width else optimum(omega, gamma or 1.0)["C"]
             ax.axvline(c_star, color="gray", linestyle="--", label=f"S = C = {c_star:.4g}")
-        ax.set(xscale=scale, xlabel=xlabel, ylabel="test error", title=context)
+        drawn = [r for r in summary if r[key] is not None]
+        ax.set(xscale=scale, xlabel=xlabel, ylabel=seeds_label(drawn), title=title(rows=drawn))
+        grid_ticks(ax.xaxis, [r[key] for r in summary if r[key] is not None], log=scale == "log")
         ax.legend(fontsize=8)
         fig.tight_layout()
         save_figure(fig, out / name, dpi=120)
         paths.append(out / name)
     if kind in DENSITY_KINDS and len({r["p"] for r in summary}) > 1:  # Fig. S.1 left: trainability
         losses = any(r.get("train_loss_mean") is not None for r in summary)
-        fig, axes = plt.subplots(1, 2 if losses else 1, figsize=(11 if losses else 6.2, 4.2), squeeze=False)
-        _plot_lines(axes[0, 0], summary, lambda r: 1 - r["p"], series_label)
-        axes[0, 0].set(xlabel="sparsity 1 − p", ylabel="test error", title=context)
-        axes[0, 0].legend(fontsize=8)
+        fig, axes = plt.subplots(1, 2 if losses else 1, figsize=(11 if losses else 6.6, 4.4), squeeze=False)
+        densities = [r["p"] for r in summary if r["p"] is not None]
+        xlabel = "density p of the weights (log₂ scale; sparser to the left)"
+        _plot_lines(axes[0, 0], summary, lambda r: r["p"], series_label)
+        axes[0, 0].set(xlabel=xlabel, ylabel=seeds_label(summary), title=title(rows=summary))
         if losses:
-            _plot_lines(axes[0, 1], summary, lambda r: 1 - r["p"], series_label, "train_loss_mean", None)
+            _plot_lines(axes[0, 1], summary, lambda r: r["p"], series_label, "train_loss_mean", None)
             axes[0, 1].set(
-                xlabel="sparsity 1 − p", ylabel="final training loss", title="trainability (App. D.1, Fig. S.1 left)"
+                xlabel=xlabel,
+                ylabel="final training loss (cross-entropy, mean over seeds)",
+                title="trainability (App. D.1, Fig. S.1 left)",
             )
-            axes[0, 1].legend(fontsize=8)
+        for ax in axes[0]:
+            ax.set_xscale("log", base=2)
+            grid_ticks(ax.xaxis, densities, power_of_two_text, log=True)
+            ax.legend(fontsize=8)
         fig.tight_layout()
         save_figure(fig, out / "error_vs_sparsity.png", dpi=120)
         paths.append(out / "error_vs_sparsity.png")
@@ -248,26 +369,40 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
         values = [r[axis] for r in summary if r.get(axis) is not None]  # a series without the axis has None
         if len({format_value(v) for v in values}) < 2:
             continue
-        if not _numeric(values):  # e.g. App. D.5's permute lists: one bar per value, in the grid's order
-            paths.append(_plot_bars(plt, summary, manifests, axis, [n for n in axis_names if n != axis], context, out))
-            continue
-        values = set(values)
-        fig, ax = plt.subplots(figsize=(6.2, 4.2))
         others = [n for n in axis_names if n != axis]
-        _plot_lines(
-            ax,
-            summary,
-            lambda r, a=axis: r[a],
-            lambda r, o=tuple(others): " ".join([r["series"], r["width_point"]] + [f"{n}={r[n]}" for n in o]),
+        if not _numeric(values):  # e.g. App. D.5's permute lists: one bar per value, in the grid's order
+            shown = [r for r in summary if r.get(axis) is not None]
+            paths.append(_plot_bars(plt, summary, manifests, axis, others, title(axis, shown), out))
+            continue
+        fig, ax = plt.subplots(figsize=(6.6, 4.4))
+        with_axis = [r for r in summary if r.get(axis) is not None]
+        # A series that holds one value of the axis (the sweeps budget_5ep and budget_20ep, one epoch count
+        # each) is one x, not a line: the lines then join the series, one per grid point (C16_S173 over the
+        # budgets); otherwise one line per series and grid point.
+        joined = len(series_order) > 1 and all(
+            len({format_value(r[axis]) for r in with_axis if r["series"] == s}) == 1
+            for s in {r["series"] for r in with_axis}
         )
+
+        varied = tuple(n for n in others if len({format_value(r.get(n)) for r in with_axis}) > 1)
+
+        def line(r, varied=varied, joined=joined):
+            parts = [] if joined else [r["series"]]
+            if r["width_point"] != "base" or joined:
+                parts.append(r["width_point"])
+            return ", ".join([" ".join(parts)] + [f"{n} = {r[n]}" for n in varied if r.get(n) is not None])
+
+        _plot_lines(ax, with_axis, lambda r, a=axis: r[a], line)
         positive = all(v > 0 for v in values)
+        log = positive and max(values) / min(values) >= 8
         ax.set(
-            xscale="log" if positive and max(values) / min(values) >= 8 else "linear",
-            xlabel=axis,
-            ylabel="test error",
-            title=context or "sweep",
+            xscale="log" if log else "linear",
+            xlabel=AXIS_LABELS.get(axis, axis),
+            ylabel=seeds_label(with_axis),
+            title=title(axis, with_axis),
         )
-        ax.legend(fontsize=8)
+        grid_ticks(ax.xaxis, values, log=log)
+        ax.legend(fontsize=8, title="grid point" if joined else None, title_fontsize=8)
         fig.tight_layout()
         name = f"error_vs_{axis.replace('/', '_')}.png"
         save_figure(fig, out / name, dpi=120)
@@ -275,23 +410,26 @@ def plot_summary(summary: list[dict], manifests: list[dict], axis_names: list[st
     return paths
 
 
-def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, others: list[str], context, out: Path):
+def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, others: list[str], title: str, out: Path):
     """``error_by_<axis>.png``: test error (mean ± std over seeds) per value of a non-numeric axis, the values
     in the order the grid gave them and spelled as the run names spell them (``[true, false]`` → ``tf``),
-    one bar per series (and width point and other axes)."""
-    order = []
-    for manifest in manifests:
-        for entry in manifest.get("axes") or []:
-            if entry["name"] == axis:
-                order += [format_value(v) for v in entry["values"] if format_value(v) not in order]
+    one bar per series (and width point and other axes). Only values with a finished run get a place: a
+    value of the grid not run (or not tested) yet would be an empty bar, read as an error of 0."""
     groups: dict[str, dict[str, tuple]] = {}
     for row in summary:
         if row.get(axis) is None:
             continue
-        label = " ".join([row["series"], row["width_point"]] + [f"{n}={row[n]}" for n in others])
+        parts = [row["series"]] + ([row["width_point"]] if row["width_point"] != "base" else [])
+        label = " ".join(parts + [f"{n} = {row[n]}" for n in others if row.get(n) is not None])
         groups.setdefault(label, {})[format_value(row[axis])] = (row["test_error_mean"], row["test_error_std"] or 0.0)
-    order += sorted({v for bars in groups.values() for v in bars} - set(order))
-    fig, ax = plt.subplots(figsize=(max(6.2, 0.9 * len(order) * len(groups)), 4.2))
+    present = {v for bars in groups.values() for v in bars}
+    order = []
+    for manifest in manifests:
+        for entry in manifest.get("axes") or []:
+            if entry["name"] == axis:
+                order += [format_value(v) for v in entry["values"] if format_value(v) in present - set(order)]
+    order += sorted(present - set(order))
+    fig, ax = plt.subplots(figsize=(max(6.6, 0.9 * len(order) * len(groups)), 4.4))
     width = 0.8 / len(groups)
     for i, (label, bars) in enumerate(sorted(groups.items())):
         xs = [j + (i - (len(groups) - 1) / 2) * width for j, v in enumerate(order) if v in bars]
@@ -303,7 +441,9 @@ def _plot_bars(plt, summary: list[dict], manifests: list[dict], axis: str, other
     margin = max(high - low, 0.01) * 0.5  # the differences, not the bars' common base, fill the axes
     ax.set(xticks=range(len(order)), ylim=(max(0.0, low - margin), high + margin))
     ax.set_xticklabels(order)
-    ax.set(xlabel=axis, ylabel="test error", title=context or "sweep")
+    spelled = any(isinstance(r[axis], list) and all(isinstance(v, bool) for v in r[axis]) for r in shown)
+    xlabel = AXIS_LABELS.get(axis, axis) + (" (one letter per block: t = true, f = false)" if spelled else "")
+    ax.set(xlabel=xlabel, ylabel=seeds_label(shown), title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     path = out / f"error_by_{axis.replace('/', '_')}.png"
@@ -350,7 +490,7 @@ def report_directories(
         write_csv(out_dir / "summary.csv", summary)
         result.update(summary=summary, best=best_by_axes(summary, axis_names), csv=str(out_dir / "report.csv"))
         if plot:
-            result["plots"] = [str(p) for p in plot_summary(summary, manifests, axis_names, out_dir)]
+            result["plots"] = [str(p) for p in plot_summary(summary, manifests, axis_names, out_dir, names)]
     if has_reference:
         from mixer_lightning.commands.sweep.cka import cka_report
 
