@@ -135,6 +135,8 @@ def cka_report(
 
 def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
     """Average diagonal CKA against the density p (log₂ axis), one line per series (Fig. 2(a))."""
+    from mixer_lightning.commands.sweep.report import grid_ticks, power_of_two_text
+
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.2, 4.2))
     for i, series in enumerate(sorted({r["series"] for r in summary})):
@@ -153,10 +155,10 @@ def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
         )
         if mixing:
             ax.axvline((1 / mixing["S"] + 1 / mixing["C"]) / 2, color=f"C{i}", linestyle="--", alpha=0.6)
-    from mixer_lightning.commands.sweep.report import grid_ticks, power_of_two_text
-
     ax.set_xscale("log", base=2)
-    grid_ticks(ax.xaxis, [r["p"] for r in summary], power_of_two_text, log=True)  # the grid's densities, as 2⁻ⁿ
+    grid_ticks(
+        ax.xaxis, [r["p"] for r in summary], power_of_two_text, log=True, slant=False
+    )  # the grid's densities, as 2⁻ⁿ
     seeds = sorted({r["seeds"] for r in summary})
     ax.set(
         xlabel="density p of the SW-MLP's weights (log₂ scale; dashed: the Mixer's (1/S + 1/C)/2)",

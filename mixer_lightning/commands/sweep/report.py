@@ -186,7 +186,7 @@ def power_of_two_text(value: float) -> str:
     return f"$2^{{{int(exponent)}}}$" if float(exponent).is_integer() else _tick_text(value)
 
 
-def grid_ticks(axis, values, text=_tick_text, log: bool = False) -> None:
+def grid_ticks(axis, values, text=_tick_text, log: bool = False, slant: bool = True) -> None:
     """Ticks at the grid's values only (C = 16, 32, 48, 64, …), labelled with the values; on a log axis
     matplotlib's decade ticks would label few of them, and as 2×10^1. Where labels would overlap, they
     slant, and a value too close to the one labelled before it keeps its tick without a label."""
@@ -206,7 +206,7 @@ def grid_ticks(axis, values, text=_tick_text, log: bool = False) -> None:
     axis.set_major_locator(FixedLocator(values))
     axis.set_major_formatter(FixedFormatter(labels))
     axis.set_minor_locator(NullLocator())
-    if crowded:
+    if crowded and slant:  # (short labels such as 2⁻⁵ fit upright)
         for label in axis.get_ticklabels():
             label.set_rotation(40)
             label.set_horizontalalignment("right")
@@ -360,7 +360,7 @@ def plot_summary(
             )
         for ax in axes[0]:
             ax.set_xscale("log", base=2)
-            grid_ticks(ax.xaxis, densities, power_of_two_text, log=True)
+            grid_ticks(ax.xaxis, densities, power_of_two_text, log=True, slant=False)
             ax.legend(fontsize=8)
         fig.tight_layout()
         save_figure(fig, out / "error_vs_sparsity.png", dpi=120)
