@@ -236,15 +236,17 @@ def run(args: Namespace) -> None:
             kwargs["image_size"] = args.image_size
         net = create_model(args.model, **kwargs)
         image_size, in_chans, num_classes = net.stem.image_size, net.stem.proj.in_channels, args.num_classes
+    import copy
+
     candidates = {"ours": net}
     if args.vs == "timm":
         candidates["timm"] = timm_equivalent(net)
     if args.compile:
-        import copy
-
         compiled = copy.deepcopy(net)
         compiled.compile()
         candidates["ours_compiled"] = compiled
+    if len(candidates) > 1:  # a comparison: an identical copy of ours beside it says how far a ratio is noise
+        candidates["twin"] = copy.deepcopy(net)
     try:
         results = benchmark(
             candidates,
@@ -260,17 +262,46 @@ def run(args: Namespace) -> None:
         if "out of memory" in str(error).lower():
             raise ConfigError("batch_size", f"{args.batch_size} does not fit in memory", "lower --batch_size") from None
         raise
+    noise = twin_noise(results)
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps({**results, **({"noise": noise} if noise else {})}, indent=2))
         return
     print(f"{'candidate':<16} {'train img/s':>12} {'infer img/s':>12} {'GFLOP/img (train)':>18} {'MFU':>6}")
     for name, r in results.items():
         flops = f"{r['flops_per_image']['train'] / 1e9:.2f}" if r["flops_per_image"] else "-"
         mfu = f"{r['mfu_train']:.1%}" if "mfu_train" in r else "-"
-        print(f"{name:<16} {r['train_img_s']:>12.1f} {r['infer_img_s']:>12.1f} {flops:>18} {mfu:>6}")
+        label = "ours (twin)" if name == "twin" else name
+        print(f"{label:<16} {r['train_img_s']:>12.1f} {r['infer_img_s']:>12.1f} {flops:>18} {mfu:>6}")
+    for line in ratio_lines(results, noise):
+        print(line)
+
+
+def twin_noise(results: dict[str, dict]) -> dict[str, float] | None:
+    """|1 − twin ÷ ours| for training and inference img/s: how far two identical networks measured side
+    by side differ on this machine, now (None without a twin)."""
+    if "twin" not in results:
+        return None
+    return {
+        key: abs(1 - results["twin"][f"{key}_img_s"] / results["ours"][f"{key}_img_s"]) for key in ("train", "infer")
+    }
+
+
+def ratio_lines(results: dict[str, dict], noise: dict[str, float] | None) -> list[str]:
+    """ "ours / timm: train 1.234, inference 0.987 (within noise)" per compared candidate, and the noise row
+    that a single run is judged by: a ratio whose distance to 1 is below it is not resolved."""
+    lines = []
     for name in results:
-        if name != "ours":
-            print(
-                f"ours / {name}: train {results['ours']['train_img_s'] / results[name]['train_img_s']:.3f}, "
-                f"inference {results['ours']['infer_img_s'] / results[name]['infer_img_s']:.3f}"
-            )
+        if name in ("ours", "twin"):
+            continue
+        parts = []
+        for key, word in (("train", "train"), ("infer", "inference")):
+            ratio = results["ours"][f"{key}_img_s"] / results[name][f"{key}_img_s"]
+            within = noise is not None and abs(1 - ratio) <= noise[key]
+            parts.append(f"{word} {ratio:.3f}" + (" (within noise)" if within else ""))
+        lines.append(f"ours / {name}: " + ", ".join(parts))
+    if noise is not None:
+        lines.append(
+            f"noise |1 − twin / ours| (an identical copy of ours, measured beside it): train {noise['train']:.3f}, "
+            f"inference {noise['infer']:.3f}; a ratio closer to 1 than this is not resolved"
+        )
+    return lines
