@@ -124,7 +124,7 @@ def test_sweep_report_figures(drawn, capsys: pytest.CaptureFixture) -> None:
     assert ax.get_title() == "d5: SMixer, digits, 2 epochs"  # what was trained, from the runs' config
     assert ax.get_ylabel() == "test error (mean ± std over 2 seeds)"
 
-    for epochs in (1, 2):
+    for epochs in (1, 3):
         main(
             [
                 "sweep",
@@ -143,8 +143,25 @@ def test_sweep_report_figures(drawn, capsys: pytest.CaptureFixture) -> None:
             ]
         )
         write_tests(f"budget_{epochs}ep", lambda r, e=epochs: 0.3 + 0.1 * e + 0.01 * r["C"] + 0.01 * r["seed"])
+    # A sweep of the same grid that did not vary the budget: its config's 2 epochs place it on the axis.
+    main(
+        [
+            "sweep",
+            "--config",
+            TINY_S_MIXER,
+            "--omega",
+            "1000",
+            "--channels",
+            "4,8,16",
+            "--seeds",
+            "0,1",
+            "--emit",
+            "plain",
+        ]
+    )
+    write_tests("plain", lambda r: 0.45 + 0.01 * r["C"] + 0.01 * r["seed"])
     drawn.clear()
-    main(["sweep", "report", "budget_1ep", "budget_2ep", "--out", "budget"])
+    main(["sweep", "report", "budget_1ep", "plain", "budget_3ep", "--out", "budget"])
     channels = figure(drawn, "error_vs_channels.png")
     check_readable(channels)
     (ax,) = plot_axes(channels)
@@ -152,15 +169,17 @@ def test_sweep_report_figures(drawn, capsys: pytest.CaptureFixture) -> None:
     assert ax.get_legend_handles_labels()[1] == [
         "S = C = 10",
         "budget_1ep (max_epochs = 1)",
-        "budget_2ep (max_epochs = 2)",
+        "budget_3ep (max_epochs = 3)",
+        "plain",
     ]
     epochs_fig = figure(drawn, "error_vs_max_epochs.png")
     check_readable(epochs_fig)
     (ax,) = plot_axes(epochs_fig)
     assert ax.get_legend_handles_labels()[1] == ["C16_S6", "C4_S20", "C8_S12"]  # one line per grid point
-    assert all(len(line.get_xdata()) == 2 for line in ax.get_lines() if line.get_label()[0] == "C")  # both budgets
+    lines = {c.get_label(): list(c.lines[0].get_xdata()) for c in ax.containers}  # errorbar containers
+    assert lines == {point: [1, 2, 3] for point in ("C16_S6", "C4_S20", "C8_S12")}  # 1, 3 epochs and plain's 2
     assert "epochs" in ax.get_xlabel()
-    check_grid_ticks(ax, [1, 2])
+    check_grid_ticks(ax, [1, 2, 3])
 
 
 def test_curves_figure(drawn, trained) -> None:

@@ -223,16 +223,46 @@ def seeds_label(summary: list[dict], what: str = "test error") -> str:
     return f"{what} (mean ± std over {count} seeds)"
 
 
-def _run_facts(manifest: dict) -> dict[str, str]:
-    """Model family, data set and epochs of a sweep, read from its first run's config (the titles say
-    what was trained); empty where the config cannot be read."""
+def _first_config(manifest: dict) -> dict:
+    """The config of a sweep's first grid run ({} where it cannot be read)."""
     import yaml
 
     runs = [r for r in manifest.get("runs") or [] if r.get("role") != REFERENCE]
     try:
-        config = yaml.safe_load(Path(runs[0]["config"]).read_text()) or {}
+        config = yaml.safe_load(Path(runs[0]["config"]).read_text())
     except (IndexError, KeyError, OSError, yaml.YAMLError):
         return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _fixed_value(manifest: dict, key: str):
+    """The value a sweep without the axis `key` (``trainer.max_epochs``) ran at, from its config."""
+    value = _first_config(manifest)
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value if _numeric([value]) else None
+
+
+def _with_fixed_values(summary: list[dict], manifests: list[dict], names: list[str], axis: str) -> list[dict]:
+    """The summary with the axis filled in for the series whose sweep did not vary it, where its config
+    says the value (budget_5ep, budget_20ep and fig5_s_mixer at its config's 10 epochs: three budgets on
+    one axis, not two and a missing one); for the plots only, the CSVs keep what the grid varied."""
+    keys = [a["key"] for m in manifests for a in m.get("axes") or [] if a["name"] == axis and "key" in a]
+    if not keys:
+        return summary
+    filled = []
+    for row in summary:
+        if row.get(axis) is None and row["series"] in names:
+            value = _fixed_value(manifests[names.index(row["series"])], keys[0])
+            row = {**row, axis: value} if value is not None else row
+        filled.append(row)
+    return filled
+
+
+def _run_facts(manifest: dict) -> dict[str, str]:
+    """Model family, data set and epochs of a sweep, read from its first run's config (the titles say
+    what was trained); empty where the config cannot be read."""
+    config = _first_config(manifest)
     model = str((config.get("model") or {}).get("class_path", "")).rsplit(".", 1)[-1].removesuffix("Module")
     data = (config.get("data") or {}).get("init_args") or {}
     epochs = (config.get("trainer") or {}).get("max_epochs")
@@ -375,7 +405,8 @@ def plot_summary(
             paths.append(_plot_bars(plt, summary, manifests, axis, others, title(axis, shown), out))
             continue
         fig, ax = plt.subplots(figsize=(6.6, 4.4))
-        with_axis = [r for r in summary if r.get(axis) is not None]
+        with_axis = [r for r in _with_fixed_values(summary, manifests, names, axis) if r.get(axis) is not None]
+        values = [r[axis] for r in with_axis]
         # A series that holds one value of the axis (the sweeps budget_5ep and budget_20ep, one epoch count
         # each) is one x, not a line: the lines then join the series, one per grid point (C16_S173 over the
         # budgets); otherwise one line per series and grid point.
