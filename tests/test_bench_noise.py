@@ -34,3 +34,20 @@ def test_a_single_model_has_no_twin(capsys: pytest.CaptureFixture[str]) -> None:
     """Nothing compared, nothing to judge: one row, no twin (its time would be wasted)."""
     main(["bench", "--config", TINY, "--batch_size", "4", "--repeats", "1", "--json"])
     assert set(json.loads(capsys.readouterr().out)) == {"ours"}
+
+
+def test_the_kernel_tables_print_their_noise(capsys: pytest.CaptureFixture[str]) -> None:
+    """`mixer bench --kernels`: both tables of ratios (÷ copy, compiled ÷ eager) carry a twin's noise."""
+    main(["bench", "--kernels", "--repeats", "1", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    permutation, elementwise = report["permutation"], report["elementwise"]
+    assert permutation["noise"] == pytest.approx(abs(1 - permutation["ms"]["copy_twin"] / permutation["ms"]["copy"]))
+    assert elementwise["noise"] == pytest.approx(
+        abs(1 - elementwise["ms"]["gelu_eager_twin"] / elementwise["ms"]["gelu_eager"])
+    )
+    assert set(elementwise["compiled_over_eager"]) == {"gelu", "gelu_backward", "layer_norm"}  # the twin is no op
+    from mixer_lightning.benchmarks.kernels import format_report
+
+    text = format_report(report)
+    assert "noise |1 − copy_twin ÷ copy| (the same kernel measured twice): " in text
+    assert "noise |1 − twin ÷ gelu eager| (the same op measured twice): " in text

@@ -42,6 +42,7 @@ def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, r
     unsafe_index = _compiled(lambda t, i: torch.ops.aten._unsafe_index(t, [None, i]))
     candidates = {
         "copy": lambda: x.clone(),
+        "copy_twin": lambda: x.clone(),  # the same kernel again: how far two identical timings differ
         "transpose_token_mixing": lambda: x.view(batch, tokens, channels).transpose(1, 2).contiguous(),
         "gather_ours": lambda: torch.gather(x, -1, index.expand(x.shape)),
         "index_select_last": lambda: x.index_select(-1, index),
@@ -51,7 +52,7 @@ def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, r
     }
     reference = x[:, index]
     for name, fn in candidates.items():
-        if name not in ("copy", "transpose_token_mixing", "row_gather_batch_last"):
+        if name not in ("copy", "copy_twin", "transpose_token_mixing", "row_gather_batch_last"):
             assert torch.equal(fn(), reference), name
     assert torch.equal(candidates["row_gather_batch_last"]().t(), reference)
     times = compare(candidates, repeats=repeats, warmup=2)
@@ -59,6 +60,7 @@ def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, r
         "shape": [batch, m],
         "ms": {name: 1e3 * t for name, t in times.items()},
         "over_copy": {name: t / times["copy"] for name, t in times.items()},
+        "noise": abs(1 - times["copy_twin"] / times["copy"]),
     }
 
 
@@ -89,11 +91,13 @@ def elementwise_table(
         torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-5)
         candidates[f"{name}_eager"] = lambda fn=fn, args=args: fn(*args)
         candidates[f"{name}_compiled"] = lambda fn=compiled, args=args: fn(*args)
+    candidates["gelu_eager_twin"] = lambda: gelu(h)  # an identical twin of one op: the noise of the ratios
     times = compare(candidates, repeats=repeats, warmup=2)
     return {
         "shapes": {"gelu": [rows, hidden], "gelu_backward": [rows, hidden], "layer_norm": [rows, channels]},
         "ms": {name: 1e3 * t for name, t in times.items()},
         "compiled_over_eager": {name: times[f"{name}_compiled"] / times[f"{name}_eager"] for name in ops},
+        "noise": abs(1 - times["gelu_eager_twin"] / times["gelu_eager"]),
     }
 
 
@@ -108,9 +112,11 @@ def format_report(report: dict) -> str:
         f"{'kernel':<24} {'ms':>8} {'÷ copy':>8}",
     ]
     lines += [f"{name:<24} {ms:>8.3f} {perm['over_copy'][name]:>8.2f}" for name, ms in perm["ms"].items()]
+    lines.append(f"noise |1 − copy_twin ÷ copy| (the same kernel measured twice): {perm['noise']:.3f}")
     lines += ["", f"{'op':<24} {'eager ms':>9} {'compiled ms':>12} {'compiled ÷ eager':>17}"]
     for name, ratio in elem["compiled_over_eager"].items():
         lines.append(
             f"{name:<24} {elem['ms'][name + '_eager']:>9.3f} {elem['ms'][name + '_compiled']:>12.3f} {ratio:>17.2f}"
         )
+    lines.append(f"noise |1 − twin ÷ gelu eager| (the same op measured twice): {elem['noise']:.3f}")
     return "\n".join(lines)
