@@ -134,9 +134,10 @@ def test_bf16_mixed_training_through_the_cli() -> None:
 def test_bench_ours_against_timm_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:
     main(["bench", "--config", TINY, "--vs", "timm", "--batch_size", "8", "--repeats", "2", "--json"])
     results = json.loads(capsys.readouterr().out)
-    assert set(results) == {"ours", "timm"}
-    for figures in results.values():
-        assert figures["train_img_s"] > 0 and figures["infer_img_s"] > 0
+    assert set(results) == {"ours", "timm", "twin", "noise"}  # twin: an identical copy of ours, the noise row
+    for name in ("ours", "timm", "twin"):
+        assert results[name]["train_img_s"] > 0 and results[name]["infer_img_s"] > 0
+    assert set(results["noise"]) == {"train", "infer"} and all(v >= 0 for v in results["noise"].values())
     # The same network in both libraries: the same FLOPs, counted by torch's FLOP counter.
     ours, timm = results["ours"]["flops_per_image"], results["timm"]["flops_per_image"]
     assert ours == timm and 0 < ours["forward"] < ours["train"]
