@@ -10,8 +10,13 @@ is writing) are one line with status 1; `Stopped` (SIGTERM, SIGINT) is one line 
 
 from __future__ import annotations
 
+import copy
 import errno
+import itertools
+import os
 import re
+import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -105,6 +110,40 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# A value echoed in an error is cut to this many characters (issue 25, RC16): a flag value can be a
+# 5,000-character string or a YAML text that expands to millions of values, and the line must stay a line.
+ECHO_LIMIT = 80
+# A message longer than this is shortened (`bounded_line`), so that ``mixer: error: `` and the message
+# stay within 300 characters.
+LINE_LIMIT = 286
+# In a message that long, a word (no space, no quote) longer than this is an echoed value, not a path
+# the user needs whole (a path under pytest's temporary folder is ~90 characters), and is cut.
+LONG_WORD = 120
+
+
+def _echo(value: object) -> str:
+    """`value` as an error message may echo it: one line of at most `ECHO_LIMIT` characters, saying how
+    long it was when cut."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= ECHO_LIMIT else f"{text[: ECHO_LIMIT - 25]}... ({len(text):,} characters)"
+
+
+def _given_value(message: str) -> str | None:
+    """The value jsonargparse says it was given (its first ``Given value:``, else ``Got value:``) as an
+    error may echo it (`_echo`), without jsonargparse's ". Got value: Namespace(...)" tail (the whole
+    parsed value, which may hold everything a file or flag set). A class or group option given a
+    file gets the file's text, lines that jsonargparse prints as they are: "the content of a file
+    (N lines)" is said instead, never the content."""
+    found = re.search(r"Given value: (.*)", message) or re.search(r"Got value: (.*)", message)
+    if found is None:
+        return None
+    following = message[found.end() :].lstrip("\n").splitlines()
+    if following and not re.match(r"\s*(- |Given value|Got value|Subtypes:|Errors:|Parser key|Expected)", following[0]):
+        lines = 1 + len(list(itertools.takewhile(lambda line: not line.strip().startswith("- "), following)))
+        return f"the content of a file ({lines} lines), not a YAML mapping"
+    return repr(_echo(found.group(1).split(". Got value:", 1)[0].strip()))
+
+
 def _argument_error(error: BaseException, command: str | None) -> ConfigError:
     """jsonargparse's parse error (raised, not printed after the usage text) as one line: the innermost
     key (``model.channels``), the types it takes and the value given."""
@@ -127,12 +166,12 @@ def _argument_error(error: BaseException, command: str | None) -> ConfigError:
         subtypes = re.search(r"Subtypes: \[(.*?)\]", inner)
         expected = re.findall(r"Expected a <class '(?:[\w.]+\.)?(\w+)'>", inner)
         types = re.findall(r"<class '(?:[\w.]+\.)?(\w+)'>", subtypes.group(1)) if subtypes else expected
-        given = re.search(r"(?:Given value|Got value): (.*)", inner)
+        given = _given_value(inner)
         if types and given:
             names = " or ".join(dict.fromkeys("null" if t == "NoneType" else t for t in types))
-            return ConfigError(field, f"expected {names}, got {given.group(1).strip()!r}", help_)
+            return ConfigError(field, f"expected {names}, got {given}", help_)
         lines = [line.strip() for line in inner.splitlines() if line.strip()]
-        got = f", got {given.group(1).strip()!r}" if given else ""
+        got = f", got {given}" if given else ""
         return ConfigError(field, _one_line(lines[0] if lines else inner).rstrip(".:") + got, help_)
     found = re.match(r"Subcommand '(\w+)' does not accept option '([^']+)'", message)
     if found:
@@ -141,6 +180,89 @@ def _argument_error(error: BaseException, command: str | None) -> ConfigError:
     if found:
         return ConfigError(found.group(1).split()[0], "no such option", help_)
     return ConfigError("arguments", _one_line(message), help_)
+
+
+# OSErrors that say what is wrong with a path the user gave (or a run's files they changed): a folder
+# where a file belongs (``metrics.csv`` replaced by a folder), no permission, a read-only disk, a
+# name longer than the file system takes. Each is one line (`path_error`), not a traceback.
+PATH_ERRORS = {
+    errno.EISDIR: ("is a folder, where a file belongs", "give the path of a file, or move the folder away"),
+    errno.ENOTDIR: ("goes through a file as if it were a folder", "check the path"),
+    errno.EEXIST: ("exists already", "choose another path, or move it away"),
+    errno.EACCES: (
+        "cannot be accessed: permission denied",
+        "choose a path you may read and write, or change its permissions",
+    ),
+    errno.EPERM: ("cannot be changed: operation not permitted", "choose a path you may write to"),
+    errno.EROFS: ("lies on a read-only file system", "choose a path on a writable disk"),
+    errno.ENAMETOOLONG: ("has a name longer than the file system allows (255 bytes a name)", "give a shorter path"),
+    errno.ELOOP: ("goes through a loop of symbolic links", "fix the links"),
+}
+
+
+def path_error(error: OSError) -> ConfigError:
+    """The one line for an `OSError` of `PATH_ERRORS` on ``error.filename`` (echoed within bounds)."""
+    problem, fix = PATH_ERRORS[error.errno]
+    name = error.filename2 if error.errno == errno.EEXIST and error.filename2 else error.filename
+    return ConfigError("path", f"{_echo(os.fsdecode(name) if isinstance(name, bytes) else name)!r} {problem}", fix)
+
+
+def bounded_line(error: Exception) -> Exception:
+    """`error` with a message of at most `LINE_LIMIT` characters. Above it, each word longer than
+    `LONG_WORD` (an echoed value: a 5,000-character flag, a name over 255 bytes) is cut as `_echo` cuts
+    it; a message still too long keeps its field, gives the problem up to two thirds of what is left
+    and the fix the rest, each cut at its end. The error is copied, so the original keeps its message."""
+    if len(str(error)) <= LINE_LIMIT:
+        return error
+
+    def words(part: str) -> str:
+        return re.sub(rf"[^\s'\"]{{{LONG_WORD + 1},}}", lambda word: _echo(word.group()), " ".join(part.split()))
+
+    bounded = copy.copy(error)
+    if not isinstance(error, (ConfigError, ResourceError)):
+        bounded.args = (_one_line(words(str(error)), LINE_LIMIT),)
+        return bounded
+    field, problem, fix = words(error.field), words(error.problem or ""), words(error.fix or "")
+    budget = LINE_LIMIT - len(field) - 2 - (2 if fix else 0)
+    if len(problem) + len(fix) > budget:
+        problem = _one_line(problem, max(min(len(problem), max(budget - len(fix), 2 * budget // 3)), 20))
+        fix = _one_line(fix, max(budget - len(problem), 20)) if fix else fix
+    bounded.field, bounded.problem, bounded.fix = field, problem, fix or None
+    bounded.args = (_one_line(f"{field}: {problem}" + (f"; {fix}" if fix else ""), LINE_LIMIT),)
+    return bounded
+
+
+def install_thread_excepthook(debug: bool = False) -> None:
+    """From now on, an exception that ends a background thread is one line ``mixer: warning: ...``
+    (translated as `translate_library_error` does when it can), not Python's "Exception in thread"
+    traceback; with `debug`, the hook in place before shows the traceback.
+
+    Loggers write from threads: TensorBoard's event writer hits a full disk in its own thread, which
+    prints a traceback and keeps the error for the main thread, whose next write raises it (then one
+    ``mixer: error:`` line, status 1). Kept for the process: ``mixer`` is one command per process."""
+    global _thread_debug
+    _thread_debug = debug
+    if getattr(threading.excepthook, "mixer_hook", False):
+        return
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if _thread_debug or args.exc_value is None or not isinstance(args.exc_value, Exception):
+            previous(args)
+            return
+        translated = translate_library_error(args.exc_value)
+        if isinstance(translated, (ConfigError, ResourceError)):  # its fix is the main thread's line to give
+            what = f"{translated.field}: {translated.problem}"
+        else:
+            what = translated or f"{type(args.exc_value).__name__}: {args.exc_value}"
+        name = args.thread.name if args.thread is not None else "a background thread"
+        print(f"mixer: warning: {_one_line(f'{name} stopped: {what}', LINE_LIMIT)}", file=sys.stderr)
+
+    hook.mixer_hook = True  # type: ignore[attr-defined]
+    threading.excepthook = hook
+
+
+_thread_debug = False
 
 
 def untrusted_import(field: str, name: str) -> ConfigError:
@@ -158,14 +280,16 @@ def translate_library_error(error: BaseException, command: str | None = None) ->
     not one we can explain (then the traceback is the right answer: a bug)."""
     found = find_config_error(error)
     if found is not None:
-        return found
+        return bounded_line(found)
     for link in _chain(error):
         name, message = type(link).__name__, str(link)
         if name == "ArgumentError":
-            return _argument_error(link, command)
+            return bounded_line(_argument_error(link, command))
         if name == "ImportDenied":
             denied = re.search(r"Importing '([\w.]+)' is not allowed", message)
             return untrusted_import("config", denied.group(1) if denied else message)
+        if isinstance(link, OSError) and link.filename is not None and link.errno in PATH_ERRORS:
+            return path_error(link)
         lowered = message.lower()
         if (
             name == "OutOfMemoryError"

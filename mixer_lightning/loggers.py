@@ -38,6 +38,12 @@ class AppendingWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:  # Lightning's deletes metrics.csv here
         if not self._fs.isfile(self.metrics_file_path):
+            if self._fs.exists(self.metrics_file_path):  # a folder (or a FIFO) where the run's rows go
+                raise ConfigError(
+                    "trainer.logger",
+                    f"{self.metrics_file_path!r} is not a file, so the run's metrics cannot be appended to it",
+                    "move it away (the rows logged so far are lost), or resume into a copy of the run",
+                )
             return
         with self._fs.open(self.metrics_file_path, "r", newline="") as file:
             header = next(csv.reader(file), [])

@@ -441,7 +441,16 @@ def _checkpoint_files(tmp: Path) -> dict[str, str]:
         "folder": str(corrupt),
         "bad_image": str(bad),
         **_lying_files(tmp),
+        **_unbounded_inputs(tmp),
     }
+
+
+def _unbounded_inputs(tmp: Path) -> dict[str, str]:
+    """Inputs whose echo would be unbounded (issue 25, RC16), for the catalogue: a text file given
+    where a config is read (its content was echoed). YAML bombs and FIFOs: tests/test_input_bounds.py."""
+    passwd = tmp / "passwd.txt"
+    passwd.write_text("".join(f"user{i}:x:{i}:{i}:private:/home/user{i}:/bin/sh\n" for i in range(24)))
+    return {"passwd": str(passwd)}
 
 
 def _lying_files(tmp: Path) -> dict[str, str]:
@@ -679,6 +688,33 @@ CATALOGUE = [
         2,
         "config: '{malformed}' is not valid YAML (expected ',' or ']', but got '<stream end>' at line 2, column 1)",
     ),
+    # issue 25, RC15/RC16: values and files echoed within bounds, inputs that are no regular files
+    (
+        "a value over 255 characters",
+        ["fit", "--config", TINY, "--trainer.max_epochs", "x" * 5000],
+        2,
+        "trainer.max_epochs: expected int or null, got '"
+        + "x" * 55
+        + "... (5,000 characters)'; see `mixer fit --help`",
+    ),
+    (
+        "a checkpoint path over 255 characters",
+        ["test", "--config", TINY, "--ckpt_path", "x" * 300],
+        2,
+        "ckpt_path: no such file '" + "x" * 55 + "... (300 characters)'; give the path of a checkpoint",
+    ),
+    (
+        "a text file as the model",
+        ["fit", "--config", TINY, "--model", "{passwd}"],
+        2,
+        "model: expected ClassifierModule or null, got the content of a file (24 lines), not a YAML mapping",
+    ),
+    (
+        "a device as the images to predict",
+        ["predict", "--config", TINY, "--data.predict_root", "/dev/zero"],
+        2,
+        "data.predict_root: '/dev/zero' is a character device (not a regular file); give the path of a regular file",
+    ),
     (
         "unknown key in a config",
         ["fit", "--config", TINY, "--config", "{unknown_key}"],
@@ -908,6 +944,7 @@ def test_catalogue_of_bad_inputs(name, argv, code, message, catalogue_files, cap
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) >= 1 and not any(line.startswith("Traceback") for line in err)
     assert err[-1].startswith("mixer: error: " + message.format(**catalogue_files)), err[-1]
+    assert len(err[-1]) <= 300, f"{len(err[-1])} characters: {err[-1]}"  # an echo is bounded (issue 25, RC16)
     assert Path("runs/keep.txt").read_text() == "earlier work"
     assert sorted(str(p) for p in Path(".").rglob("*")) == before  # nothing written: no run directory left
     assert {p: p.stat().st_mtime_ns for p in fixtures} == fixtures  # nothing already written is changed

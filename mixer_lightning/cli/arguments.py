@@ -5,18 +5,25 @@
 - `evaluation_arguments`: validate/test/predict of a checkpoint complete themselves from it (its run's
   config.yaml, or its model class and data facts);
 - `check_config_files`: every config file given is readable UTF-8 YAML naming only trusted classes,
-  checked before jsonargparse imports what it names.
+  checked before jsonargparse imports what it names;
+- `check_argument_values`: no value, and no string in a config file or a file named inside one, names
+  a FIFO, a device or a socket, and no value is a YAML text beyond bounds (issue 25, RC15).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from mixer_lightning.cli.rundirs import run_dir_of_checkpoint
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
-from mixer_lightning.safety.config_files import load_configs
+from mixer_lightning.safety.config_files import load_configs, special_file_kind, yaml_bounds_problem
 from mixer_lightning.safety.trust import check_class_paths
 from mixer_lightning.tasks.loading import read_checkpoint
 
@@ -111,10 +118,112 @@ def evaluation_arguments(args: list[str]) -> list[str]:
     return [args[0], *added, *args[1:]]
 
 
+# Files named inside config files are followed this many files deep, and read when at most this large
+# (what jsonargparse would take for a config; a larger file is data, which it does not read as one).
+NESTED_FILES_DEPTH = 8
+NESTED_FILE_BYTES = 1 << 20
+
+
+def check_argument_values(given: list[str]) -> None:
+    """Refuse, in one line naming the option, any value of `given` (the arguments after the subcommand)
+    that names a FIFO, a character or block device or a socket, or that is a YAML text beyond the bounds
+    of `mixer_lightning.safety.config_files.yaml_bounds_problem`; the same for every string inside the
+    small files the values name (config files and the files named inside them, recursively).
+
+    jsonargparse reads as a config any existing file given to ``-c``, to a group or class-typed option
+    (``--data FILE``, ``--trainer.callbacks FILE``) or named as such a value inside a config, FIFOs
+    included: it would wait for a writer, forever. A value that cannot name a file (a name over 255
+    bytes, ENAMETOOLONG) is only a value."""
+    if not isinstance(given, (list, tuple)):
+        return
+    values = [str(value) for value in given]
+    seen: set[str] = set()
+    for i in range(1, len(values)):
+        option, value = _option_value(values, i)
+        if option is None:
+            continue
+        field = "config" if option in ("-c", "--config") else option.lstrip("-") or "arguments"
+        if not _check_path(value, field, Path("."), None, 0, seen):
+            problem = yaml_bounds_problem(value)
+            if problem is not None:
+                raise ConfigError(field, f"the value {problem}", "fix the value")
+
+
+def _option_value(values: list[str], i: int) -> tuple[str | None, str]:
+    """(option, value) when ``values[i]`` is a value (``--name value``, ``--name=value``, a value after no
+    option: option ``arguments``), else (None, "")."""
+    value = values[i]
+    if value.startswith("--") and "=" in value:
+        return tuple(value.split("=", 1))  # type: ignore[return-value]
+    if value.startswith("-") and value != "-":
+        return None, ""
+    before = values[i - 1]
+    option = before if before.startswith("-") and before != "-" and "=" not in before else "arguments"
+    return option, value
+
+
+def _check_path(value: str, field: str, base: Path, named_in: Path | None, depth: int, seen: set[str]) -> bool:
+    """Whether `value` names an existing file or folder (relative to the folder of the file it is written
+    in, `base`, as jsonargparse resolves it, or to the working directory); a FIFO, device or socket is a
+    `ConfigError` on `field`, and a small file is read for the strings it holds (`_check_file`)."""
+    if not value or len(value) > 4096 or "\n" in value or "\0" in value:
+        return False
+    where = f" (named in {str(named_in)!r})" if named_in is not None else ""
+    found = False
+    for candidate in dict.fromkeys([base / value, Path(value)]):
+        kind = special_file_kind(candidate)
+        if kind is not None:  # a FIFO blocks jsonargparse's read, a device never ends it
+            fix = "give the path of a YAML file" if field == "config" else "give the path of a regular file or a folder"
+            raise ConfigError(field, f"{value!r}{where} is {kind} (not a regular file)", fix)
+        if os.path.isfile(candidate):
+            _check_file(candidate, field, depth, seen)
+            found = True
+        found = found or os.path.isdir(candidate)
+    return found
+
+
+def _check_file(path: Path, field: str, depth: int, seen: set[str]) -> None:
+    """The YAML text of the small file `path` within bounds, and each string in it checked (`_check_path`)
+    with `field` followed by its key; anything that is no UTF-8 YAML is left to whoever reads it."""
+    try:
+        real = os.path.realpath(path)
+        if real in seen or depth >= NESTED_FILES_DEPTH or os.path.getsize(path) > NESTED_FILE_BYTES:
+            return
+        seen.add(real)
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return
+    problem = yaml_bounds_problem(text)
+    if problem is not None:
+        raise ConfigError(field, f"{str(path)!r} {problem}", "fix the file")
+    try:
+        tree = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return
+    top = "" if field == "config" else field
+    for key, string in _strings(tree, top):
+        _check_path(string, key or field, path.parent, path, depth + 1, seen)
+
+
+def _strings(tree: Any, where: str) -> Iterator[tuple[str, str]]:
+    """(dotted key, value) of every string in the parsed YAML `tree` (within bounds: at most
+    `MAX_YAML_VALUES` values)."""
+    if isinstance(tree, str):
+        yield where, tree
+    elif isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _strings(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree):
+            yield from _strings(value, f"{where}[{i}]")
+
+
 def check_config_files(given: list[str]) -> list[str]:
     """Check every config file in the arguments `given` (``--config``, or a file for a group such as
     ``--model m.yaml``) before jsonargparse reads it: readable UTF-8 YAML mapping, class paths in
-    trusted packages (`mixer_lightning.safety.trust`), since jsonargparse imports them. Returns the files."""
+    trusted packages (`mixer_lightning.safety.trust`), since jsonargparse imports them; and every value
+    and every string of the files they name (`check_argument_values`). Returns the config files."""
+    check_argument_values(given)
     files = []
     values = [str(value) for value in given]
     for i, value in enumerate(values):
@@ -124,9 +233,10 @@ def check_config_files(given: list[str]) -> list[str]:
         # jsonargparse's import-path policy (`mixer_lightning.safety.trust.enforce_import_policy`).
         is_config = value.startswith("--config=") or (i > 0 and values[i - 1] in ("--config", "-c"))
         name = value.split("=", 1)[1] if value.startswith("--config=") else value
-        if is_config and Path(name).exists() and not Path(name).is_file():
+        # os.path, not pathlib: a value with a name over 255 bytes is no file (pathlib raises ENAMETOOLONG)
+        if is_config and os.path.exists(name) and not os.path.isfile(name):
             raise ConfigError("config", f"{name!r} is not a regular file", "give the path of a YAML file")
-        if Path(name).is_file() and (is_config or name.lower().endswith((".yaml", ".yml", ".json"))):
+        if os.path.isfile(name) and (is_config or name.lower().endswith((".yaml", ".yml", ".json"))):
             check_class_paths(load_configs([name], "config"), "config", repr(name))
             files.append(name)
     return files

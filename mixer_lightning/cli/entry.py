@@ -112,9 +112,13 @@ def main(args: list[str] | None = None) -> None:
         unknown = _unknown_command(argv)
         if unknown is not None:
             raise unknown
+        from mixer_lightning.errors import install_thread_excepthook
+        from mixer_lightning.safety.config_files import install_bounded_yaml_loader
         from mixer_lightning.safety.trust import enforce_import_policy
 
         enforce_import_policy()  # before any config is parsed: nothing untrusted is imported from here on
+        install_bounded_yaml_loader()  # every YAML text read within bounds (aliases, nesting): issue 25
+        install_thread_excepthook(debug)  # a logger thread's error is one line, not a traceback
         if argv[0] in COMMANDS:
             code = run_command(argv[0], argv[1:])
             if code:

@@ -27,6 +27,7 @@ from torchvision import transforms as T
 from mixer_lightning.data.pil_path import to_mode
 from mixer_lightning.data.transforms import INTERPOLATIONS, EvalCrop, InputPermutation, PermutationMode, eval_transform
 from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.safety.config_files import special_file_kind
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # The facts a checkpoint carries about its data (the checkpoint's ``data`` entry), all plain values.
@@ -69,14 +70,19 @@ def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> 
     names: list[str] = []
     for entry in map(str, entries):
         path = Path(entry)
-        if path.is_dir():
+        kind = special_file_kind(path)
+        if kind is not None:  # /dev/zero would be read forever, a FIFO would wait for a writer
+            raise ConfigError(
+                field, f"{entry!r} is {kind}, not an image file or a folder", "give a folder of images or image files"
+            )
+        if os.path.isdir(path):  # os.path: a name over 255 bytes is no folder (pathlib raises ENAMETOOLONG)
             try:
                 found = image_files(path, IMAGE_EXTENSIONS)
             except ConfigError as error:
                 raise ConfigError(field, error.problem, error.fix) from None
             paths += found
             names += [os.path.relpath(file, path) for file in found]
-        elif path.is_file():
+        elif os.path.isfile(path):
             paths.append(entry)
             names.append(entry)
         else:

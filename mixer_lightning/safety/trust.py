@@ -136,7 +136,9 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
     import torch
 
     path = Path(path)
-    if not path.is_file():
+    if not os.path.isfile(path):  # os.path: a name over 255 bytes is no file (pathlib raises ENAMETOOLONG)
+        if os.path.exists(path):  # a FIFO would block torch.load until something writes into it
+            raise ConfigError(field, f"{str(path)!r} is not a regular file", fix)
         raise ConfigError(field, f"no such file {str(path)!r}", fix)
     check_stored_archive(path, field, fix)
     try:
@@ -151,8 +153,8 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
                 field,
                 f"{str(path)!r} needs pickled Python code ({found.group(1)}) to load, refused for safety "
                 "(weights_only=True)",
-                "if you trust the file, re-save its tensors: torch.save(torch.load(FILE, weights_only=False)"
-                "['state_dict'], 'weights.pth'), or convert it with `mixer convert`",
+                "if you trust it, `mixer convert` it or re-save its tensors: "
+                "torch.save(torch.load(FILE, weights_only=False)['state_dict'], 'w.pth')",
             ) from None
         what = "it does not unpickle" if _looks_like_torch(path) else "neither a zip archive nor a pickle"
         raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({what})", fix) from None
@@ -162,7 +164,10 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
         if isinstance(error, (KeyError, IndexError)) or not _looks_like_torch(path):
             message = "neither a zip archive nor a pickle"
         else:
-            message = str(error).splitlines()[0][:160] if str(error).strip() else type(error).__name__
+            # torch's first sentence says what failed; the rest ("This is an internal miniz error. If you
+            # are seeing this error, ...") would push the line past its bound (errors.LINE_LIMIT).
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            message = re.split(r"(?<=\w)\. ", first, maxsplit=1)[0][:120]
         raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({message})", fix) from None
     hparams = loaded.get("hyper_parameters") if isinstance(loaded, dict) else None
     if hparams is not None:
