@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from test_cache_reliability import config
 
-from helpers import run_dirs
+from helpers import one_line_error, run_dirs
 from mixer_lightning.cli import main
 
 
@@ -26,15 +26,6 @@ def sixteen_bit(eight: np.ndarray, seed: int) -> np.ndarray:
 def read_csv(path: Path) -> list[dict[str, str]]:
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str], args: list[str]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("mixer: error: "), err
-    return err[0]
 
 
 def test_predict_reads_a_16_bit_image_as_its_8_bit_rendering(

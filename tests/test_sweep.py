@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import CONFIGS, TEST_CONFIGS
+from helpers import CONFIGS, TEST_CONFIGS, one_line_error
 from mixer_lightning.cli import main
 from mixer_lightning.commands.sweep import runs as sweep_runs
 from mixer_lightning.commands.sweep.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
@@ -31,15 +31,6 @@ MIXER = str(Path(sys.executable).with_name("mixer"))
 
 def manifest(directory: str) -> dict:
     return json.loads(Path(directory, "sweep.json").read_text())
-
-
-def one_line_error(capsys: pytest.CaptureFixture, args: list[str]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("mixer: error: "), err
-    return err[0]
 
 
 # ----------------------------------------------------------------------------------------- emit

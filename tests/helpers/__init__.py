@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -21,3 +22,21 @@ def run_dirs(name: str) -> list[Path]:
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def one_line_error(capsys: Any, args: list[str], code: int = 2) -> str:
+    """The one ``mixer: error:`` line that `mixer args` prints to stderr, after checking that it exits
+    with `code`. It calls the entry point where it is defined (`mixer_lightning.cli.entry.main`), not
+    the package's ``mixer_lightning.cli.main``: tests replace that one to record what ``mixer sweep
+    point`` runs (test_sweep_point_does_what_each_state_needs), and a helper looking it up there when
+    called would run the recorder, which raises nothing."""
+    import pytest
+
+    from mixer_lightning.cli.entry import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("mixer: error: "), err
+    return err[0]
