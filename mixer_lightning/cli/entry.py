@@ -91,6 +91,23 @@ def _unknown_command(argv: list[str]) -> ConfigError | None:
     return ConfigError("command", f"unknown command {argv[0]!r}", f"{hint}{listing}")
 
 
+def _stops_at_parsing(argv: list[str], error: BaseException | None = None) -> bool:
+    """Whether a Lightning subcommand ended while its arguments were read, before any run existed:
+    ``--help`` and ``--print_config`` end there, and so does an argument error raised inside
+    ``parse_arguments`` (not inside instantiation or a run: a traceback frame tells). Such an end
+    may skip the interpreter's teardown (`mixer_lightning.cli.parser_cache.fast_exit`)."""
+    if not argv or argv[0] not in LIGHTNING_COMMANDS:
+        return False
+    if error is None:
+        return any(a in ("-h", "--help") or a.startswith("--print_config") for a in argv[1:])
+    names = set()
+    traceback = error.__traceback__
+    while traceback is not None:
+        names.add(traceback.tb_frame.f_code.co_name)
+        traceback = traceback.tb_next
+    return "parse_arguments" in names and not names & {"instantiate_classes", "_run_subcommand"}
+
+
 def main(args: list[str] | None = None) -> None:
     """Run ``mixer`` with `args` (default: the process's command line).
 
@@ -124,9 +141,15 @@ def main(args: list[str] | None = None) -> None:
             if code:
                 raise SystemExit(code)
             return
+        from mixer_lightning.cli import parser_cache  # help and misspelt flags from the last full parser's answers
+
+        if parser_cache.answer(argv):
+            parser_cache.fast_exit(0, console=args is None)
+            return
         from mixer_lightning.cli.lightning import run  # Lightning is imported only for its subcommands
 
-        run(argv)
+        with parser_cache.recording_help(argv, console=args is None):
+            run(argv)
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except Stopped as stop:
@@ -136,10 +159,18 @@ def main(args: list[str] | None = None) -> None:
         if type(exit_).__name__ == "SIGTERMException":  # Lightning's, before our handler was installed
             print("mixer: stopped by SIGTERM before training started (nothing new to resume)", file=sys.stderr)
             raise SystemExit(128 + signal.SIGTERM) from None
+        if exit_.code in (0, None) and _stops_at_parsing(argv):  # the help or the config printed, nothing else
+            from mixer_lightning.cli.parser_cache import fast_exit
+
+            fast_exit(0, console=args is None)
         raise
     except Exception as error:
         translated = translate_library_error(error, argv[0] if argv else None)
         if translated is None or debug:
             raise
         print(f"mixer: error: {translated}", file=sys.stderr)
+        if isinstance(translated, ConfigError) and _stops_at_parsing(argv, error):  # nothing was written
+            from mixer_lightning.cli.parser_cache import fast_exit
+
+            fast_exit(2, console=args is None)
         raise SystemExit(2 if isinstance(translated, ConfigError) else 1) from None

@@ -32,7 +32,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.callbacks.throughput import ThroughputMonitor
-from mixer_lightning.cli import checks, results
+from mixer_lightning.cli import checks, parser_cache, results
 from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, batch_counts_as_ints, subcommand_parser
 from mixer_lightning.cli.arguments import (
     EVALUATIONS,
@@ -157,6 +157,7 @@ class MixerCLI(LightningAdapter):
             given = completed
         listed = list(given) if isinstance(given, (list, tuple)) else []
         self.explicit_data = explicit_data_arguments(check_config_files(listed), listed)
+        parser_cache.remember_parsers(parser)  # for `mixer COMMAND --misspelt.flag` without Lightning
         try:
             super().parse_arguments(parser, args)
         except ArgumentError as error:

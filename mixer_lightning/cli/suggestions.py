@@ -10,7 +10,6 @@ import inspect
 import re
 from typing import Any
 
-from mixer_lightning.cli.adapter import option_keys
 from mixer_lightning.errors import ConfigError, translate_library_error
 
 
@@ -79,8 +78,18 @@ def suggest_argument(error: BaseException, parser: Any, command: str | None) -> 
     translated = translate_library_error(error, command)
     if not isinstance(translated, ConfigError) or "no such option" not in translated.problem:
         return None
-    key = translated.field.lstrip("-")
-    known = option_keys(parser)
+    from mixer_lightning.cli.adapter import option_keys  # here: `unknown_flag` is used without Lightning
+
+    return unknown_flag(translated.field.lstrip("-"), option_keys(parser), command, translated.problem)
+
+
+def unknown_flag(
+    key: str, known: list[str], command: str | None, problem: str = "no such option"
+) -> ConfigError | None:
+    """The one line for a flag ``--key`` that the parser does not have, with the closest of the
+    option keys `known` (or the closest group: ``dataa.batch_size`` → ``data.batch_size``); None when
+    nothing is close. Also what `mixer_lightning.cli.parser_cache` answers without building the parser."""
+    help_ = f"see `mixer {command} --help`" if command else "see `mixer --help`"
     close = _closest(key, known)
     if close is None and "." in key:  # a mistyped group: dataa.batch_size -> data.batch_size
         head, _, rest = key.partition(".")
@@ -88,4 +97,4 @@ def suggest_argument(error: BaseException, parser: Any, command: str | None) -> 
         close = f"{group}.{rest}" if group else None
     if close is None or close == key:
         return None
-    return ConfigError(key, translated.problem, f"did you mean {close!r}? {help_}")
+    return ConfigError(key, problem, f"did you mean {close!r}? {help_}")
