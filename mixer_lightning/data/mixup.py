@@ -10,9 +10,10 @@ linear, so smoothing the mixture equals mixing the smoothed one-hots), and one k
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from timm.data import Mixup
+if TYPE_CHECKING:
+    from timm.data import Mixup
 
 from mixer_lightning.errors import require
 
@@ -38,6 +39,8 @@ def build_mixup(
         f"mixup/cutmix mix every image with another of its batch, so the batch size must be even, got {batch_size}",
         f"use an even data.batch_size (e.g. {batch_size + 1})",
     )
+    from timm.data import Mixup  # lazily: importing timm imports all its models
+
     return Mixup(
         mixup_alpha=mixup,
         cutmix_alpha=cutmix,

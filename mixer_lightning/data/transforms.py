@@ -22,8 +22,6 @@ import numpy as np
 import torch
 from einops import rearrange
 from PIL import Image, ImageOps
-from timm.data import auto_augment as timm_auto_augment
-from timm.data import create_transform
 from torchvision import transforms as T
 
 from mixer_lightning.errors import ConfigError, require
@@ -98,6 +96,8 @@ def _augment_ops(transform: Any) -> list[Any]:
 
 def fix_posterize(transform: Any) -> Any:
     """Point every posterize op of `transform` at our Pillow-13-safe `posterize` (in place)."""
+    from timm.data import auto_augment as timm_auto_augment  # lazily: importing timm imports all its models
+
     for op in _augment_ops(transform):
         if op.aug_fn is timm_auto_augment.posterize:
             op.aug_fn = posterize
@@ -120,6 +120,8 @@ def check_policy(policy: str | None, field: str = "data.auto_augment") -> None:
 
 def build_policy(policy: str, image_size: int, mean: Sequence[float], interpolation: str) -> Any:
     """timm's transform for an AutoAugment / RandAugment / AugMix policy string, posterize fixed."""
+    from timm.data import create_transform  # lazily: importing timm imports all its models
+
     _, secondary, _ = create_transform(
         image_size,
         is_training=True,
@@ -236,6 +238,8 @@ def train_transform(
     std: Sequence[float],
 ) -> Callable:
     """PIL image → normalised (C, image_size, image_size) tensor, augmented as `augmentation` says."""
+    from timm.data import create_transform  # lazily: importing timm imports all its models
+
     a = augmentation
     primary, secondary, final = create_transform(
         image_size,
@@ -276,6 +280,8 @@ def eval_transform(
     std: Sequence[float],
 ) -> Callable:
     """PIL image → normalised (C, image_size, image_size) tensor, pre-processed for evaluation."""
+    from timm.data import create_transform  # lazily: importing timm imports all its models
+
     if crop in TIMM_CROP_MODE:
         timm_eval = create_transform(
             image_size,

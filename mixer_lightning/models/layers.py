@@ -13,7 +13,6 @@ from typing import Literal
 
 import torch
 from einops import rearrange
-from timm.layers import lecun_normal_
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
@@ -203,6 +202,8 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
       (the largest singular value of a γn×n weight is ≈ 1 + √γ, Marchenko-Pastur) assumes it. The
       paper states no initialisation for its head or biases: zero here, as the other modes.
     """
+    from timm.layers import lecun_normal_  # lazily: importing timm imports all its models
+
     if mode not in INIT_MODES:
         raise ConfigError("init", f"unknown mode {mode!r}", f"choose one of {', '.join(INIT_MODES)}")
     for name, module in model.named_modules():

@@ -23,7 +23,6 @@ from typing import Literal
 
 import torch
 from einops import rearrange
-from timm.layers import DropPath
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
@@ -138,6 +137,8 @@ class MixingLayer(nn.Module):
         self.skip = skip
         self.permute_in = Permutation(tokens_in * channels) if permute else None
         self.permute_out = Permutation(tokens * channels) if permute else None
+        from timm.layers import DropPath  # lazily: importing timm imports all its models
+
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     @property

@@ -34,7 +34,6 @@ from typing import Literal
 
 import torch
 from einops import rearrange
-from timm.layers import lecun_normal_
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
@@ -239,6 +238,8 @@ class SWMLP(nn.Module):
         self.blocks = nn.Sequential(*blocks)
         self.head = nn.Linear(m, num_classes)
         # As the project's Mixers: LeCun-normal stem, zero classifier (the sparse layers init themselves).
+        from timm.layers import lecun_normal_  # lazily: importing timm imports all its models
+
         lecun_normal_(self.stem.proj.weight)
         nn.init.zeros_(self.stem.proj.bias)
         nn.init.zeros_(self.head.weight)

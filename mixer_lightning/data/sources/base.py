@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 from torch.utils.data import Dataset
 
 SPLITS = ("train", "val", "test")
@@ -27,6 +26,8 @@ class DatasetInfo:
 
 def natural_info(num_classes: int, image_size: int = 224) -> DatasetInfo:
     """The facts of an ImageNet-like dataset of natural photographs (ImageNet's mean/std, evaluation crops)."""
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # lazily: importing timm imports all its models
+
     return DatasetInfo(
         num_classes=num_classes,
         image_size=image_size,
@@ -40,6 +41,8 @@ def natural_info(num_classes: int, image_size: int = 224) -> DatasetInfo:
 def first_image_info(image: Any, num_classes: int) -> tuple[str, bool, DatasetInfo]:
     """(PIL mode to convert to, whether square, facts) of a dataset known by its first image: grey
     ("L", mean = std = 0.5) or RGB (ImageNet's statistics); small up to 96 px."""
+    from timm.data import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD  # lazily: importing timm imports all its models
+
     mode = "L" if image.mode in ("1", "L", "I", "I;16", "F") else "RGB"
     width, height = image.size
     info = DatasetInfo(
