@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mixer_lightning.cli import main, parser_cache
 from mixer_lightning.cli import lightning as lightning_cli
+from mixer_lightning.cli import main, parser_cache
 
 QUICKSTART = str(Path(__file__).resolve().parents[1] / "configs" / "quickstart.yaml")
 MISSPELT = [
@@ -76,6 +76,7 @@ def test_cached_help_is_the_full_parsers_and_imports_no_lightning(
     in_process = _run(["fit", "--help"], capsys)
     assert in_process[0] == 0 and in_process[1].splitlines()[-4:] == full.stdout.splitlines()[-4:]
     assert "lightning.pytorch" in full.stderr  # (-X importtime: what it imported)
+    Path("runs").mkdir()  # the working directory (sys.path[0] of `python -m`) changes: still a hit
     cached = _console(["fit", "--help"], env)
     assert cached.returncode == 0, cached.stderr[-2000:]
     assert cached.stdout == full.stdout  # byte for byte
@@ -151,9 +152,7 @@ def test_changed_source_or_library_version_misses(
     import importlib.metadata
 
     installed = importlib.metadata.version
-    monkeypatch.setattr(
-        importlib.metadata, "version", lambda name: "9.9.9" if name == "lightning" else installed(name)
-    )
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9" if name == "lightning" else installed(name))
     with pytest.raises(FullParser):
         main(args)
     monkeypatch.setattr(importlib.metadata, "version", installed)

@@ -21,8 +21,8 @@ The cache is one JSON file per fingerprint in the user's cache directory (``$MIX
 ``$XDG_CACHE_HOME/mixer_lightning``, else ``~/.cache/mixer_lightning``; the folder ``mixer models``
 uses), under ``cli/``. The fingerprint (`fingerprint`) covers everything the parser's answer depends
 on: the SHA-256 of every source file of this package, the versions of the libraries whose classes and
-docstrings make the parser, the modification times of every folder on ``sys.path`` (an install or
-upgrade of any package changes them), ``sys.path`` itself, the Python version and the environment
+docstrings make the parser, ``sys.path`` and the modification times of its ``site-packages`` folders (an
+install or upgrade of any package changes them), the Python version and the environment
 variables jsonargparse, Lightning, argparse (``COLUMNS``, the locale) or this project read. Any change
 is another file: a stale answer cannot be served. Files are written atomically; one that does not
 read as this format is ignored (and replaced by the next full run).
@@ -95,14 +95,17 @@ def _sources() -> list[str]:
 
 
 def _search_path() -> list[str]:
-    """``sys.path`` with each folder's modification time: installing, upgrading or removing a package
-    adds and removes entries (``*.dist-info``) of its site-packages folder."""
+    """``sys.path``, with the modification time of its package folders (``site-packages``): installing,
+    upgrading or removing a package adds and removes entries (``*.dist-info``) there. Not of the other
+    folders (the working directory, the script's): every run writes into those."""
     entries = []
     for entry in sys.path:
-        try:
-            stamp = os.stat(entry or ".").st_mtime_ns
-        except OSError:
-            stamp = None
+        stamp = None
+        if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
+            try:
+                stamp = os.stat(entry).st_mtime_ns
+            except OSError:
+                pass
         entries.append(f"{entry} {stamp}")
     return entries
 
