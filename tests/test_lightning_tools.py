@@ -199,6 +199,9 @@ def test_a_mixer_given_by_omega_records_its_resolved_tokens(capsys) -> None:
     assert "tokens=12" in header and "S=12, C=8, m=96, Ω=960, p=0.1042" in header
     (run,) = run_dirs("digits_rp_s_mixer")
     assert yaml.safe_load((run / "hparams.yaml").read_text())["tokens"] == 12
+    config = (run / "config.yaml").read_text()  # the run's config says what was trained, S included
+    assert config.startswith("# resolved widths (Hayase & Karakida Sec. 4.1): S=12, C=8, m=96, Ω=960, p=0.1042")
+    assert yaml.safe_load(config)["model"]["init_args"]["tokens"] == 12
     checkpoint = torch.load(run / "checkpoints" / "best.ckpt", weights_only=False)
     assert checkpoint["hyper_parameters"]["tokens"] == 12 and checkpoint["hyper_parameters"]["omega"] == 1000
     main(["test", "--ckpt_path", str(run / "checkpoints" / "best.ckpt")])

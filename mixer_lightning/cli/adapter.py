@@ -56,10 +56,36 @@ class SaveConfig(SaveConfigCallback):
                 raise ConfigError(
                     "config", f"{str(path)!r} exists; it is not overwritten", "choose another run directory"
                 )
-            write_text(path, self.parser.dump(self.config, skip_none=False), field="config")
+            write_text(
+                path,
+                resolved_header(pl_module) + self.parser.dump(self.resolved_config(pl_module), skip_none=False),
+                field="config",
+            )
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+    def resolved_config(self, pl_module: Any) -> Any:
+        """The run's config with what the network solved from other arguments written in (S of a Mixer
+        given by Ω, `ClassifierModule.resolved_arguments`), so config.yaml says what was trained."""
+        resolved = getattr(pl_module, "resolved_arguments", None)
+        values = resolved() if callable(resolved) else {}
+        if not values or "model" not in self.config:
+            return self.config
+        config = self.config.clone()
+        for key, value in values.items():
+            config[f"model.init_args.{key}"] = value
+        return config
+
+
+def resolved_header(pl_module: Any) -> str:
+    """A comment line with the widths the paper compares models by (H&K Sec. 4.1: S, C, m, Ω, p)."""
+    architecture = getattr(pl_module, "architecture", None)
+    widths = architecture() if callable(architecture) else {}
+    if not widths:
+        return ""
+    text = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in widths.items())
+    return f"# resolved widths (Hayase & Karakida Sec. 4.1): {text}\n"
 
 
 # Trainer arguments where an int counts batches and a float is a fraction of the epoch (Lightning:
