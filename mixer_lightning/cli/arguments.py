@@ -104,7 +104,7 @@ def evaluation_arguments(args: list[str]) -> list[str]:
         for key, value in PredictionData.arguments_from(facts).items():
             added += [f"--data.{key}", value if isinstance(value, str) else json.dumps(value)]
     elif run is None and "--data" not in options:
-        why = "carries no data facts (a checkpoint from before they were written) and " if files else ""
+        why = "carries no data facts (mean, std, image size) and " if files else ""
         raise ConfigError(
             "config",
             f"none given, and {ckpt!r} {why}lies in no run directory (no config.yaml beside its checkpoints/ folder)",

@@ -104,9 +104,9 @@ def scalar(item: str) -> Any:
             return kind(item)
         except ValueError:
             pass
-    import yaml
+    from mixer_lightning.safety.config_files import bounded_safe_load
 
-    value = yaml.safe_load(item)
+    value = bounded_safe_load(item, "grid", "the value")
     if isinstance(value, (list, dict)):
         raise ValueError("a grid value is a single scalar")
     return value

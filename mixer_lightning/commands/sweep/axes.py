@@ -105,8 +105,10 @@ def _axis_values(text: str, key: str) -> tuple:
     import yaml
 
     fix = f"write {key}=[V1, V2, ...], e.g. model.init_args.permute=[[true,false],[false,true]]"
-    try:
-        values = yaml.safe_load(text)
+    from mixer_lightning.safety.config_files import bounded_safe_load
+
+    try:  # within the YAML bounds of every config (an alias bomb as a grid is one line, not a hang)
+        values = bounded_safe_load(text, "grid", f"the grid of {key}")
     except yaml.YAMLError as error:
         raise ConfigError("grid", f"cannot read {text!r} as a YAML list ({str(error).splitlines()[0]})", fix) from None
     require(isinstance(values, list) and len(values) > 0, "grid", f"{text!r} is not a non-empty list", fix)
