@@ -138,3 +138,9 @@ def fast_dev_run(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 @pytest.mark.parametrize("config", marked(EXPERIMENTS, FAST))
 def test_config_trains_one_batch_on_cpu(config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fast_dev_run(config, tmp_path, monkeypatch)
+
+
+def test_the_hf_overlay_names_the_hub_dataset_not_a_path_of_this_machine() -> None:
+    text = (CONFIGS / "data" / "cifar10_hf.yaml").read_text()
+    assert yaml.safe_load(text)["data"]["init_args"]["root"] == "uoft-cs/cifar10"
+    assert "--data.root" in text  # the header says how to give a local copy

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from helpers import ROOT
+from helpers import CONFIGS, ROOT
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 PAGES = [
@@ -40,3 +40,13 @@ def test_every_relative_link_resolves() -> None:
                 if anchor not in slugs:
                     broken.append(f"{page.relative_to(ROOT)} → {target} (no such heading)")
     assert not broken, broken
+
+
+def test_the_configs_readme_documents_every_folder_of_configs() -> None:
+    text = (CONFIGS / "README.md").read_text()
+    folders = sorted(p.name for p in CONFIGS.iterdir() if p.is_dir())
+    assert folders, "configs/ has overlay folders"
+    for folder in folders:
+        assert f"`{folder}/`" in text, f"configs/README.md does not document configs/{folder}/"
+        for overlay in sorted((CONFIGS / folder).glob("*.yaml")):
+            assert f"`{overlay.stem}`" in text, f"configs/README.md does not name configs/{folder}/{overlay.name}"

@@ -25,7 +25,11 @@ OUT=${REPRO_DIR:-runs/repro}
 LANES=${LANES:-2}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 export MIXER_ARGS="--data.root $DATA --trainer.enable_progress_bar false ${MIXER_ARGS:-}"
-BUDGET=(--config configs/budget/cpu.yaml --config configs/data/cifar10_hf.yaml)
+# configs/data/cifar10_hf.yaml names the hub dataset; this overlay puts the local copy into every sweep's
+# configs, which `mixer sweep report` reads again (the CKA of fig2), beside MIXER_ARGS for the fits and tests.
+DATA_CONFIG=$OUT/data_root.yaml
+mkdir -p "$OUT" && printf 'data:\n  init_args:\n    root: %s\n' "$DATA" >"$DATA_CONFIG"
+BUDGET=(--config configs/budget/cpu.yaml --config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")
 OMEGA_EXP=${OMEGA_EXP:-14}
 NICE=${NICE:-}  # e.g. NICE="nice -n 10": the runs yield the CPU to interactive work
 SEEDS=${SEEDS:-0,1}
@@ -89,6 +93,7 @@ fig2() {  # Fig. 2(b, c) at S = C = 32: CKA between the Mixer and SW-MLPs (m = 1
   emit fig2_cka configs/cifar10_fig2_sw_mlp.yaml --width 1024 --densities '2**-2,2**-5,2**-8' \
     --grid model.init_args.impl=dense --seeds 0 --cka_reference configs/cifar10_fig2_mixer.yaml \
     --cka_reference configs/budget/cpu.yaml --cka_reference configs/data/cifar10_hf.yaml \
+    --cka_reference "$DATA_CONFIG" \
     --cka_reference configs/budget/fig2_s32.yaml
   run fig2_cka
 }
@@ -122,7 +127,7 @@ gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) b
 }
 
 # At the paper's schedule: the config's 200 epochs, only Ω smaller (configs/budget/omega_2p$OMEGA_EXP.yaml).
-PAPER=(--config "configs/budget/omega_2p$OMEGA_EXP.yaml" --config configs/data/cifar10_hf.yaml)
+PAPER=(--config "configs/budget/omega_2p$OMEGA_EXP.yaml" --config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")
 
 paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-Mixer and RP over C grids bracketing
   # C* = Ω^(1/3) with mirror pairs (S and C swapped) and S ≈ C, and the SW-MLP arm at the same Ω

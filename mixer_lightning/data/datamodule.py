@@ -41,6 +41,7 @@ from mixer_lightning.data.tensor_path import (
     TensorPath,
     batched_plans,
     is_key_batch,
+    warn,
 )
 from mixer_lightning.data.transforms import (
     Augmentation,
@@ -232,6 +233,8 @@ class ImageDataModule(LightningDataModule):
             )
         self.mean = tuple(mean) if mean is not None else info.mean
         self.std = tuple(std) if std is not None else info.std
+        if (mean is None or std is None) and self.source.statistics_note:
+            warn(self.source.statistics_note)  # e.g. ImageNet's statistics on 32 px hub images
         for name, values in (("mean", self.mean), ("std", self.std)):
             require(
                 len(values) == info.in_chans,

@@ -65,6 +65,7 @@ class DatasetSource:
     has_val: bool = False  # an official validation split exists
     sharded: ClassVar[bool] = False  # WebDataset shards: the training order is `data.shard_order`'s
     streaming: ClassVar[bool] = False  # a stream (`data.streaming`): its own splits and loaders
+    statistics_note: str | None = None  # said once when `info.mean/std` are a guess a user should check
 
     def __init__(self, root: str, download: bool):
         self.root = root

@@ -43,30 +43,83 @@ class TorchvisionSource(DatasetSource):
     """A dataset in torchvision's on-disk format under `root` (downloaded there when `download`)."""
 
     how_to_get: ClassVar[str] = ""
+    hub_copy: ClassVar[str] = ""  # how to read the same images in the Hugging Face layout instead
 
     def _missing(self, error: Exception) -> ConfigError:
+        """One line that says which of three things happened: the files are not there and nothing was
+        downloaded (`download` false), the download found no network, or the download (or the archive it
+        fetched) failed otherwise; "set data.download: true" only when it is not already set."""
+        where = f"no {self.name} data under {str(Path(self.root).resolve())!r}"
+        local = f"{self.how_to_get}, or point --data.root at a local copy"
+        if self.hub_copy:
+            local += f", or read a copy in the Hugging Face layout: {self.hub_copy}"
+        if not self.download:
+            return ConfigError("data.root", f"{where} ({error})", f"set data.download: true to fetch it, or {local}")
+        offline = _network_error(error)
+        if offline is not None:
+            return ConfigError(
+                "data.root", f"{where}, and the download failed: no network ({offline})", f"without a network, {local}"
+            )
         return ConfigError(
             "data.root",
-            f"no {self.name} data under {str(Path(self.root).resolve())!r} ({error})",
-            f"set data.download: true to fetch it, or {self.how_to_get}",
+            f"{where}: the download or the archive failed ({type(error).__name__}: {error})",
+            f"delete the partial files under data.root and try again, or {local}",
         )
 
     def _open(self, split: str) -> Dataset:
         raise NotImplementedError
 
     def load(self, split: str) -> Dataset:
+        created = _missing_folders(Path(self.root)) if self.download else []
         try:
             return self._open(split)
         except (RuntimeError, OSError) as error:  # "Dataset not found or corrupted", or no network
+            for folder in created:  # the folders the failed download made, if it left them empty
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
             raise self._missing(error) from None
+
+
+def _missing_folders(path: Path) -> list[Path]:
+    """`path` and its parents that do not exist yet, deepest first (what a download would create)."""
+    missing = []
+    for folder in [path, *path.parents]:
+        if folder.exists():
+            break
+        missing.append(folder)
+    return missing
+
+
+def _network_error(error: BaseException) -> BaseException | None:
+    """The error in `error`'s chain (its causes and contexts) that means "no network": a failed name
+    lookup, a refused or reset connection, a timeout, or urllib's wrapper of one (not an HTTP status:
+    that server answered)."""
+    import socket
+    from urllib.error import HTTPError, URLError
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, URLError) and not isinstance(error, HTTPError):
+            return error
+        if isinstance(error, (socket.gaierror, ConnectionError, TimeoutError)):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 class CIFAR10(TorchvisionSource):
     name = "cifar10"
+    # The class names, in label order (torchvision reads them from batches.meta; the hub's
+    # uoft-cs/cifar10 has them as its ClassLabel names): how a copy in another layout is recognised.
+    classes: ClassVar[tuple[str, ...]] = (
+        "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+    )  # fmt: skip
     info = DatasetInfo(
         num_classes=10, image_size=32, in_chans=3, mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)
     )
     how_to_get = "place torchvision's cifar-10-batches-py folder under data.root"
+    hub_copy = "--config configs/data/cifar10_hf.yaml --data.root PATH/TO/cifar10"
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import CIFAR10 as TV
@@ -78,10 +131,22 @@ class CIFAR100(TorchvisionSource):
     """CIFAR-100 with its 100 fine labels (the papers' CIFAR-100)."""
 
     name = "cifar100"
+    # The 100 fine class names in label order (meta's fine_label_names; uoft-cs/cifar100's `fine_label`).
+    classes: ClassVar[tuple[str, ...]] = tuple(
+        """apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel
+        can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur
+        dolphin elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion
+        lizard lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange orchid otter palm_tree
+        pear pickup_truck pine_tree plain plate poppy porcupine possum rabbit raccoon ray road rocket rose sea
+        seal shark shrew skunk skyscraper snail snake spider squirrel streetcar sunflower sweet_pepper table
+        tank telephone television tiger tractor train trout tulip turtle wardrobe whale willow_tree wolf woman
+        worm""".split()
+    )
     info = DatasetInfo(
         num_classes=100, image_size=32, in_chans=3, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762)
     )
     how_to_get = "place torchvision's cifar-100-python folder under data.root"
+    hub_copy = "--data.dataset hf --data.root PATH/TO/cifar100"
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import CIFAR100 as TV

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.sources.base import DatasetSource, first_image_info
+from mixer_lightning.data.sources.base import DatasetInfo, DatasetSource, first_image_info
+from mixer_lightning.data.sources.builtin import CIFAR10, CIFAR100
 from mixer_lightning.data.sources.folder import _decompression_bomb
 from mixer_lightning.errors import ConfigError, require
 
@@ -17,6 +19,48 @@ from mixer_lightning.errors import ConfigError, require
 HF_IMAGE_COLUMNS = ("img", "image")
 HF_LABEL_COLUMNS = ("label", "fine_label", "labels")
 HF_SPLITS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
+# Hub datasets whose torchvision twin the project knows: the same images, so the same facts (CIFAR's
+# mean/std, not ImageNet's). A local copy is recognised by its content (`known_twin`).
+HF_TWINS = {
+    "uoft-cs/cifar10": CIFAR10,
+    "cifar10": CIFAR10,
+    "uoft-cs/cifar100": CIFAR100,
+    "cifar100": CIFAR100,
+}
+
+
+def known_twin(root: str, class_names: Any, info: DatasetInfo) -> type | None:
+    """The torchvision source (`CIFAR10`, `CIFAR100`) whose images these are: named by its hub id, or a
+    copy anywhere whose class names are that dataset's, in its order, at its image size and channels."""
+    twin = HF_TWINS.get(str(root).strip("/").lower())
+    candidates = [twin] if twin is not None else [CIFAR10, CIFAR100]
+    names = tuple(class_names) if class_names is not None else None
+    for source in candidates:
+        expected = source.info
+        same_images = (info.image_size, info.in_chans, info.num_classes) == (
+            expected.image_size,
+            expected.in_chans,
+            expected.num_classes,
+        )
+        if same_images and (source is twin or names == source.classes):
+            return source
+    return None
+
+
+def hub_statistics(root: str, class_names: Any, info: DatasetInfo) -> tuple[DatasetInfo, str | None]:
+    """The facts of a hub dataset known by its first image (`info`), with the statistics it needs: a
+    copy of CIFAR-10/100 gets CIFAR's (`known_twin`; the torchvision source's `DatasetInfo` itself), and
+    the second value is the note a user should read when ImageNet's mean/std are applied to small
+    colour images (where they are the wrong guess most often), else None."""
+    twin = known_twin(root, class_names, info)
+    if twin is not None:
+        return twin.info, None
+    if info.in_chans == 3 and info.small:
+        return info, (
+            f"data: the hf dataset {root!r} ({info.image_size} px colour images) is normalised with ImageNet's "
+            "mean/std; set data.mean and data.std if its own differ"
+        )
+    return info, None
 
 
 def load_hf(root: str, streaming: bool = False) -> Any:
@@ -24,6 +68,14 @@ def load_hf(root: str, streaming: bool = False) -> Any:
     cannot be loaded."""
     import datasets
 
+    unreachable = _hub_unreachable(root)
+    if unreachable is not None:
+        raise ConfigError(
+            "data.root",
+            f"{root!r} is not a local folder, and the Hugging Face hub cannot be reached: no network ({unreachable})",
+            "point --data.root at a local copy in the hub's layout (data/train-*.parquet), or set HF_HUB_OFFLINE=1 "
+            "to read the hub's cache",
+        )
     try:
         splits = datasets.load_dataset(root, streaming=streaming)
     except Exception as error:  # a missing folder or hub id, no network, no data files
@@ -35,6 +87,29 @@ def load_hf(root: str, streaming: bool = False) -> Any:
     if isinstance(splits, (datasets.Dataset, datasets.IterableDataset)):  # one split: the training images
         splits = (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(train=splits)
     return splits
+
+
+def _hub_unreachable(root: str, timeout: float = 3.0) -> str | None:
+    """Why the hub's host cannot be reached (one TCP connection, `timeout` s), or None when it can, when
+    `root` is a local folder, or in offline mode (the cache is read). Without it, a hub id with no network
+    takes about a minute of huggingface_hub's retries to fail."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    offline = any(os.environ.get(name, "") not in ("", "0") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    if Path(root).expanduser().exists() or offline or constants.HF_HUB_OFFLINE:
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection(
+            (endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)), timeout=timeout
+        ).close()
+    except OSError as error:
+        return f"{endpoint.hostname}: {error}"
+    return None
 
 
 class HFImages(Dataset):
@@ -131,6 +206,8 @@ class HuggingFace(DatasetSource):
             self._check_labels(split, num_classes)
         self.has_val = self.split_names["val"] is not None and self.split_names["val"] != self.split_names["test"]
         self.mode, self.square, self.info = first_image_info(train[0][self.image_column], num_classes)
+        names = label.names if isinstance(label, datasets.ClassLabel) else None
+        self.info, self.statistics_note = hub_statistics(root, names, self.info)
 
     def _find_split(self, names: tuple[str, ...]) -> str | None:
         return next((name for name in names if name in self.splits), None)

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from mixer_lightning.data.sources.base import DatasetSource, first_image_info
-from mixer_lightning.data.sources.huggingface import HF_IMAGE_COLUMNS, HF_LABEL_COLUMNS, HF_SPLITS, HuggingFace, load_hf
+from mixer_lightning.data.sources.huggingface import (
+    HF_IMAGE_COLUMNS,
+    HF_LABEL_COLUMNS,
+    HF_SPLITS,
+    HuggingFace,
+    hub_statistics,
+    load_hf,
+)
 from mixer_lightning.data.streaming import StreamImages
 from mixer_lightning.errors import require
 
@@ -81,6 +88,7 @@ class HuggingFaceStream(DatasetSource):
         )
         self.has_val = self.split_names["val"] is not None and self.split_names["val"] != self.split_names["test"]
         self.mode, self.square, self.info = first_image_info(first[self.image_column], num_classes)
+        self.info, self.statistics_note = hub_statistics(root, self.classes, self.info)  # CIFAR's, when a CIFAR
         self._sizes: dict[str, int | None] = {}
 
     def size(self, split: str) -> int:

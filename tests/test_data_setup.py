@@ -1,0 +1,204 @@
+"""A researcher's data set-up (issue 26, T1): CIFAR without a network says so and what to do instead,
+the Hugging Face overlay names the hub dataset (a local copy is passed as ``--data.root``), a copy of
+CIFAR in the hub's layout is normalised with CIFAR's statistics, and configs/README.md documents every
+folder of configs/."""
+
+from __future__ import annotations
+
+import os
+import socket
+import urllib.request
+from pathlib import Path
+from urllib.error import URLError
+
+import pytest
+import torch
+
+from helpers import CONFIGS, ROOT, TEST_CONFIGS, run_dirs
+from helpers.fakedata import _images
+from mixer_lightning.cli import main
+from mixer_lightning.data.sources.builtin import CIFAR10, CIFAR100
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+# Real CIFAR-10 in the Hugging Face layout: under $MIXER_DATA_ROOT, else <checkout>/../shared/data.
+SHARED_CIFAR10 = Path(os.environ.get("MIXER_DATA_ROOT") or ROOT.parent / "shared" / "data") / "cifar10"
+
+
+def fail(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one error line of a `mixer` command that must fail with status 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines and lines[-1].startswith("mixer: error: "), lines
+    return lines[-1]
+
+
+def write_hf_named(root: Path, names: list[str], size: int = 32, train: int = 24, test: int = 8) -> Path:
+    """A local Hugging Face dataset (``data/{train,test}-*.parquet``) whose ClassLabel has `names`."""
+    import datasets
+    from PIL import Image
+
+    features = datasets.Features({"img": datasets.Image(), "label": datasets.ClassLabel(names=names)})
+    (root / "data").mkdir(parents=True, exist_ok=True)
+    for seed, (split, n) in enumerate([("train", train), ("test", test)]):
+        images = [Image.fromarray(pixels) for pixels in _images(n, size, size, 3, seed)]
+        table = datasets.Dataset.from_dict(
+            {"img": images, "label": [i % len(names) for i in range(n)]}, features=features
+        )
+        table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
+    return root
+
+
+def fit_data_facts(root: Path, *extra: str) -> dict:
+    """The data facts (mean, std, ...) the checkpoint of a one-step `mixer fit` on the hf dataset at `root` carries."""
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--data.dataset",
+            "hf",
+            "--data.root",
+            str(root),
+            "--data.num_workers",
+            "0",
+            "--model.patch_size",
+            "8",
+            "--trainer.max_epochs",
+            "1",
+            "--trainer.limit_train_batches",
+            "1",
+            "--trainer.limit_val_batches",
+            "1",
+            *extra,
+        ]
+    )
+    checkpoint = torch.load(run_dirs("digits_mixer")[-1] / "checkpoints" / "last.ckpt", weights_only=False)
+    return checkpoint["data"]
+
+
+# ----------------------------------------------------------------------------- CIFAR without a network
+
+
+def test_cifar10_download_without_a_network_says_so_and_leaves_no_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def no_network(*args, **kwargs):
+        raise URLError(socket.gaierror(-2, "Name or service not known"))
+
+    monkeypatch.setattr(urllib.request, "urlopen", no_network)  # torchvision's download asks urlopen
+    root = tmp_path / "fresh" / "data"
+    line = fail(
+        ["fit", "--config", TINY, "--data.dataset", "cifar10", "--data.root", str(root), "--data.download", "true"],
+        capsys,
+    )
+    assert line.startswith("mixer: error: data.root: no cifar10 data under ")
+    assert "no network" in line and "Name or service not known" in line
+    assert "set data.download: true" not in line  # it is true already
+    assert "--data.root" in line and "configs/data/cifar10_hf.yaml" in line  # what to do instead
+    assert not (tmp_path / "fresh").exists()  # the folders the failed download made are gone
+    assert not Path("runs").exists()
+
+
+def test_cifar10_missing_without_download_still_says_how_to_fetch_it(capsys: pytest.CaptureFixture[str]) -> None:
+    line = fail(
+        ["fit", "--config", TINY, "--data.dataset", "cifar10", "--data.root", "nowhere", "--data.download", "false"],
+        capsys,
+    )
+    assert "set data.download: true" in line and "no network" not in line
+
+
+def test_an_existing_data_root_is_kept_when_the_download_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(urllib.request, "urlopen", lambda *a, **k: (_ for _ in ()).throw(URLError("timed out")))
+    root = tmp_path / "mine"
+    root.mkdir()
+    fail(["fit", "--config", TINY, "--data.dataset", "cifar100", "--data.root", str(root)], capsys)
+    assert root.is_dir()  # the user's folder, not the download's
+
+
+# ----------------------------------------------------------------------------- the hf overlay
+
+
+def test_the_hf_overlay_without_a_network_fails_at_once(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The hub id, no network: one line in seconds (huggingface_hub alone retries for about a minute)."""
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_network(*args, **kwargs):
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    line = fail(
+        [
+            "fit",
+            "--config",
+            str(CONFIGS / "cifar10_fig5_s_mixer.yaml"),
+            "--config",
+            str(CONFIGS / "data" / "cifar10_hf.yaml"),
+            "--trainer.fast_dev_run",
+            "true",
+        ],
+        capsys,
+    )
+    assert line.startswith("mixer: error: data.root: 'uoft-cs/cifar10' is not a local folder")
+    assert "no network" in line and "local copy" in line and "HF_HUB_OFFLINE=1" in line
+
+
+# ----------------------------------------------------------------------------- statistics of hub datasets
+
+
+def test_a_hub_copy_of_cifar10_is_normalised_with_cifar_statistics(tmp_path: Path) -> None:
+    names = "airplane automobile bird cat deer dog frog horse ship truck".split()  # uoft-cs/cifar10's ClassLabel
+    root = write_hf_named(tmp_path / "my_cifar10", names)
+    facts = fit_data_facts(root)
+    assert tuple(facts["mean"]) == CIFAR10.info.mean and tuple(facts["std"]) == CIFAR10.info.std
+
+
+def test_a_hub_copy_of_cifar100_is_normalised_with_cifar100_statistics(tmp_path: Path) -> None:
+    root = write_hf_named(tmp_path / "my_cifar100", list(CIFAR100.classes), train=100, test=10)
+    facts = fit_data_facts(root)
+    assert tuple(facts["mean"]) == CIFAR100.info.mean and tuple(facts["std"]) == CIFAR100.info.std
+
+
+def test_imagenet_statistics_on_small_hub_images_are_said_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = write_hf_named(tmp_path / "other", [f"kind{i}" for i in range(10)])
+    facts = fit_data_facts(root)
+    assert tuple(facts["mean"]) == (0.485, 0.456, 0.406)  # ImageNet's: nothing says these are CIFAR
+    err = capsys.readouterr().err
+    notes = [line for line in err.splitlines() if "normalised with ImageNet's mean/std" in line]
+    assert len(notes) == 1 and notes[0].startswith("mixer: warning: data: the hf dataset") and "data.mean" in notes[0]
+    fit_data_facts(root, "--data.mean", "[0.5, 0.5, 0.5]", "--data.std", "[0.25, 0.25, 0.25]")
+    assert "ImageNet's mean/std" not in capsys.readouterr().err  # given: nothing to say
+
+
+@pytest.mark.skipif(not (SHARED_CIFAR10 / "data").is_dir(), reason="no real CIFAR-10 (set MIXER_DATA_ROOT)")
+def test_the_real_hub_cifar10_gets_cifar_statistics_without_the_overlay(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/data.md's ``--data.dataset hf --data.root <CIFAR-10>``, on the real data: CIFAR's statistics."""
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--data.dataset",
+            "hf",
+            "--data.root",
+            str(SHARED_CIFAR10),
+            "--model.patch_size",
+            "8",
+            "--data.num_workers",
+            "0",
+            "--data.train_subset",
+            "64",
+            "--trainer.fast_dev_run",
+            "true",
+        ]
+    )
+    out = capsys.readouterr()
+    assert "ImageNet's mean/std" not in out.err and "data   hf (10 classes, 32×32×3)" in out.out
