@@ -1,10 +1,7 @@
 """What ``mixer fit|validate|test|predict`` prints: a terminal and a batch log (SLURM, ``nohup``, CI) alike.
 
-- `quiet_libraries`: Lightning's and torch's chatter is dropped from the default output: the
-  "GPU available: False" / "TPU available" lines, the LitLogger / LitModels advertising, "Seed set to",
-  the checkpoint-restoring lines (the header says which checkpoint) and third-party deprecation
-  warnings that a user cannot act on (``LeafSpec``). Warnings that ask for an action ("GPU available
-  but not used") stay.
+- `quiet_libraries` (`mixer_lightning.commands.quiet`, where the project's commands that run a
+  Trainer reach it too): Lightning's and torch's chatter is dropped from the default output.
 - `RunHeader`: the first lines of a run say what runs: the model and its parameter count, the data
   and its sizes, the hardware, and the run directory (where the results go).
 - `LineProgress`: when stdout is not a terminal, a plain-text line every N optimiser steps (epoch,
@@ -14,9 +11,7 @@
 
 from __future__ import annotations
 
-import logging
 import math
-import re
 import sys
 import time
 import warnings
@@ -27,31 +22,11 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.callbacks.progress import ProgressBar
 
+from mixer_lightning.commands.quiet import quiet_libraries as quiet_libraries  # what the CLI calls
 from mixer_lightning.loggers import run_directory
 
 ProgressMode = Literal["auto", "bar", "lines"]
 
-# Messages of Lightning's info loggers that say nothing a user acts on (the header says what runs).
-_CHATTER = (
-    "GPU available:",
-    "TPU available:",
-    "HPU available:",
-    "💡 Tip:",
-    "Seed set to",
-    "Restoring states from the checkpoint path",
-    "Restored all states from the checkpoint",
-    "Loaded model weights from the checkpoint",
-    "SLURM auto-requeueing enabled",  # the project's own line replaces it (`mixer_lightning.safety.slurm`)
-)
-_CHATTY_LOGGERS = (
-    "lightning.pytorch.utilities.rank_zero",
-    "lightning.fabric.utilities.rank_zero",
-    "lightning.fabric.utilities.seed",
-    "lightning.pytorch.utilities.seed",
-    "lightning.pytorch.trainer.connectors.signal_connector",
-)
-# Deprecation warnings raised inside libraries about their own use of another library.
-_LIBRARY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*LeafSpec.*is deprecated.*")
 # Hyper-parameters that are not the architecture (the header lists the architecture only).
 _NOT_ARCHITECTURE = {
     "num_classes",
@@ -66,25 +41,6 @@ _NOT_ARCHITECTURE = {
     "drop_path",
     "scheduler_interval",
 }
-
-
-class _DropChatter(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = re.sub(r"^\s*\[rank: \d+\]\s*", "", record.getMessage())  # Lightning's prefix under DDP/SLURM
-        return not message.lstrip().startswith(_CHATTER)
-
-
-_FILTER = _DropChatter()
-
-
-def quiet_libraries() -> None:
-    """Drop the libraries' chatter (module docstring) from this process's output. Idempotent."""
-    for name in _CHATTY_LOGGERS:
-        logger = logging.getLogger(name)
-        if _FILTER not in logger.filters:
-            logger.addFilter(_FILTER)
-    for pattern in _LIBRARY_WARNINGS:
-        warnings.filterwarnings("ignore", message=pattern)
 
 
 def is_terminal() -> bool:
@@ -176,8 +132,32 @@ def describe_data(datamodule: Any, stage: str) -> str | None:
     return text
 
 
+def evaluation_plan(trainer: Trainer, stage: str) -> tuple[int, int | None, str] | None:
+    """(images that will be evaluated, images of the split, the limit that cuts them: "" or
+    ``limit_test_batches 10``) of the validation or test (`stage`) about to run, from the loader Lightning
+    built and the number of batches it will take (``trainer.limit_*_batches`` applied); None when unknown."""
+    loaders = trainer.test_dataloaders if stage == "test" else trainer.val_dataloaders
+    batches = trainer.num_test_batches if stage == "test" else trainer.num_val_batches
+    loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+    if len(loaders) != 1 or len(batches) != 1 or loaders[0] is None:
+        return None
+    loader, taken = loaders[0], batches[0]
+    total, per_process = _size(getattr(loader, "dataset", None)), _size(getattr(loader, "sampler", None))
+    batch_size = getattr(loader, "batch_size", None)
+    if per_process is None or not batch_size or not math.isfinite(taken):
+        return None
+    planned = min(per_process, int(taken) * batch_size) * trainer.world_size
+    limit_name = "limit_test_batches" if stage == "test" else "limit_val_batches"
+    limit = getattr(trainer, limit_name, None)
+    cut = taken < math.ceil(per_process / batch_size)
+    return planned, total, f"{limit_name} {_number(limit) if isinstance(limit, float) else limit}" if cut else ""
+
+
 class RunHeader(Callback):
-    """Prints what runs (module docstring) once the data is set up, on the first process only.
+    """Prints what runs (module docstring) once the data is set up, on the first process only; a
+    validation or test prints it when its loader is built, to say how many images it evaluates (all of
+    the split, or ``1,280 of 10,000 test images (limit_test_batches 10)``), and counts the images it
+    evaluated (`evaluated`: ``images``, ``of``, ``partial``, what `mixer_lightning.cli.results` records).
 
     `run_dir` and `results` are what the CLI decided (`mixer_lightning.cli.lightning.MixerCLI`); the
     checkpoint `ckpt_path` is named when one is evaluated or resumed."""
@@ -185,11 +165,21 @@ class RunHeader(Callback):
     def __init__(self, command: str, ckpt_path: str | None = None, results: str | None = None):
         self.command, self.ckpt_path, self.results = command, ckpt_path, results
         self._printed = False
+        self._log_dir: str | None = None
+        self._waiting: str | None = None  # the evaluation whose loader the header waits for
+        self._counted = 0
+        self.evaluated: dict[str, Any] | None = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self._printed:
+        if self._printed or self._waiting:
             return
-        log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
+        self._log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
+        if stage in ("validate", "test"):
+            self._waiting = stage  # printed by on_validation_start / on_test_start, once the loader is built
+            return
+        self._print(trainer, pl_module, stage)
+
+    def _print(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._printed = True
         if not trainer.is_global_zero:
             return
@@ -197,6 +187,9 @@ class RunHeader(Callback):
         if self.ckpt_path:
             lines.append(f"ckpt   {self.ckpt_path}")
         data = describe_data(trainer.datamodule, stage)
+        plan = evaluation_plan(trainer, stage) if stage in ("validate", "test") else None
+        if plan is not None:
+            data = _with_plan(data, plan, stage)
         if data:
             lines.append(f"data   {data}")
         devices = trainer.num_devices * trainer.num_nodes
@@ -206,9 +199,75 @@ class RunHeader(Callback):
         if stage == "fit":
             hardware += f", seed {_seed()}"
         lines.append(f"on     {hardware}")
-        if log_dir and not trainer.fast_dev_run:
-            lines.append(f"run    {log_dir}" + (f" ({self.results})" if self.results else ""))
+        if self._log_dir and not trainer.fast_dev_run:
+            lines.append(f"run    {self._log_dir}" + (f" ({self.results})" if self.results else ""))
         print("\n".join(lines), flush=True)
+
+    def _start(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._waiting == stage and trainer.state.fn == ("test" if stage == "test" else "validate"):
+            self._waiting = None
+            self._counted = 0
+            self._print(trainer, pl_module, stage)
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start(trainer, pl_module, "validate")
+
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._start(trainer, pl_module, "test")
+
+    def _count(self, trainer: Trainer, batch: Any) -> None:
+        if trainer.state.fn in ("validate", "test") and not trainer.sanity_checking:
+            self._counted += _batch_length(batch)
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._count(trainer, batch)
+
+    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._count(trainer, batch)
+
+    def _finish(self, trainer: Trainer, stage: str) -> None:
+        """`evaluated`: the images of every process together (a sum over processes: every one calls it)."""
+        if trainer.state.fn != ("test" if stage == "test" else "validate") or trainer.sanity_checking:
+            return
+        import torch
+
+        counted = torch.tensor(self._counted, device=trainer.strategy.root_device)
+        counted = int(trainer.strategy.reduce(counted, reduce_op="sum"))
+        loaders = trainer.test_dataloaders if stage == "test" else trainer.val_dataloaders
+        loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
+        total = _size(getattr(loaders[0], "dataset", None)) if len(loaders) == 1 and loaders[0] is not None else None
+        self.evaluated = {"images": counted, "of": total, "partial": None if total is None else counted < total}
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finish(trainer, "validate")
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._finish(trainer, "test")
+
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self._waiting:  # no loader was run (e.g. limit_val_batches 0): still say what ran
+            self._waiting = None
+            self._print(trainer, pl_module, stage)
+
+
+def _with_plan(data: str | None, plan: tuple[int, int | None, str], stage: str) -> str | None:
+    """`describe_data`'s line with the images the evaluation takes: ``1,280 of 10,000 test images
+    (limit_test_batches 10)`` in place of ``10,000 test images`` when a limit cuts the split."""
+    planned, total, limit = plan
+    if data is None or not limit or total is None or planned >= total:
+        return data
+    role = "test" if stage == "test" else "val"
+    return data.replace(f"{total:,} {role} images", f"{planned:,} of {total:,} {role} images ({limit})")
+
+
+def _batch_length(batch: Any) -> int:
+    """The number of images in `batch`: the length of its first tensor (images, or labels)."""
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_length(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_length(next(iter(batch.values())))
+    shape = getattr(batch, "shape", None)
+    return int(shape[0]) if shape else 0
 
 
 def _seed() -> str:

@@ -107,10 +107,15 @@ def write_stage_metrics(
     trainer: Any, command: str, name: str | None = None, record: dict | None = None, config: str | None = None
 ) -> None:
     """``val_metrics.json`` (validate) or ``test_metrics.json`` (test), or the `name` `stage_file` chose:
-    the flat metrics (what `mixer sweep report` reads), the checkpoint `record` and the `config` saved."""
+    the flat metrics (what `mixer sweep report` reads), the images evaluated (``images`` of ``of``, and
+    ``partial`` when ``trainer.limit_*_batches`` cut the split: counted by the `RunHeader`), the checkpoint
+    `record` and the `config` saved."""
     stage = "val" if command == "validate" else command
     title = "Validation metrics" if command == "validate" else "Test metrics"
     content: dict[str, Any] = dict(stage_metrics(trainer, stage))
+    header = next((c for c in trainer.callbacks if isinstance(c, RunHeader)), None)
+    if header is not None and header.evaluated is not None:  # images, of, partial: a limit_*_batches run says so
+        content.update(header.evaluated)
     content.update(checkpoint=record, config=config)
     write_json(trainer, name or RESULTS[command], content, title)
 
