@@ -142,7 +142,13 @@ def plot(result: dict, path: str) -> None:
 
 
 def run(args: Namespace) -> None:
-    result = compute(args)
+    import warnings
+
+    from mixer_lightning.commands.quiet import quiet_libraries
+
+    with warnings.catch_warnings():  # the console of `mixer fit`: no GPU/TPU lines, tips, DDP banners
+        quiet_libraries()
+        result = compute(args)
     if not result.pop("main_process"):
         return  # `--strategy ddp` runs this command once per device: one of them reports
     if args.plot:

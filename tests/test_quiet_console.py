@@ -1,0 +1,87 @@
+"""The quiet console of `mixer fit` everywhere a Trainer runs (issue 26, Q3): `mixer cka`, a sweep's
+points and every process of a DDP run print none of Lightning's GPU/TPU lines, the litlogger tip, DDP's
+start-up banner or the warning that an epoch has fewer batches than ``log_every_n_steps``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers import CONFIGS, TEST_CONFIGS
+from mixer_lightning.cli import main
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+CHATTER = (
+    "GPU available",
+    "TPU available",
+    "💡",
+    "litlogger",
+    "LeafSpec",
+    "Seed set to",
+    "Initializing distributed",
+    "distributed_backend",
+    "All distributed processes",
+    "log_every_n_steps",
+)
+
+
+def mixer(args: list[str], cwd: Path, timeout: int = 300) -> str:
+    """stdout and stderr of the `mixer` command `args`, run as a user runs it (its own process)."""
+    code = "import sys; from mixer_lightning.cli import main; main(sys.argv[1:])"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout + result.stderr
+
+
+def assert_quiet(output: str) -> None:
+    for chatter in CHATTER:
+        assert chatter not in output, f"{chatter!r} in:\n{output}"
+
+
+def test_mixer_cka_is_as_quiet_as_fit(trained, tmp_path: Path) -> None:
+    checkpoint = trained("mixer")
+    output = mixer(
+        ["cka", "--ckpt", checkpoint, "--ckpt", checkpoint, "--config", TINY, "--accelerator", "cpu", "--batches", "2"],
+        tmp_path,
+    )
+    assert "CKA of MLPMixer" in output
+    assert_quiet(output)
+
+
+def test_a_sweeps_points_are_as_quiet_as_fit(capfd: pytest.CaptureFixture[str]) -> None:
+    """A sweep's fit of 4 batches an epoch (fewer than log_every_n_steps = 50) and its test."""
+    main(["sweep", "--config", TINY, "--grid", "model.init_args.channels=4", "--seeds", "0", "--run", "sweep"])
+    output = "".join(capfd.readouterr())
+    assert "Test metrics: sweep/runs/channels4/seed0/test_metrics.json" in output, output
+    assert_quiet(output)
+
+
+@pytest.mark.slow  # ~40 s: two processes each start Python, Lightning and a gloo group
+def test_every_process_of_a_ddp_run_is_as_quiet_as_fit(tmp_path: Path) -> None:
+    output = mixer(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--config",
+            str(CONFIGS / "trainer" / "ddp.yaml"),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "2",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.max_epochs",
+            "1",
+        ],
+        tmp_path,
+    )
+    assert "on     cpu, 2 devices" in output
+    assert_quiet(output)
