@@ -165,17 +165,20 @@ def test_a_hub_copy_of_cifar100_is_normalised_with_cifar100_statistics(tmp_path:
     assert tuple(facts["mean"]) == CIFAR100.info.mean and tuple(facts["std"]) == CIFAR100.info.std
 
 
-def test_imagenet_statistics_on_small_hub_images_are_said_once(
+def test_imagenet_statistics_on_small_hub_images_are_said_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = write_hf_named(tmp_path / "other", [f"kind{i}" for i in range(10)])
     facts = fit_data_facts(root)
     assert tuple(facts["mean"]) == (0.485, 0.456, 0.406)  # ImageNet's: nothing says these are CIFAR
-    err = capsys.readouterr().err
-    notes = [line for line in err.splitlines() if "normalised with ImageNet's mean/std" in line]
-    assert len(notes) == 1 and notes[0].startswith("mixer: warning: data: the hf dataset") and "data.mean" in notes[0]
+    out = capsys.readouterr().out
+    notes = [line for line in out.splitlines() if "ImageNet's mean/std" in line]
+    assert notes == [
+        f"data   normalised with ImageNet's mean/std: the hf dataset {str(root)!r} has 32 px colour images; "
+        "set data.mean and data.std if its own differ"
+    ]
     fit_data_facts(root, "--data.mean", "[0.5, 0.5, 0.5]", "--data.std", "[0.25, 0.25, 0.25]")
-    assert "ImageNet's mean/std" not in capsys.readouterr().err  # given: nothing to say
+    assert "ImageNet's mean/std" not in capsys.readouterr().out  # given: nothing to say
 
 
 @pytest.mark.skipif(not (SHARED_CIFAR10 / "data").is_dir(), reason="no real CIFAR-10 (set MIXER_DATA_ROOT)")
@@ -200,5 +203,5 @@ def test_the_real_hub_cifar10_gets_cifar_statistics_without_the_overlay(capsys: 
             "true",
         ]
     )
-    out = capsys.readouterr()
-    assert "ImageNet's mean/std" not in out.err and "data   hf (10 classes, 32×32×3)" in out.out
+    out = capsys.readouterr().out
+    assert "ImageNet's mean/std" not in out and "data   hf (10 classes, 32×32×3)" in out

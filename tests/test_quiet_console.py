@@ -15,6 +15,7 @@ from helpers import CONFIGS, TEST_CONFIGS
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+MIXER = str(Path(sys.executable).parent / "mixer")
 CHATTER = (
     "GPU available",
     "TPU available",
@@ -30,12 +31,10 @@ CHATTER = (
 
 
 def mixer(args: list[str], cwd: Path, timeout: int = 300) -> str:
-    """stdout and stderr of the `mixer` command `args`, run as a user runs it (its own process)."""
-    code = "import sys; from mixer_lightning.cli import main; main(sys.argv[1:])"
+    """stdout and stderr of the `mixer` command `args`, run as a user runs it: the installed console
+    script (Lightning's DDP launcher starts the other processes from its command line)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env
-    )
+    result = subprocess.run([MIXER, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout + result.stderr
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from lightning.pytorch import LightningDataModule
+from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
@@ -41,7 +42,6 @@ from mixer_lightning.data.tensor_path import (
     TensorPath,
     batched_plans,
     is_key_batch,
-    warn,
 )
 from mixer_lightning.data.transforms import (
     Augmentation,
@@ -53,6 +53,12 @@ from mixer_lightning.data.transforms import (
     train_transform,
 )
 from mixer_lightning.errors import ConfigError, require
+
+
+@rank_zero_only
+def say(line: str) -> None:
+    """A line of the run's console (``data   ...``, before the run header), from the first process only."""
+    print(line, flush=True)
 
 
 class ImageDataModule(LightningDataModule):
@@ -234,7 +240,7 @@ class ImageDataModule(LightningDataModule):
         self.mean = tuple(mean) if mean is not None else info.mean
         self.std = tuple(std) if std is not None else info.std
         if (mean is None or std is None) and self.source.statistics_note:
-            warn(self.source.statistics_note)  # e.g. ImageNet's statistics on 32 px hub images
+            say(self.source.statistics_note)  # e.g. ImageNet's statistics on 32 px hub images
         for name, values in (("mean", self.mean), ("std", self.std)):
             require(
                 len(values) == info.in_chans,

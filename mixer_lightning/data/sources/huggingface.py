@@ -50,15 +50,15 @@ def known_twin(root: str, class_names: Any, info: DatasetInfo) -> type | None:
 def hub_statistics(root: str, class_names: Any, info: DatasetInfo) -> tuple[DatasetInfo, str | None]:
     """The facts of a hub dataset known by its first image (`info`), with the statistics it needs: a
     copy of CIFAR-10/100 gets CIFAR's (`known_twin`; the torchvision source's `DatasetInfo` itself), and
-    the second value is the note a user should read when ImageNet's mean/std are applied to small
+    the second value is the line a user should read when ImageNet's mean/std are applied to small
     colour images (where they are the wrong guess most often), else None."""
     twin = known_twin(root, class_names, info)
     if twin is not None:
         return twin.info, None
     if info.in_chans == 3 and info.small:
         return info, (
-            f"data: the hf dataset {root!r} ({info.image_size} px colour images) is normalised with ImageNet's "
-            "mean/std; set data.mean and data.std if its own differ"
+            f"data   normalised with ImageNet's mean/std: the hf dataset {root!r} has {info.image_size} px colour "
+            "images; set data.mean and data.std if its own differ"
         )
     return info, None
 
