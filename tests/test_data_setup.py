@@ -184,24 +184,9 @@ def test_imagenet_statistics_on_small_hub_images_are_said_in_one_line(
 @pytest.mark.skipif(not (SHARED_CIFAR10 / "data").is_dir(), reason="no real CIFAR-10 (set MIXER_DATA_ROOT)")
 def test_the_real_hub_cifar10_gets_cifar_statistics_without_the_overlay(capsys: pytest.CaptureFixture[str]) -> None:
     """docs/data.md's ``--data.dataset hf --data.root <CIFAR-10>``, on the real data: CIFAR's statistics."""
-    main(
-        [
-            "fit",
-            "--config",
-            TINY,
-            "--data.dataset",
-            "hf",
-            "--data.root",
-            str(SHARED_CIFAR10),
-            "--model.patch_size",
-            "8",
-            "--data.num_workers",
-            "0",
-            "--data.train_subset",
-            "64",
-            "--trainer.fast_dev_run",
-            "true",
-        ]
+    facts = fit_data_facts(
+        SHARED_CIFAR10, "--data.train_subset", "64", "--data.val_split", "64", "--data.pipeline", "pil"
     )
+    assert tuple(facts["mean"]) == CIFAR10.info.mean and tuple(facts["std"]) == CIFAR10.info.std
     out = capsys.readouterr().out
     assert "ImageNet's mean/std" not in out and "data   hf (10 classes, 32×32×3)" in out
