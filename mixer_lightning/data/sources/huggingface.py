@@ -91,16 +91,18 @@ def load_hf(root: str, streaming: bool = False) -> Any:
 
 def _hub_unreachable(root: str, timeout: float = 3.0) -> str | None:
     """Why the hub's host cannot be reached (one TCP connection, `timeout` s), or None when it can, when
-    `root` is a local folder, or in offline mode (the cache is read). Without it, a hub id with no network
+    `root` is a local folder or a path (not a hub id), or in offline mode (the cache is read). Without it, a hub id with no network
     takes about a minute of huggingface_hub's retries to fail."""
     import os
+    import re
     import socket
     from urllib.parse import urlparse
 
     from huggingface_hub import constants
 
     offline = any(os.environ.get(name, "") not in ("", "0") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
-    if Path(root).expanduser().exists() or offline or constants.HF_HUB_OFFLINE:
+    hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", str(root)) is not None  # name or owner/name, not a path
+    if not hub_id or Path(root).expanduser().exists() or offline or constants.HF_HUB_OFFLINE:
         return None
     endpoint = urlparse(constants.ENDPOINT)
     try:
