@@ -14,7 +14,7 @@ PACKAGE = Path(mixer_lightning.__file__).parent
 # point, a benchmarked fit: the `mixer` command itself, run in-process).
 LAYERS = [
     {"errors"},
-    {"safety", "width"},
+    {"safety", "width", "hub"},
     {"models"},
     {"weights", "data", "optim"},
     {"tasks"},

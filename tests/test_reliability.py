@@ -864,7 +864,7 @@ CATALOGUE = [
             "true",
         ],
         2,
-        "prediction_writer.output: '{fifo_ckpt}' is a FIFO (not a regular file); it is not replaced",
+        "prediction_writer.output: '{fifo_ckpt}' is a FIFO (not a regular file)",
     ),
     (
         "an empty class folder",

@@ -130,6 +130,7 @@ def lightning_checkpoint(
 def run(args: Namespace) -> None:
     import torch
 
+    from mixer_lightning.data.transforms import INTERPOLATIONS
     from mixer_lightning.errors import ConfigError, require
     from mixer_lightning.models import num_params
     from mixer_lightning.safety.atomic import atomic_write, check_output_file, remove_orphans
@@ -142,6 +143,8 @@ def run(args: Namespace) -> None:
     remove_orphans(out.parent, only=out.name)  # what a killed `mixer convert` to this name left
     net, hparams, weights = convert(args.source, args.model, args.act, args.norm_eps)
     facts = converted_data_facts(weights, hparams["num_classes"], hparams["image_size"], hparams["in_chans"])
+    if facts is not None and facts.get("interpolation") not in INTERPOLATIONS:  # one the data module has
+        facts["interpolation"] = "bicubic"
     # Atomic: a full disk or a kill mid-write leaves an existing --out as it was (--overwrite included).
     with atomic_write(out, "wb", field="--out") as f:
         if out.suffix == ".npz":

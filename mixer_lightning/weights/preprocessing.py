@@ -31,7 +31,7 @@ def hub_preprocessing(name: str) -> dict[str, Any]:
     if not isinstance(name, str) or not name.startswith(HUB_PREFIXES):
         return {}
     if name.startswith("hf-hub:"):
-        from mixer_lightning.weights.hub import offline_or_reachable
+        from mixer_lightning.hub import offline_or_reachable
 
         offline_or_reachable()  # no network: the cache only (not a minute of retries)
     try:
@@ -109,8 +109,6 @@ def converted_data_facts(
     `mixer_lightning.data.predict.FACT_KEYS`): a mixer-lightning checkpoint's own; for hub weights,
     their ``pretrained_cfg``; for an official JAX file with ImageNet's classes, Google's Mixer
     preprocessing. None where the weights say nothing of their data (a plain state dict)."""
-    from mixer_lightning.data.transforms import INTERPOLATIONS
-
     if weights.data:
         return dict(weights.data)
     if weights.preprocessing:
@@ -132,7 +130,7 @@ def converted_data_facts(
         "std": defaults.get("std", [0.5] * in_chans),
         "eval_crop": EVAL_CROPS.get(preprocessing.get("crop_mode") or "center", "resmall_crop"),
         "eval_crop_pct": defaults.get("eval_crop_pct", 0.875),
-        "interpolation": interpolation if interpolation in INTERPOLATIONS else "bicubic",
+        "interpolation": interpolation,  # the caller maps one the data module lacks (convert: to bicubic)
         "input_permutation": "none",
     }
 

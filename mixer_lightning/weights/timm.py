@@ -170,7 +170,7 @@ def read_hub_weights(name: str, field: str = "init_from") -> WeightsFile:
     import timm
     from huggingface_hub import constants
 
-    from mixer_lightning.weights.hub import offline_or_reachable
+    from mixer_lightning.hub import offline_or_reachable
 
     model_name = name.removeprefix("timm:")
     unreachable = offline_or_reachable()  # no network: the cache only, and a miss at once

@@ -135,7 +135,7 @@ def cka_report(
 
 def plot_cka(summary: list[dict], references: dict, path: Path) -> Path:
     """Average diagonal CKA against the density p (log₂ axis), one line per series (Fig. 2(a))."""
-    from mixer_lightning.commands.sweep.report import grid_ticks, power_of_two_text
+    from mixer_lightning.commands.sweep.ticks import grid_ticks, power_of_two_text
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.2, 4.2))

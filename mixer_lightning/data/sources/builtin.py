@@ -49,17 +49,13 @@ class TorchvisionSource(DatasetSource):
         """One line that says which of three things happened: the files are not there and nothing was
         downloaded (`download` false), the download found no network, or the download (or the archive it
         fetched) failed otherwise; "set data.download: true" only when it is not already set."""
-        where = f"no {self.name} data under {str(Path(self.root).resolve())!r}"
-        local = f"{self.how_to_get}, or point --data.root at a local copy"
-        if self.hub_copy:
-            local += f", or read a copy in the Hugging Face layout: {self.hub_copy}"
+        where = f"no {self.name} data under {_shown(Path(self.root))!r}"
+        local = f"{self.how_to_get}, or read a Hugging Face copy: {self.hub_copy}" if self.hub_copy else self.how_to_get
         if not self.download:
             return ConfigError("data.root", f"{where} ({error})", f"set data.download: true to fetch it, or {local}")
         offline = _network_error(error)
-        if offline is not None:
-            return ConfigError(
-                "data.root", f"{where}, and the download failed: no network ({offline})", f"without a network, {local}"
-            )
+        if offline is not None:  # kept short: the line is bounded (errors.bounded_line) and names a path
+            return ConfigError("data.root", f"{where} and no network to fetch it ({offline})", local)
         return ConfigError(
             "data.root",
             f"{where}: the download or the archive failed ({type(error).__name__}: {error})",
@@ -78,6 +74,16 @@ class TorchvisionSource(DatasetSource):
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
             raise self._missing(error) from None
+
+
+def _shown(path: Path) -> str:
+    """`path` as short as it is exact: relative to the working directory when it lies below it (the line
+    holding it is bounded, `errors.bounded_line`), else absolute."""
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(Path.cwd()))
+    except ValueError:
+        return str(resolved)
 
 
 def _missing_folders(path: Path) -> list[Path]:
@@ -101,7 +107,7 @@ def _network_error(error: BaseException) -> BaseException | None:
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         if isinstance(error, URLError) and not isinstance(error, HTTPError):
-            return error
+            return error.reason if isinstance(error.reason, BaseException) else error  # the socket's own words
         if isinstance(error, (socket.gaierror, ConnectionError, TimeoutError)):
             return error
         error = error.__cause__ or error.__context__
@@ -118,8 +124,8 @@ class CIFAR10(TorchvisionSource):
     info = DatasetInfo(
         num_classes=10, image_size=32, in_chans=3, mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)
     )
-    how_to_get = "place torchvision's cifar-10-batches-py folder under data.root"
-    hub_copy = "--config configs/data/cifar10_hf.yaml --data.root PATH/TO/cifar10"
+    how_to_get = "put torchvision's cifar-10-batches-py under data.root"
+    hub_copy = "--config configs/data/cifar10_hf.yaml --data.root PATH"
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import CIFAR10 as TV
@@ -145,8 +151,8 @@ class CIFAR100(TorchvisionSource):
     info = DatasetInfo(
         num_classes=100, image_size=32, in_chans=3, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762)
     )
-    how_to_get = "place torchvision's cifar-100-python folder under data.root"
-    hub_copy = "--data.dataset hf --data.root PATH/TO/cifar100"
+    how_to_get = "put torchvision's cifar-100-python under data.root"
+    hub_copy = "--data.dataset hf --data.root PATH"
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import CIFAR100 as TV
@@ -162,7 +168,7 @@ class STL10(TorchvisionSource):
     info = DatasetInfo(
         num_classes=10, image_size=96, in_chans=3, mean=(0.4467, 0.4398, 0.4066), std=(0.2603, 0.2566, 0.2713)
     )
-    how_to_get = "place torchvision's stl10_binary folder under data.root"
+    how_to_get = "put torchvision's stl10_binary under data.root"
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import STL10 as TV
@@ -175,7 +181,7 @@ class MNIST(TorchvisionSource):
 
     name = "mnist"
     info = DatasetInfo(num_classes=10, image_size=28, in_chans=1, mean=(0.1307,), std=(0.3081,), natural=False)
-    how_to_get = "place torchvision's MNIST/raw folder under data.root"
+    how_to_get = "put torchvision's MNIST/raw under data.root"
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import MNIST as TV

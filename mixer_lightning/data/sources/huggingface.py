@@ -72,7 +72,7 @@ def load_hf(root: str, streaming: bool = False) -> Any:
     if unreachable is not None:
         raise ConfigError(
             "data.root",
-            f"{root!r} is not a local folder, and the Hugging Face hub cannot be reached: no network ({unreachable})",
+            f"{root!r} is not a local folder, and the Hugging Face hub cannot be reached: {unreachable}",
             "point --data.root at a local copy in the hub's layout (data/train-*.parquet), or set HF_HUB_OFFLINE=1 "
             "to read the hub's cache",
         )
@@ -89,29 +89,21 @@ def load_hf(root: str, streaming: bool = False) -> Any:
     return splits
 
 
-def _hub_unreachable(root: str, timeout: float = 3.0) -> str | None:
-    """Why the hub's host cannot be reached (one TCP connection, `timeout` s), or None when it can, when
-    `root` is a local folder or a path (not a hub id), or in offline mode (the cache is read). Without it, a hub id with no network
-    takes about a minute of huggingface_hub's retries to fail."""
+def _hub_unreachable(root: str) -> str | None:
+    """Why the hub cannot be reached (`mixer_lightning.hub.offline_or_reachable`: one TCP connection with
+    a short timeout), or None when it can, when `root` is a local folder or a path (not a hub id), or in
+    offline mode (the cache is read). Without it, a hub id with no network takes about a minute of
+    huggingface_hub's retries to fail."""
     import os
     import re
-    import socket
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
 
     offline = any(os.environ.get(name, "") not in ("", "0") for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
     hub_id = re.fullmatch(r"[\w-][\w.-]*(/[\w.-]+)?", str(root)) is not None  # name or owner/name, not a path
-    if not hub_id or Path(root).expanduser().exists() or offline or constants.HF_HUB_OFFLINE:
+    if not hub_id or Path(root).expanduser().exists() or offline:
         return None
-    endpoint = urlparse(constants.ENDPOINT)
-    try:
-        socket.create_connection(
-            (endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)), timeout=timeout
-        ).close()
-    except OSError as error:
-        return f"{endpoint.hostname}: {error}"
-    return None
+    from mixer_lightning.hub import offline_or_reachable
+
+    return offline_or_reachable()
 
 
 class HFImages(Dataset):
