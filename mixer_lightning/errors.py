@@ -96,6 +96,18 @@ class Stopped(Exception):
         super().__init__(message)
 
 
+class Interrupted(BaseException):
+    """A stop by a signal that cannot wait for a resumable point: Ctrl+C, SIGTERM or SIGHUP before training
+    starts or after it ended, or a second Ctrl+C. A `BaseException` like KeyboardInterrupt, so that no
+    ``except Exception`` swallows it and Lightning tears the run down and re-raises it, but not a
+    KeyboardInterrupt, which Lightning answers with its own message and exit status 1. `mixer` prints
+    the message as one line and exits with status 128 + `signum` (130, 143, 129)."""
+
+    def __init__(self, signum: int, message: str):
+        self.signum = signum
+        super().__init__(message)
+
+
 def _chain(error: BaseException | None) -> list[BaseException]:
     seen, chain = set(), []
     while error is not None and id(error) not in seen:

@@ -1006,7 +1006,7 @@ def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
     assert_same_runs(Path("runs/straight/version_0"), crashed)
 
 
-@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
 def test_sigterm_and_sigint_stop_with_a_resumable_checkpoint(
     signame: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -1256,17 +1256,20 @@ def wait_for(path: Path, process: subprocess.Popen, timeout: float = 120) -> Non
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130)])
+@pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
 def test_a_signalled_subprocess_stops_and_resumes_exactly(signame: str, code: int, capsys) -> None:
-    """`mixer fit` in its own process, sent SIGTERM (a scheduler pre-empting it) or SIGINT (Ctrl+C) from
-    outside at whatever moment: it exits with 128 + the signal after saving last.ckpt, and
-    ``--ckpt_path last`` goes on to the uninterrupted run's weights, optimiser and figures."""
+    """`mixer fit` in its own process, sent SIGTERM (a scheduler pre-empting it), SIGINT (Ctrl+C) or SIGHUP
+    (a closed terminal) from outside at whatever moment: it exits with 128 + the signal after saving
+    last.ckpt, and ``--ckpt_path last`` goes on to the uninterrupted run's weights, optimiser and figures."""
     main(["fit", *LONG, "--trainer.logger.init_args.name", "straight"])
     fit = subprocess.Popen(
         [MIXER, "fit", *LONG, "--trainer.logger.init_args.name", "stopped"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # As a terminal's foreground job has them: a signal inherited as ignored (pytest run in the
+        # background of a script) is rightly left ignored by mixer.
+        preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGHUP)],
     )
     run = Path("runs/stopped/version_0")
     wait_for(run / "checkpoints" / "last.ckpt", fit)

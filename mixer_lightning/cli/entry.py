@@ -18,8 +18,9 @@ import os
 import signal
 import sys
 
+from mixer_lightning.cli.signals import restore_signals, stop_on_signals
 from mixer_lightning.commands import COMMANDS, run_command
-from mixer_lightning.errors import ConfigError, Stopped, translate_library_error
+from mixer_lightning.errors import ConfigError, Interrupted, Stopped, translate_library_error
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 # ``mixer --help`` is written here, without importing Lightning (or torch): it starts at once.
@@ -119,6 +120,7 @@ def main(args: list[str] | None = None) -> None:
     if "--debug" in argv:
         argv.remove("--debug")
         debug = True
+    signals = stop_on_signals()  # Ctrl+C, SIGTERM, SIGHUP outside training: one line (`signals`)
     try:
         if argv and argv[0] in ("-h", "--help"):
             print(help_text(), end="")
@@ -152,7 +154,7 @@ def main(args: list[str] | None = None) -> None:
             run(argv)
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except Stopped as stop:
+    except (Stopped, Interrupted) as stop:
         print(f"mixer: {stop}", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
     except SystemExit as exit_:
@@ -174,3 +176,5 @@ def main(args: list[str] | None = None) -> None:
 
             fast_exit(2, console=args is None)
         raise SystemExit(2 if isinstance(translated, ConfigError) else 1) from None
+    finally:
+        restore_signals(signals)

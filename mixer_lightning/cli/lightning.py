@@ -17,6 +17,7 @@ one private method `mixer_lightning.cli.adapter` changes), the concerns of the m
 
 from __future__ import annotations
 
+import signal
 import sys
 import warnings
 from argparse import ArgumentError
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
-from lightning.pytorch import LightningDataModule
+from lightning.pytorch import Callback, LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
@@ -46,9 +47,11 @@ from mixer_lightning.cli.console import RunHeader, progress_callback, quiet_libr
 from mixer_lightning.cli.pretrained import apply_pretrained_defaults, explicit_data_arguments
 from mixer_lightning.cli.resume import resolve_checkpoint, restore_arguments
 from mixer_lightning.cli.rundirs import RunClaim, check_pinned_version, evaluate_in_run, first_process
+from mixer_lightning.cli.signals import stop_context
 from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
+from mixer_lightning.errors import Interrupted
 from mixer_lightning.safety.checkpoints import (
     SPECIAL_CKPT_PATHS,
     AtomicCheckpointIO,
@@ -204,6 +207,7 @@ class MixerCLI(LightningAdapter):
             results=results.RESULTS.get(command or ""),
         )
         callbacks.append(self.header)
+        callbacks.append(SignalStops())
         progress = settings.get("progress") or {}
         if config.get("enable_progress_bar", True) is not False:
             line = progress_callback(progress.get("mode") or "auto", progress.get("every_n_steps") or 50)
@@ -274,8 +278,25 @@ class MixerCLI(LightningAdapter):
         results.write_stage_metrics(self.trainer, "test", self.result_file, self.result_record, self._saved_config())
 
 
+class SignalStops(Callback):
+    """The moment a stop by signal outside training names (`mixer_lightning.cli.signals`), and the other
+    processes of a DDP launch stopped with this one, as Lightning does for a KeyboardInterrupt."""
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        stop_context("after training ended (its checkpoints are saved)")
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        launcher = trainer.strategy.launcher
+        if isinstance(exception, Interrupted) and hasattr(launcher, "procs"):  # the processes this one started
+            launcher.kill(signal.SIGTERM if sys.platform == "win32" else signal.SIGKILL)
+
+
 def run(argv: list[str]) -> None:
     """``mixer fit|validate|test|predict ...`` with the arguments `argv`."""
+    # A stop by signal before training (setup, the sanity check) or before an evaluation's results: one line.
+    stop_context(
+        "before training started (nothing new to resume)" if argv[0] == "fit" else "before its results were written"
+    )
     # LightningCLI reads the arguments from sys.argv, where Lightning's DDP launcher also finds them
     # to start the other processes (`[python, sys.argv[0], *sys.argv[1:]]`): they must be there.
     saved_argv, sys.argv = sys.argv, [sys.argv[0], *argv]

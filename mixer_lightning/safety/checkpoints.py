@@ -30,14 +30,15 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
-from mixer_lightning.errors import Stopped
+from mixer_lightning.errors import Interrupted, Stopped
 from mixer_lightning.safety.atomic import atomic_write, fsync_directory, remove_orphans, temporary_path
 
 # Lightning's special values of ckpt_path, resolved by Lightning itself.
 SPECIAL_CKPT_PATHS = ("best", "hpc", "registry")
 # Module state that is not the network: metric accumulators, filled in when absent (`ClassifierModule`).
 NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+# SIGHUP (a closed terminal or ssh session) stops a run as SIGTERM does; there is no SIGHUP on Windows.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 # The seed of the run a checkpoint belongs to (``seed_everything``; written by `mixer_lightning.callbacks.DataFacts`).
 SEED_KEY = "seed_everything"
 # Where `ResumeCheckpoint` took a checkpoint, when Lightning's loop state needs adapting at load time.
@@ -192,8 +193,9 @@ class ResumeCheckpoint(ModelCheckpoint):
     - at every epoch boundary, as the next epoch starts: after validation, the epoch figures, the
       reset of the accumulators and the epoch's scheduler step;
     - when training ends;
-    - on SIGTERM (a scheduler pre-empting the job) or SIGINT (Ctrl+C): at the next of these moments,
-      after which the run stops with `Stopped` (exit status 143 or 130). A second Ctrl+C stops at once.
+    - on SIGTERM (a scheduler pre-empting the job), SIGINT (Ctrl+C) or SIGHUP (a closed terminal): at
+      the next of these moments, after which the run stops with `Stopped` (exit status 143, 130 or 129).
+      A second Ctrl+C stops at once (`Interrupted`, 130). A signal inherited as ignored (``nohup``) stays so.
 
     Everything logged before a checkpoint is flushed to disk with it, and a resumed run tells
     TensorBoard to drop what the interrupted process logged after its checkpoint (``purge_step``),
@@ -355,7 +357,10 @@ class ResumeCheckpoint(ModelCheckpoint):
             return
         self._previous_handlers = {}
         for signum in STOP_SIGNALS:
-            self._previous_handlers[signum] = signal.getsignal(signum)
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_IGN:  # nohup, a background job: whoever started us chose so
+                continue
+            self._previous_handlers[signum] = previous
             signal.signal(signum, self._on_signal)
 
     def _restore_handlers(self) -> None:
@@ -366,7 +371,15 @@ class ResumeCheckpoint(ModelCheckpoint):
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._stop_signal is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # the second Ctrl+C: stop now, keep the last checkpoint written
+            # The second Ctrl+C: stop now, keeping the last checkpoint written. Not a KeyboardInterrupt,
+            # which Lightning answers with its own message and exit status 1.
+            saved = (
+                f"last.ckpt of step {self._last_global_step_saved} kept: {self.last_model_path}; continue with the "
+                "same command and --ckpt_path last"
+                if self.last_model_path
+                else "no checkpoint saved"
+            )
+            raise Interrupted(signum, f"stopped at once by SIGINT (Ctrl+C again while stopping); {saved}")
         self._stop_signal = signum
         print(
             f"mixer: {signal.Signals(signum).name} received: stopping at the next resumable point "

@@ -1,0 +1,213 @@
+"""Stops by signal outside the training window (issue 25 RC13): Ctrl+C, SIGTERM or SIGHUP while a run
+is set up or checks its validation loop, and a second Ctrl+C, end with one ``mixer:`` line and exit
+status 128 + the signal (not Lightning's "Detected KeyboardInterrupt" and status 1); a run stopped
+before its first checkpoint leaves no run directory; SIGHUP during training stops as SIGTERM does; a
+signal inherited as ignored (``nohup``) stays ignored; ``mixer`` leaves the signal handlers of its
+process as it found them. Inside training: tests/test_reliability.py (the resumable stop)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from helpers import TEST_CONFIGS
+from mixer_lightning.cli import main
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+MIXER = str(Path(sys.executable).with_name("mixer"))
+QUICK = ["--config", TINY, "--trainer.max_epochs", "2", "--trainer.logger.init_args.name", "sig"]
+
+
+@pytest.fixture(autouse=True)
+def _signals_as_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP as a process started from a terminal has them (pytest started in the
+    background of a script inherits SIGINT ignored, which ``mixer`` rightly respects), and back after."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "helpers")
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def signal_config(tmp_path: Path, **init_args) -> str:
+    path = tmp_path / "signal.yaml"
+    callback = {"class_path": "helpers.signaller.SignalAt", "init_args": init_args}
+    path.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
+    return str(path)
+
+
+def stopped(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """The exit status of ``mixer ARGV`` and the last line it printed to stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    return exit_info.value.code, err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "moment, signame, code",
+    [
+        ("fit_start", "SIGINT", 130),  # the model and data set up, before the sanity check
+        ("sanity_check_start", "SIGINT", 130),
+        ("fit_start", "SIGHUP", 129),
+        ("sanity_check_start", "SIGHUP", 129),
+        ("sanity_check_start", "SIGTERM", 143),
+    ],
+)
+def test_a_signal_before_training_is_one_line_and_leaves_no_run(
+    moment: str, signame: str, code: int, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    status, last = stopped(
+        ["fit", *QUICK, "--config", signal_config(tmp_path, moment=moment, signals=[signame])], capsys
+    )
+    assert (status, last) == (code, f"mixer: stopped by {signame} before training started (nothing new to resume)")
+    assert not Path("runs").exists()  # the run directory claimed for it is removed
+    assert {signum: signal.getsignal(signum) for signum in before} == before  # handlers as they were
+
+
+def test_a_signal_during_test_is_one_line(trained, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    ckpt = trained("mixer")
+    status, last = stopped(
+        [
+            "test",
+            "--config",
+            TINY,
+            "--ckpt_path",
+            ckpt,
+            "--config",
+            signal_config(tmp_path, moment="test_start", signals=["SIGINT"]),
+        ],
+        capsys,
+    )
+    assert (status, last) == (130, "mixer: stopped by SIGINT before its results were written")
+
+
+def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The first Ctrl+C asks for a stop at the next resumable step; the second stops at once, keeping the
+    last.ckpt written before (of step 2 here: step 3's is never reached)."""
+    status, last = stopped(
+        [
+            "fit",
+            *QUICK,
+            "--step_checkpoint.every_n_train_steps",
+            "2",
+            "--config",
+            signal_config(tmp_path, moment="train_batch_end", step=3, signals=["SIGINT", "SIGINT"]),
+        ],
+        capsys,
+    )
+    run = Path("runs/sig/version_0")
+    assert status == 130
+    assert last == (
+        f"mixer: stopped at once by SIGINT (Ctrl+C again while stopping); last.ckpt of step 2 kept: "
+        f"{run}/checkpoints/last.ckpt; continue with the same command and --ckpt_path last"
+    )
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
+
+
+def test_a_second_ctrl_c_before_the_first_checkpoint_leaves_no_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    status, last = stopped(
+        ["fit", *QUICK, "--config", signal_config(tmp_path, moment="train_batch_end", step=1, signals=["SIGINT"] * 2)],
+        capsys,
+    )
+    assert (status, last) == (
+        130,
+        "mixer: stopped at once by SIGINT (Ctrl+C again while stopping); no checkpoint saved",
+    )
+    assert not Path("runs").exists()
+
+
+def test_a_hang_up_during_training_stops_as_sigterm(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A closed terminal stops the run at the next resumable step, with last.ckpt (exit status 129)."""
+    status, last = stopped(
+        ["fit", *QUICK, "--config", signal_config(tmp_path, moment="train_batch_end", step=3, signals=["SIGHUP"])],
+        capsys,
+    )
+    run = Path("runs/sig/version_0")
+    assert (status, last) == (
+        129,
+        f"mixer: stopped by SIGHUP at step 3 (epoch 0); last.ckpt saved: {run}/checkpoints/last.ckpt; "
+        "continue with the same command and --ckpt_path last",
+    )
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
+
+
+def test_a_signal_inherited_as_ignored_stays_ignored(tmp_path: Path) -> None:
+    """``nohup mixer fit ...``: hang-ups before and during training do not stop the run."""
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    config = tmp_path / "hangups.yaml"
+    callbacks = [
+        {"class_path": "helpers.signaller.SignalAt", "init_args": {"moment": moment, "signals": ["SIGHUP"], "step": 2}}
+        for moment in ("fit_start", "train_batch_end")
+    ]
+    config.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    main(["fit", *QUICK, "--config", str(config)])
+    assert (Path("runs/sig/version_0") / "fit_summary.json").is_file()
+    assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+
+
+# ------------------------------------------------------------------------------ a real process
+
+
+def _terminal_like() -> None:
+    """As a shell's foreground job: SIGINT and SIGHUP at their default (pytest may run in the background)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signame, code", [("SIGINT", 130), ("SIGHUP", 129)])
+def test_a_real_process_stopped_in_its_sanity_check_is_one_line(signame: str, code: int) -> None:
+    """`mixer fit` in its own process group, signalled as a terminal does (the whole group, DataLoader
+    workers included) while it checks its validation loop one image at a time: one line, 128 + signal,
+    no run directory."""
+    slow_sanity = [
+        "--trainer.num_sanity_val_steps",
+        "-1",
+        "--trainer.limit_val_batches",
+        "1.0",
+        "--data.init_args.eval_batch_size",
+        "1",
+        "--data.init_args.num_workers",
+        "1",
+    ]
+    fit = subprocess.Popen(
+        [MIXER, "fit", *QUICK, *slow_sanity],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_terminal_like,
+        start_new_session=True,
+    )
+    config = Path("runs/sig/version_0/config.yaml")  # written just before the sanity check
+    deadline = time.monotonic() + 120
+    while not config.exists():
+        assert fit.poll() is None, fit.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(1)
+    import os
+
+    os.killpg(fit.pid, getattr(signal, signame))
+    _, err = fit.communicate(timeout=120)
+    assert fit.returncode == code, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert (
+        err.strip().splitlines()[-1] == f"mixer: stopped by {signame} before training started (nothing new to resume)"
+    )
+    assert not Path("runs/sig").exists() or not any(Path("runs/sig").iterdir())
