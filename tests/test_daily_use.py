@@ -597,6 +597,24 @@ def test_the_wandb_logger_keeps_the_run_directory(monkeypatch) -> None:
     assert runs[1].init["dir"] == str(run)
 
 
+def test_a_run_without_a_logger_trains_into_a_run_directory_of_its_own(capsys) -> None:
+    """``--trainer.logger false`` means no metric logs, not no run directory: the run trains (no learning-rate
+    monitor, which needs a logger), its config, checkpoints and summary go into the next free
+    runs/mixer/version_N, none into the working directory, and the same command runs again. The saved
+    config runs again as it is."""
+    for _ in range(2):
+        main(["fit", "--config", TINY, "--trainer.logger", "false", "--trainer.max_epochs", "1"])
+    runs = run_dirs("mixer")
+    assert [run.name for run in runs] == ["version_0", "version_1"]
+    for run in runs:
+        assert {p.name for p in run.iterdir()} == {"checkpoints", "config.yaml", "fit_summary.json"}  # no events
+        assert (run / "checkpoints" / "best.ckpt").is_file()
+    assert sorted(p.name for p in Path(".").iterdir()) == ["runs"]
+    assert yaml.safe_load((runs[0] / "config.yaml").read_text())["trainer"]["default_root_dir"] is None
+    main(["fit", "--config", str(runs[0] / "config.yaml"), "--trainer.max_epochs", "1"])
+    assert [run.name for run in run_dirs("mixer")] == ["version_0", "version_1", "version_2"]
+
+
 def test_logger_overlays_compose_with_an_experiment_config(capsys) -> None:
     for overlay, logger in (
         ("tensorboard", "lightning.pytorch.loggers.TensorBoardLogger"),

@@ -46,7 +46,7 @@ from mixer_lightning.cli.arguments import (
 from mixer_lightning.cli.console import RunHeader, progress_callback, quiet_libraries
 from mixer_lightning.cli.pretrained import apply_pretrained_defaults, explicit_data_arguments
 from mixer_lightning.cli.resume import resolve_checkpoint, restore_arguments
-from mixer_lightning.cli.rundirs import RunClaim, check_pinned_version, evaluate_in_run, first_process
+from mixer_lightning.cli.rundirs import RunClaim, check_pinned_version, evaluate_in_run, first_process, loggerless_run
 from mixer_lightning.cli.signals import stop_context
 from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
@@ -93,6 +93,7 @@ class MixerCLI(LightningAdapter):
         self.ckpt_facts: dict = {}
         self.result_record: dict | None = None
         self.result_file: str | None = None
+        self.given_root_dir: str | None = None  # trainer.default_root_dir as given, for a fit without a logger
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -177,6 +178,10 @@ class MixerCLI(LightningAdapter):
         restore_arguments(config, self.kept)  # Lightning re-parsed the model from the checkpoint
         if self.subcommand == "fit" and first_process():
             check_pinned_version(config)
+            self.claim.loggerless = loggerless_run(config, **TRAINER_DEFAULTS["logger"]["init_args"])
+            if self.claim.loggerless is not None:  # the trainer's folder; the saved config keeps the user's value
+                self.given_root_dir = config.trainer.get("default_root_dir")
+                config.trainer.default_root_dir = str(self.claim.loggerless)
         checks.check_trainer_settings(config)
         if not config.get("ckpt_path"):  # a checkpoint's run recorded the preprocessing it used
             apply_pretrained_defaults(config, self.explicit_data)
@@ -190,6 +195,9 @@ class MixerCLI(LightningAdapter):
         changed")."""
         command = self.subcommand
         settings = self.config_init[command] if command else self.config_init
+        if config.get("logger") is False or config.get("logger") == []:
+            # --trainer.logger false: nothing to log the learning rate to (Lightning refuses the monitor then).
+            callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
         if command in EVALUATIONS:
             callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
             given = config.get("callbacks")
@@ -238,6 +246,8 @@ class MixerCLI(LightningAdapter):
         checks.check_ckpt_file(self._ckpt_path(), self.model)
         checks.check_optimizers(self.model, str(self.trainer.precision))
         self._claim()
+        if self.claim.loggerless is not None:
+            self.config[self.subcommand].trainer.default_root_dir = self.given_root_dir
 
     def _choose_results(self) -> None:
         """The checkpoint's record and the results file (never another checkpoint's), shown in the header."""

@@ -22,10 +22,10 @@ from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from mixer_lightning.cli.adapter import logger_version, pin_logger_version, versioned
-from mixer_lightning.errors import ConfigError
+from mixer_lightning.errors import ConfigError, ResourceError
 from mixer_lightning.safety.atomic import remove_orphans
 from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
-from mixer_lightning.safety.rundir import RunLock, create_next_version, holds_a_run
+from mixer_lightning.safety.rundir import RunLock, create_next_version, holds_a_run, version_number
 from mixer_lightning.safety.slurm import mark_run
 
 
@@ -84,6 +84,21 @@ def evaluate_in_run(config: Any) -> Path | None:
     return run
 
 
+def loggerless_run(config: Any, save_dir: str, name: str) -> Path | None:
+    """``fit`` with ``trainer.logger: false`` (no metric logs) gets a run directory all the same,
+    ``<default_root_dir>/<save_dir>/<name>/version_N`` (the next free N): its config, checkpoints and
+    summaries go there, not into the working directory, where a second run would meet the first's
+    config.yaml. To be the trainer's ``default_root_dir`` (Lightning's folder when there is no logger);
+    created by `RunClaim.claim` once every input is checked. None when the run has a logger."""
+    trainer = config.trainer
+    logger = trainer.get("logger")
+    if not (logger is False or logger == []) or trainer.get("fast_dev_run"):
+        return None
+    experiment = Path(trainer.get("default_root_dir") or ".") / save_dir / name
+    taken = [version_number(p.name) for p in experiment.iterdir()] if experiment.is_dir() else []
+    return experiment / f"version_{max((n for n in taken if n is not None), default=-1) + 1}"
+
+
 class RunClaim:
     """The run directory one command writes: claimed (`claim`) after every input is checked, released
     (`release`) at the end, and removed (`remove_if_empty`) if the run fails before its first checkpoint."""
@@ -93,6 +108,7 @@ class RunClaim:
         self.created: Path | None = None  # the run directory this process created
         self.created_root: Path | None = None  # the outermost folder above it this process created
         self.lock: RunLock | None = None
+        self.loggerless: Path | None = None  # the run directory of a fit without a logger (`loggerless_run`)
 
     def claim(self, trainer: Any, command: str, evaluated_run: Path | None, resuming: str | None) -> None:
         """Claim the directory `command` writes: `evaluated_run` (validate/test/predict of a checkpoint in a
@@ -103,24 +119,39 @@ class RunClaim:
             if first_process() and not trainer.fast_dev_run:
                 name_config(trainer, evaluated_run, command, existing=True)
             return
-        if not first_process() or not trainer.loggers or trainer.fast_dev_run:
+        if not first_process() or trainer.fast_dev_run:
             return
-        logger = trainer.loggers[0]
-        if not versioned(logger):
+        logger = trainer.loggers[0] if trainer.loggers else None
+        if logger is None and self.loggerless is not None:
+            run_dir = self.loggerless
+        elif logger is None or not versioned(logger):
             return  # a logger without versioned directories (e.g. W&B): Lightning's default_root_dir
-        root = Path(logger.root_dir)
+        else:
+            root = Path(logger.root_dir)
+            version = logger_version(logger)
+            run_dir = (
+                root / (version if isinstance(version, str) else f"version_{version}") if version is not None else None
+            )
+        root = run_dir.parent if run_dir is not None else root
         missing = [folder for folder in (root, *root.parents) if not folder.exists()]
         self.created_root = missing[-1] if missing else None
-        version = logger_version(logger)
-        if version is None:
+        if logger is None:
+            try:
+                run_dir.mkdir(parents=True)
+            except FileExistsError:  # another run took this version since `loggerless_run` chose it
+                raise ResourceError(
+                    "trainer.default_root_dir",
+                    f"{str(run_dir)!r} was taken by another run started at the same time",
+                    "run the command again (it takes the next free version)",
+                ) from None
+            self.created = run_dir
+        elif run_dir is None:
             run_dir = create_next_version(root)
             pin_logger_version(logger, int(run_dir.name.split("_")[1]))
             self.created = run_dir
-        else:
-            run_dir = root / (version if isinstance(version, str) else f"version_{version}")
-            if not run_dir.is_dir():
-                run_dir.mkdir(parents=True)
-                self.created = run_dir
+        elif not run_dir.is_dir():
+            run_dir.mkdir(parents=True)
+            self.created = run_dir
         self.run_dir = run_dir
         existing = self.created is None and (run_dir / "config.yaml").exists()
         if command == "fit":
