@@ -1166,6 +1166,34 @@ def test_a_failed_run_leaves_no_run_directory(capsys: pytest.CaptureFixture) -> 
     assert not Path("runs").exists()
 
 
+def test_a_failed_run_that_wrote_checkpoints_elsewhere_keeps_its_run_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints written outside the run directory (``--checkpoint.dirpath``, ``--step_checkpoint.dirpath``)
+    count: the run that wrote them keeps its config and logs when it fails later (issue 25 RC17)."""
+    from helpers.killer import Crash
+
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", "helpers")
+    with pytest.raises(Crash):
+        main(
+            [
+                "fit",
+                *ONE_STEP,
+                "--trainer.max_epochs",
+                "3",
+                "--checkpoint.dirpath",
+                "elsewhere",
+                "--step_checkpoint.dirpath",
+                "elsewhere",
+                "--config",
+                kill_config(tmp_path, moment="train_epoch_start", epoch=1, signal="CRASH"),  # after epoch 0's best.ckpt
+            ]
+        )
+    assert Path("elsewhere/best.ckpt").is_file()
+    (run,) = run_dirs("digits_mixer")
+    assert (run / "config.yaml").is_file()
+
+
 # ------------------------------------------------------------------------------ writing files
 
 

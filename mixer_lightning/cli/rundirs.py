@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,8 @@ class RunClaim:
         self.created_root: Path | None = None  # the outermost folder above it this process created
         self.lock: RunLock | None = None
         self.loggerless: Path | None = None  # the run directory of a fit without a logger (`loggerless_run`)
+        self.checkpoint_callbacks: list = []  # the trainer's, which may write outside the run directory
+        self.claimed_at: float | None = None
 
     def claim(self, trainer: Any, command: str, evaluated_run: Path | None, resuming: str | None) -> None:
         """Claim the directory `command` writes: `evaluated_run` (validate/test/predict of a checkpoint in a
@@ -121,6 +124,7 @@ class RunClaim:
             return
         if not first_process() or trainer.fast_dev_run:
             return
+        self.checkpoint_callbacks, self.claimed_at = list(trainer.checkpoint_callbacks), time.time()
         logger = trainer.loggers[0] if trainer.loggers else None
         if logger is None and self.loggerless is not None:
             run_dir = self.loggerless
@@ -170,11 +174,26 @@ class RunClaim:
         if self.lock is not None:
             self.lock.release()
 
+    def wrote_checkpoints(self) -> bool:
+        """Whether a checkpoint callback of this run wrote a checkpoint, wherever its ``dirpath`` is
+        (``--checkpoint.dirpath`` elsewhere): files it names, written since the run was claimed."""
+        for callback in self.checkpoint_callbacks:
+            paths = [getattr(callback, "best_model_path", ""), getattr(callback, "last_model_path", "")]
+            paths += list(getattr(callback, "best_k_models", {}) or {})
+            for path in filter(None, paths):
+                try:
+                    if os.stat(path).st_mtime >= (self.claimed_at or 0) - 1:  # coarse file-system clocks
+                        return True
+                except OSError:
+                    continue
+        return False
+
     def remove_if_empty(self) -> None:
-        """Remove the run directory this process created (and the empty folders above it it made) when it
-        holds no checkpoint: a run that failed before its first leaves no empty ``version_N/``."""
+        """Remove the run directory this process created (and the empty folders above it it made) when the
+        run wrote no checkpoint, there or elsewhere: a run that failed before its first leaves no empty
+        ``version_N/``, and one that did keeps its config and logs beside its checkpoints."""
         run_dir = self.created
-        if run_dir is None or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")):
+        if run_dir is None or not run_dir.is_dir() or any(run_dir.rglob("*.ckpt")) or self.wrote_checkpoints():
             return
         shutil.rmtree(run_dir, ignore_errors=True)
         if self.created_root is None:
