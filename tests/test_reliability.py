@@ -909,6 +909,33 @@ CATALOGUE = [
         2,
         "data.label_column: split 'train' of '{hf_strings}', column 'label' holds string values, not class numbers",
     ),
+    # --- issue 25 RC12 (run root): a file where run directories go, refused before anything is written
+    (
+        "run root: save_dir is a file",
+        ["fit", "--config", TINY, "--trainer.logger.init_args.save_dir", "{tmp}/broken.npz"],
+        2,
+        "trainer.logger.init_args.save_dir: '{tmp}/broken.npz' is a file, not a folder for run directories; give a folder",
+    ),
+    (
+        "run root: save_dir/name is a file",
+        [
+            "test",
+            "--config",
+            TINY,
+            "--trainer.logger.init_args.save_dir",
+            "{tmp}",
+            "--trainer.logger.init_args.name",
+            "broken.npz",
+        ],
+        2,
+        "trainer.logger.init_args.name: '{tmp}/broken.npz' is a file, not a folder for run directories; give a folder",
+    ),
+    (
+        "run root: no logger, default_root_dir is a file",
+        ["fit", "--config", TINY, "--trainer.logger", "false", "--trainer.default_root_dir", "{tmp}/broken.npz"],
+        2,
+        "trainer.default_root_dir: '{tmp}/broken.npz' is a file, not a folder for run directories; give a folder",
+    ),
 ]
 
 
@@ -1164,6 +1191,20 @@ def test_a_failed_run_leaves_no_run_directory(capsys: pytest.CaptureFixture) -> 
         )
     assert exit_info.value.code == 1 and "no checkpoint was saved yet" in capsys.readouterr().err
     assert not Path("runs").exists()
+
+
+def test_a_file_named_runs_is_one_line_and_kept(capsys: pytest.CaptureFixture) -> None:
+    """`runs` (the default save_dir) is a file in the working directory: one line naming the field, exit 2,
+    before the model and data are built; the file is left as it was (issue 25 RC12)."""
+    Path("runs").write_text("my notes")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", *ONE_STEP])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "mixer: error: trainer.logger.init_args.save_dir: 'runs' is a file, not a folder for run directories; "
+        "give a folder for run directories, or move 'runs' away"
+    )
+    assert Path("runs").read_text() == "my notes" and sorted(p.name for p in Path(".").iterdir()) == ["runs"]
 
 
 def test_a_failed_run_that_wrote_checkpoints_elsewhere_keeps_its_run_directory(

@@ -46,7 +46,14 @@ from mixer_lightning.cli.arguments import (
 from mixer_lightning.cli.console import RunHeader, progress_callback, quiet_libraries
 from mixer_lightning.cli.pretrained import apply_pretrained_defaults, explicit_data_arguments
 from mixer_lightning.cli.resume import resolve_checkpoint, restore_arguments
-from mixer_lightning.cli.rundirs import RunClaim, check_pinned_version, evaluate_in_run, first_process, loggerless_run
+from mixer_lightning.cli.rundirs import (
+    RunClaim,
+    check_pinned_version,
+    check_run_root,
+    evaluate_in_run,
+    first_process,
+    loggerless_run,
+)
 from mixer_lightning.cli.signals import stop_context
 from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
@@ -187,6 +194,8 @@ class MixerCLI(LightningAdapter):
             apply_pretrained_defaults(config, self.explicit_data)
         if self.subcommand in EVALUATIONS:
             self.evaluated_run = evaluate_in_run(config)
+        if first_process() and self.evaluated_run is None:
+            check_run_root(config, self.claim.loggerless)
 
     def trainer_callbacks(self, config: dict[str, Any], callbacks: list) -> list:
         """The project's console (`mixer_lightning.cli.console`: the run header, plain-text progress in

@@ -100,6 +100,33 @@ def loggerless_run(config: Any, save_dir: str, name: str) -> Path | None:
     return experiment / f"version_{max((n for n in taken if n is not None), default=-1) + 1}"
 
 
+def check_run_root(config: Any, loggerless: Path | None = None) -> None:
+    """The folders run directories go into (the logger's ``save_dir`` and ``save_dir/name``, or those of
+    a `loggerless_run`) are folders, or can be made: a file in their place is one line naming the
+    field, before anything is written (mkdir would fail after the model and data are built)."""
+    init_args = logger_args(config)
+    if config.trainer.get("fast_dev_run"):
+        return
+    if init_args is not None:
+        save_dir = Path(init_args.save_dir)
+        levels = [(save_dir, "trainer.logger.init_args.save_dir")]
+        if init_args.get("name"):
+            levels.append((save_dir / str(init_args.name), "trainer.logger.init_args.name"))
+    elif loggerless is not None:
+        levels = [(loggerless.parent, "trainer.default_root_dir")]
+    else:
+        return
+    for path, field in levels:
+        existing = next((p for p in (path, *path.parents) if p.exists() or p.is_symlink()), None)
+        if existing is not None and not existing.is_dir():
+            kind = "a file" if existing.is_file() else "not a folder"
+            raise ConfigError(
+                field,
+                f"{str(existing)!r} is {kind}, not a folder for run directories",
+                f"give a folder for run directories, or move {str(existing)!r} away",
+            )
+
+
 class RunClaim:
     """The run directory one command writes: claimed (`claim`) after every input is checked, released
     (`release`) at the end, and removed (`remove_if_empty`) if the run fails before its first checkpoint."""

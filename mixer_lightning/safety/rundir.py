@@ -39,7 +39,14 @@ def holds_a_run(run_dir: Path) -> bool:
 def create_next_version(experiment_dir: Path) -> Path:
     """Create and return ``experiment_dir/version_N``, N one more than the highest taken: atomic, so
     concurrent runs get different directories."""
-    experiment_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        experiment_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # a file in its place (the CLI checks this before any work)
+        raise ConfigError(
+            "trainer.logger.init_args.save_dir",
+            f"{str(experiment_dir)!r} cannot be made: a file stands on its path",
+            "give a folder for run directories, or move the file away",
+        ) from None
     taken = [n for n in (version_number(p.name) for p in experiment_dir.iterdir()) if n is not None]
     number = max(taken, default=-1) + 1
     while True:
