@@ -241,6 +241,26 @@ def test_predict_root_errors_are_one_line(tmp_path, capsys) -> None:
     assert not list(run.glob("predictions*"))
 
 
+def test_a_failed_evaluation_leaves_nothing_in_the_run(tmp_path, capsys) -> None:
+    """predict of a folder holding a file that is no image fails with one line, after the config of the
+    invocation was saved into the checkpoint's run: that config.predict1.yaml is removed with it (an
+    evaluation's config is kept only beside its results), and the next invocation takes the name."""
+    run = fit_tiny("--trainer.max_epochs", "1")
+    best = str(run / "checkpoints" / "best.ckpt")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "x.png").write_bytes(b"not a png at all")
+    before = sorted(p.name for p in run.iterdir())
+    with pytest.raises(SystemExit) as exit_info:
+        main(["predict", "--ckpt_path", best, "--data.predict_root", "bad"])
+    assert exit_info.value.code == 2
+    assert last_error(capsys).startswith("mixer: error: data.predict_root: ")
+    assert sorted(p.name for p in run.iterdir()) == before
+    (tmp_path / "bad" / "x.png").unlink()
+    digits_test_pngs(tmp_path / "bad", 2)
+    main(["predict", "--ckpt_path", best, "--data.predict_root", "bad"])
+    assert (run / "config.predict1.yaml").is_file() and (run / "predictions.csv").is_file()
+
+
 # --------------------------------------------------------------------- pretrained preprocessing
 
 

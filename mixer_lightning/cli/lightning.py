@@ -348,6 +348,7 @@ def run(argv: list[str]) -> None:
             )
     except BaseException:
         claim.remove_if_empty()  # a run that failed before its first checkpoint leaves no empty version_N/
+        claim.remove_evaluation_config()  # nor a failed evaluation its config.<command>N.yaml in the run
         raise
     finally:
         claim.release()

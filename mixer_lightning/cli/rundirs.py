@@ -139,6 +139,7 @@ class RunClaim:
         self.loggerless: Path | None = None  # the run directory of a fit without a logger (`loggerless_run`)
         self.checkpoint_callbacks: list = []  # the trainer's, which may write outside the run directory
         self.claimed_at: float | None = None
+        self.evaluation_config: tuple[Any, Path] | None = None  # (SaveConfig, its file) in an evaluated run
 
     def claim(self, trainer: Any, command: str, evaluated_run: Path | None, resuming: str | None) -> None:
         """Claim the directory `command` writes: `evaluated_run` (validate/test/predict of a checkpoint in a
@@ -147,7 +148,9 @@ class RunClaim:
         if evaluated_run is not None:
             self.run_dir = evaluated_run
             if first_process() and not trainer.fast_dev_run:
-                name_config(trainer, evaluated_run, command, existing=True)
+                saver = name_config(trainer, evaluated_run, command, existing=True)
+                if saver is not None:
+                    self.evaluation_config = (saver, evaluated_run / saver.config_filename)
             return
         if not first_process() or trainer.fast_dev_run:
             return
@@ -215,6 +218,14 @@ class RunClaim:
                     continue
         return False
 
+    def remove_evaluation_config(self) -> None:
+        """A validate/test/predict of a run that failed removes the config.<command>N.yaml it saved there:
+        the run holds the configs of evaluations that gave results only."""
+        if self.evaluation_config is not None:
+            saver, path = self.evaluation_config
+            if saver.already_saved:  # this invocation wrote it (a name taken meanwhile is refused, not written)
+                path.unlink(missing_ok=True)
+
     def remove_if_empty(self) -> None:
         """Remove the run directory this process created (and the empty folders above it it made) when the
         run wrote no checkpoint, there or elsewhere: a run that failed before its first leaves no empty
@@ -233,9 +244,10 @@ class RunClaim:
                 break
 
 
-def name_config(trainer: Any, run_dir: Path, command: str, existing: bool) -> None:
+def name_config(trainer: Any, run_dir: Path, command: str, existing: bool) -> Any:
     """The name of the config `command` saves in `run_dir`: config.yaml for a new run, else
-    config.resume<N>.yaml (fit) or config.<command><N>.yaml, never replacing one."""
+    config.resume<N>.yaml (fit) or config.<command><N>.yaml, never replacing one. Returns the callback
+    that saves it (None: none)."""
     stem = "resume" if command == "fit" else command
     name = "config.yaml"
     if existing:
@@ -243,6 +255,8 @@ def name_config(trainer: Any, run_dir: Path, command: str, existing: bool) -> No
         while (run_dir / f"config.{stem}{number}.yaml").exists():
             number += 1
         name = f"config.{stem}{number}.yaml"
+    saver = None
     for callback in trainer.callbacks:
         if isinstance(callback, SaveConfigCallback):
-            callback.config_filename = name
+            callback.config_filename, saver = name, callback
+    return saver
