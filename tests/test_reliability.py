@@ -6,6 +6,7 @@ its test."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers import ROOT, TEST_CONFIGS, read_json, run_dirs
 from helpers.fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
 from mixer_lightning.cli import main
 from mixer_lightning.safety.checkpoints import AtomicCheckpointIO
@@ -1205,6 +1206,31 @@ def test_a_file_named_runs_is_one_line_and_kept(capsys: pytest.CaptureFixture) -
         "give a folder for run directories, or move 'runs' away"
     )
     assert Path("runs").read_text() == "my notes" and sorted(p.name for p in Path(".").iterdir()) == ["runs"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch_xla") is not None, reason="torch_xla is installed here")
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--config", str(ROOT / "configs" / "trainer" / "tpu.yaml")],
+            "mixer: error: trainer.accelerator: 'tpu' needs torch_xla, which is not installed; on a TPU VM",
+        ),
+        (
+            ["--trainer.strategy", "xla"],
+            "mixer: error: trainer.strategy: 'xla' needs torch_xla, which is not installed",
+        ),
+    ],
+    ids=["tpu.yaml", "xla-strategy"],
+)
+def test_a_tpu_without_torch_xla_is_one_line(argv: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
+    """configs/trainer/tpu.yaml on a machine without torch_xla: one line, exit 2, nothing written (issue 26 Q3;
+    Lightning's ModuleNotFoundError came as a 30-line traceback after the model was built)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", TINY, *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(message)
+    assert list(Path(".").iterdir()) == []
 
 
 def test_a_failed_run_that_wrote_checkpoints_elsewhere_keeps_its_run_directory(

@@ -17,6 +17,7 @@ one private method `mixer_lightning.cli.adapter` changes), the concerns of the m
 
 from __future__ import annotations
 
+import importlib.util
 import signal
 import sys
 import warnings
@@ -58,7 +59,7 @@ from mixer_lightning.cli.signals import stop_context
 from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
-from mixer_lightning.errors import Interrupted
+from mixer_lightning.errors import ConfigError, Interrupted
 from mixer_lightning.safety.checkpoints import (
     SPECIAL_CKPT_PATHS,
     AtomicCheckpointIO,
@@ -196,6 +197,7 @@ class MixerCLI(LightningAdapter):
             self.evaluated_run = evaluate_in_run(config)
         if first_process() and self.evaluated_run is None:
             check_run_root(config, self.claim.loggerless)
+        check_xla_installed(config)
 
     def trainer_callbacks(self, config: dict[str, Any], callbacks: list) -> list:
         """The project's console (`mixer_lightning.cli.console`: the run header, plain-text progress in
@@ -238,6 +240,12 @@ class MixerCLI(LightningAdapter):
             trainer = super().instantiate_trainer(**kwargs)
         except (ValueError, MisconfigurationException) as error:  # e.g. FSDP on the CPU, a GPU that is not there
             raise checks.trainer_error(error) from None
+        except ImportError as error:  # an accelerator, strategy or plugin whose package is missing
+            raise ConfigError(
+                "trainer",
+                f"a package it needs is not installed: {' '.join(str(error).split())}",
+                "install it, or choose another accelerator/strategy (e.g. --config configs/trainer/cpu.yaml)",
+            ) from None
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not FSDP's sharded IO, nor a user's
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -295,6 +303,27 @@ class MixerCLI(LightningAdapter):
 
     def after_test(self) -> None:
         results.write_stage_metrics(self.trainer, "test", self.result_file, self.result_record, self._saved_config())
+
+
+def check_xla_installed(config: Any) -> None:
+    """``accelerator: tpu`` (configs/trainer/tpu.yaml) or an XLA strategy without torch_xla: one line before
+    the model is built (Lightning raises a ModuleNotFoundError from the Trainer, after it)."""
+    trainer = config.trainer
+    named = [
+        str(getattr(value, "class_path", None) or value)
+        for value in (trainer.get("accelerator"), trainer.get("strategy"))
+        if value is not None
+    ]
+    xla = [n for n in named if n.lower() == "tpu" or n.lower().startswith("xla") or "XLA" in n.rsplit(".", 1)[-1]]
+    if xla and importlib.util.find_spec("torch_xla") is None:
+        import torch
+
+        raise ConfigError(
+            "trainer.accelerator" if xla[0] == named[0] else "trainer.strategy",
+            f"{xla[0]!r} needs torch_xla, which is not installed",
+            f"on a TPU VM, pip install 'torch_xla[tpu]' matching torch {torch.__version__.split('+')[0]}; elsewhere "
+            "use another accelerator (e.g. --config configs/trainer/cpu.yaml instead of configs/trainer/tpu.yaml)",
+        )
 
 
 class SignalStops(Callback):
