@@ -339,6 +339,18 @@ class SignalStops(Callback):
             launcher.kill(signal.SIGTERM if sys.platform == "win32" else signal.SIGKILL)
 
 
+def end_process_group() -> None:
+    """Destroy the process group of a DDP run that ended well, on every process. Lightning registers
+    that at exit for NCCL only (``_init_dist_connection``); a CPU (gloo) group left alive is torn down
+    with the interpreter, whose destruction of gloo's still-joinable worker threads aborts a process
+    now and then with "terminate called without an active exception" (pytorch#65513). Not after a
+    failure, where other processes may still wait in a collective."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def run(argv: list[str]) -> None:
     """``mixer fit|validate|test|predict ...`` with the arguments `argv`."""
     # A stop by signal before training (setup, the sanity check) or before an evaluation's results: one line.
@@ -375,6 +387,7 @@ def run(argv: list[str]) -> None:
                 },
                 claim=claim,
             )
+        end_process_group()
     except BaseException:
         claim.remove_if_empty()  # a run that failed before its first checkpoint leaves no empty version_N/
         claim.remove_evaluation_config()  # nor a failed evaluation its config.<command>N.yaml in the run

@@ -1,0 +1,53 @@
+"""A DDP run on CPU processes (gloo) ends with its process group destroyed on every process: Lightning
+destroys it at exit for NCCL only, and a gloo group left to the interpreter's finalisation aborts a
+process now and then with "terminate called without an active exception" (issue 26 Q3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers import CONFIGS, TEST_CONFIGS
+
+TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+MIXER = str(Path(sys.executable).parent / "mixer")
+
+
+@pytest.mark.slow  # two processes each start Python, Lightning and a gloo group
+def test_a_cpu_ddp_run_ends_with_its_process_group_destroyed(tmp_path: Path) -> None:
+    record = tmp_path / "record.yaml"
+    callback = {"class_path": "helpers.process_group.ProcessGroupAtExit", "init_args": {"folder": str(tmp_path)}}
+    record.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
+    result = subprocess.run(
+        [
+            MIXER,
+            "fit",
+            "--config",
+            TINY,
+            "--config",
+            str(CONFIGS / "trainer" / "ddp.yaml"),
+            "--config",
+            str(record),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "2",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.max_epochs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "terminate called" not in result.stderr
+    assert {p.name: p.read_text() for p in tmp_path.glob("rank*.txt")} == {"rank0.txt": "False", "rank1.txt": "False"}
