@@ -211,3 +211,48 @@ def test_a_real_process_stopped_in_its_sanity_check_is_one_line(signame: str, co
         err.strip().splitlines()[-1] == f"mixer: stopped by {signame} before training started (nothing new to resume)"
     )
     assert not Path("runs/sig").exists() or not any(Path("runs/sig").iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "signals, code", [(["SIGHUP"], 129), (["SIGINT", "SIGINT"], 130)], ids=["hang-up", "ctrl-c-twice"]
+)
+def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: list[str], code: int) -> None:
+    """A terminal's hang-up or Ctrl+C reaches the DataLoader workers with the run: they leave the stop to
+    the run, which ends with one line and 128 + the signal (not "DataLoader worker ... is killed by
+    signal: Hangup", exit 1)."""
+    import os
+
+    fit = subprocess.Popen(
+        [
+            MIXER,
+            "fit",
+            *QUICK,
+            "--trainer.max_epochs",
+            "30",
+            "--trainer.limit_train_batches",
+            "40",
+            "--step_checkpoint.every_n_train_steps",
+            "3",
+            "--data.init_args.num_workers",
+            "2",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_terminal_like,
+        start_new_session=True,
+    )
+    last = Path("runs/sig/version_0/checkpoints/last.ckpt")
+    deadline = time.monotonic() + 120
+    while not last.exists():
+        assert fit.poll() is None, fit.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    for signame in signals:
+        os.killpg(fit.pid, getattr(signal, signame))
+        time.sleep(0.02)
+    _, err = fit.communicate(timeout=120)
+    assert fit.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert err.strip().splitlines()[-1].startswith("mixer: stopped ")

@@ -10,7 +10,8 @@ KeyboardInterrupt would reach Lightning's handler instead, which prints its own 
 
 A signal inherited as ignored is left ignored: ``nohup mixer fit ...`` goes on when the terminal
 closes, as a job started in the background of a script goes on through a Ctrl+C meant for the
-foreground. No Lightning or torch here: the handlers are in place before those long imports.
+foreground. A forked DataLoader worker, which a terminal signals with the run, leaves the stop to the
+run. No Lightning or torch here: the handlers are in place before those long imports.
 """
 
 from __future__ import annotations
@@ -36,12 +37,9 @@ def stop_context(when: str) -> None:
 def _handler(owner: int):
     def stop(signum: int, frame: Any) -> None:
         if os.getpid() != owner:
-            # A forked child (a DataLoader worker) inherits this handler: it ends as it would without
-            # us; the owner process reports the stop.
-            if signum == signal.SIGINT:
-                raise KeyboardInterrupt
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
+            # A forked child (a DataLoader worker) inherits this handler, and a terminal's Ctrl+C or
+            # hang-up reaches it with its parent: the parent stops it (or it notices its parent gone).
+            # Ending here would fail the parent's next batch ("DataLoader worker exited unexpectedly").
             return
         when = _state["when"]
         raise Interrupted(signum, f"stopped by {signal.Signals(signum).name}" + (f" {when}" if when else ""))

@@ -206,6 +206,7 @@ class ResumeCheckpoint(ModelCheckpoint):
     _start_step: int | None = None  # global step when this process started training
     _stop_signal: int | None = None  # SIGTERM/SIGINT received
     _previous_handlers: dict[int, Any] | None = None
+    _handler_pid: int | None = None  # the process whose signals the handlers stop
     _log_step_to_save: int | None = None  # the logger step a run resumed from the checkpoint being saved goes on at
     _purge_step: int | None = None  # that step, read from the checkpoint this run resumes
     _epoch_boundary = False  # the checkpoint being saved is taken at an epoch boundary
@@ -356,6 +357,7 @@ class ResumeCheckpoint(ModelCheckpoint):
         if threading.current_thread() is not threading.main_thread():
             return
         self._previous_handlers = {}
+        self._handler_pid = os.getpid()
         for signum in STOP_SIGNALS:
             previous = signal.getsignal(signum)
             if previous is signal.SIG_IGN:  # nohup, a background job: whoever started us chose so
@@ -370,6 +372,8 @@ class ResumeCheckpoint(ModelCheckpoint):
         self._previous_handlers = None
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        if frame is not None and os.getpid() != self._handler_pid:
+            return  # a forked DataLoader worker, signalled with its parent (a terminal's Ctrl+C): the parent stops
         if self._stop_signal is not None and signum == signal.SIGINT:
             # The second Ctrl+C: stop now, keeping the last checkpoint written. Not a KeyboardInterrupt,
             # which Lightning answers with its own message and exit status 1.
