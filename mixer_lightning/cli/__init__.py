@@ -1,7 +1,9 @@
 """The ``mixer`` command line: `main` is the console script and the entry point the tests drive.
 
 - `entry`: ``mixer --help`` (without importing Lightning), the project commands
-  (`mixer_lightning.commands`), and every error as one line (`main`).
+  (`mixer_lightning.commands`), and every error as one line (`main`);
+- `signals`: Ctrl+C, SIGTERM and SIGHUP outside the training loop as one line and exit 128 + signal;
+- `parser_cache`: ``mixer COMMAND --help`` and a misspelt flag answered without importing Lightning.
 - `lightning`: ``fit|validate|test|predict`` through `MixerCLI`, which puts the modules below together:
   - `arguments`: the arguments completed from a checkpoint's run, config files checked before parsing;
   - `suggestions`: an unknown flag or key as one line with a did-you-mean;

@@ -37,7 +37,10 @@ def _checkpoint(entry: dict) -> Path:
 
 def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int | None, accelerator: str) -> dict:
     """The CKA of a run against the reference run (from the cache when both checkpoints are unchanged)."""
+    import warnings
+
     from mixer_lightning.analysis.cka import compute_matrix
+    from mixer_lightning.commands.quiet import quiet_libraries
 
     a, b = _checkpoint(reference), _checkpoint(entry)
     key = {
@@ -57,9 +60,17 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
             stored = None  # a damaged cache is recomputed
         if isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("result"), dict):
             return stored["result"]
-    result = compute_matrix(
-        str(a), str(b), [entry["config"]], batch_size=batch_size, batches=batches, accelerator=accelerator, devices=1
-    )
+    with warnings.catch_warnings():  # the console of `mixer fit` (and `mixer cka`): no GPU/TPU lines, tips
+        quiet_libraries()
+        result = compute_matrix(
+            str(a),
+            str(b),
+            [entry["config"]],
+            batch_size=batch_size,
+            batches=batches,
+            accelerator=accelerator,
+            devices=1,
+        )
     result.pop("main_process", None)
     if "diagonal_mean" not in result:
         raise ConfigError(
