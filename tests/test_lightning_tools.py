@@ -186,6 +186,26 @@ def test_val_loss_under_ddp_is_the_mean_over_the_whole_validation_set(trained, t
     assert "sync_dist=True" not in result.stdout + result.stderr
 
 
+@pytest.mark.slow  # ~1 min, as above
+def test_under_ddp_each_test_image_is_evaluated_once(trained, tmp_path: Path) -> None:
+    """359 test images on 2 processes: Lightning's padding sampler evaluated 360 (one twice, test/acc1
+    k/360); each image once, test/acc1 is the one-device figure and a whole number of images over 359."""
+    run = tmp_path / "run"
+    shutil.copytree(Path(trained("mixer")).parents[1], run)
+    whole = ["test", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    main(whole)
+    one = read_json(run / "test_metrics.json")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
+    result = subprocess.run([MIXER, *whole, *ddp], capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    two = read_json(run / "test_metrics.json")
+    assert two["of"] == 359 and two["images"] == 359 and not two["partial"]
+    assert two["test/acc1"] * 359 == pytest.approx(round(two["test/acc1"] * 359), abs=1e-4)
+    assert two["test/acc1"] == pytest.approx(one["test/acc1"], abs=1e-6)
+    assert two["test/loss"] == pytest.approx(one["test/loss"], abs=1e-5)
+
+
 # ------------------------------------------------------------------------------ resolved widths (Ω)
 
 

@@ -441,7 +441,8 @@ class ImageDataModule(LightningDataModule):
             # RNG, which would shift dropout after every validation of a run without persistent workers, and
             # only after the first one of a resumed run with them (a resumed run would then not be exact).
             generator = torch.Generator().manual_seed(training_seed())
-            return DataLoader(dataset, batch_size=batch_size, shuffle=False, generator=generator, **common)
+            sampler = self._evaluation_sampler(dataset)
+            return DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=generator, **common)
         if self.source.sharded:  # the shard-local order (`mixer_lightning.data.shard_order`)
             from mixer_lightning.data.shard_order import shard_loader
 
@@ -449,6 +450,22 @@ class ImageDataModule(LightningDataModule):
         # Mixup pairs images within a batch: every training batch full (hence even) when it is on.
         drop_last = self.mixup_fn is not None or length > self.batch_size
         return training_loader(dataset, self.batch_size, drop_last, self.trainer, **common)
+
+    def _evaluation_sampler(self, dataset: Any) -> Any:
+        """Under DDP, each evaluation image on exactly one process. Lightning would wrap the loader in a
+        padding `DistributedSampler`, which repeats images until every process has as many (359 test
+        images on 2 processes: 360 evaluated, one twice, and test/acc1 41/360 instead of 41/359).
+        Lightning's `UnrepeatedDistributedSampler` (its own for predict) gives uneven shards instead; the
+        metrics are torchmetrics states summed at the epoch's end, so uneven shards need no collective
+        per step. None (in order, as today) on one process."""
+        trainer = self.trainer
+        if trainer is None or trainer.world_size <= 1:
+            return None
+        from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+        return UnrepeatedDistributedSampler(
+            dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
+        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)
