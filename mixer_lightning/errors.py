@@ -146,7 +146,9 @@ def _given_value(message: str) -> str | None:
     parsed value, which may hold everything a file or flag set). A class or group option given a
     file gets the file's text, lines that jsonargparse prints as they are: "the content of a file
     (N lines)" is said instead, never the content."""
-    found = re.search(r"Given value: (.*)", message) or re.search(r"Got value: (.*)", message)
+    # Not the outer union's "Given value: NestedArg(key='batch_size', val='abc')": the innermost key's
+    # own "Got value: abc" says what the user wrote.
+    found = re.search(r"Given value: (?!NestedArg\()(.*)", message) or re.search(r"Got value: (.*)", message)
     if found is None:
         return None
     following = message[found.end() :].lstrip("\n").splitlines()

@@ -160,7 +160,7 @@ def test_no_network_fails_at_once(tmp_path, monkeypatch, capfd, caplog) -> None:
     huggingface_hub's retries (1+2+4+8+8 s per file, two files); now at once, saying why."""
     import huggingface_hub.constants as hub
 
-    from mixer_lightning.weights import hub as probe
+    from mixer_lightning import hub as probe
 
     cache = tmp_path / "empty_cache"
     cache.mkdir()

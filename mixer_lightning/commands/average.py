@@ -86,6 +86,18 @@ def network_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in checkpoint["state_dict"].items() if not str(k).startswith(NON_NETWORK_PREFIXES)}
 
 
+def _distinct_names(path_a: str, path_b: str) -> tuple[str, str]:
+    """The two paths below the folder they share (``run/version_0/…/last.ckpt`` and ``…/best.ckpt``),
+    or as given where they share nothing but the root."""
+    import os
+
+    a, b = os.path.abspath(path_a), os.path.abspath(path_b)
+    common = os.path.commonpath([a, b])
+    if common == os.path.dirname(common):  # only the root (or a drive) in common
+        return path_a, path_b
+    return os.path.relpath(a, common), os.path.relpath(b, common)
+
+
 def check_same_model(first: tuple[str, dict], other: tuple[str, dict], field: str) -> None:
     """A `ConfigError` naming `other`'s file unless it holds the same model as `first` (family,
     architecture hyper-parameters, tensor names, shapes and dtypes)."""
@@ -95,6 +107,7 @@ def check_same_model(first: tuple[str, dict], other: tuple[str, dict], field: st
     (path_a, a), (path_b, b) = first, other
     fix = "average checkpoints of one run, or fine-tunes of one pretrained model"
     cls_a, cls_b = module_class(a, path_a, field), module_class(b, path_b, field)
+    path_a, path_b = _distinct_names(path_a, path_b)  # the error line is bounded: what tells them apart
     if cls_a is not cls_b:
         raise ConfigError(field, f"{path_b} holds a {cls_b.__name__}, {path_a} a {cls_a.__name__}", fix)
     hparams_a, hparams_b = a.get("hyper_parameters") or {}, b.get("hyper_parameters") or {}
@@ -121,9 +134,8 @@ def check_same_model(first: tuple[str, dict], other: tuple[str, dict], field: st
         if not tensor.is_floating_point() and not bool((tensor == state_b[key]).all()):
             raise ConfigError(
                 field,
-                f"{path_b}'s {key} differs from {path_a}'s: the networks drew different random permutations or "
-                "sparsity patterns (other seeds), so their weights do not correspond",
-                "average checkpoints of one run (or of runs with the same seed)",
+                f"{key} differs: {path_b} and {path_a} drew other permutations or sparsity patterns (other seeds)",
+                "average checkpoints of one run",
             )
 
 
@@ -186,7 +198,7 @@ def run(args: Namespace) -> None:
         if digest in seen:
             raise ConfigError(
                 field,
-                f"{path} and {seen[digest]} are the same checkpoint (sha256 {digest[:12]}…), which would count twice",
+                f"the same checkpoint twice (sha256 {digest[:12]}…, which would count twice): {path}",
                 "give each checkpoint once",
             )
         seen[digest] = path

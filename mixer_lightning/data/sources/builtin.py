@@ -118,7 +118,7 @@ class CIFAR10(TorchvisionSource):
     name = "cifar10"
     # The class names, in label order (torchvision reads them from batches.meta; the hub's
     # uoft-cs/cifar10 has them as its ClassLabel names): how a copy in another layout is recognised.
-    classes: ClassVar[tuple[str, ...]] = (
+    known_classes: ClassVar[tuple[str, ...]] = (
         "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
     )  # fmt: skip
     info = DatasetInfo(
@@ -138,7 +138,7 @@ class CIFAR100(TorchvisionSource):
 
     name = "cifar100"
     # The 100 fine class names in label order (meta's fine_label_names; uoft-cs/cifar100's `fine_label`).
-    classes: ClassVar[tuple[str, ...]] = tuple(
+    known_classes: ClassVar[tuple[str, ...]] = tuple(
         """apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly camel
         can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup dinosaur
         dolphin elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower leopard lion

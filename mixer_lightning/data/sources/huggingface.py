@@ -42,7 +42,7 @@ def known_twin(root: str, class_names: Any, info: DatasetInfo) -> type | None:
             expected.in_chans,
             expected.num_classes,
         )
-        if same_images and (source is twin or names == source.classes):
+        if same_images and (source is twin or names == source.known_classes):
             return source
     return None
 
