@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import signal
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import lightning.pytorch  # noqa: F401  (first import here: its log handlers bind to pytest's session stream,
@@ -28,3 +29,17 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], str]:
     from helpers.trained import checkpoint
 
     return lambda kind: checkpoint(kind, tmp_path_factory)
+
+
+@pytest.fixture
+def signals_as_in_a_terminal() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP as a process started from a terminal has them, and back after: pytest
+    started by nohup or in the background of a script inherits SIGINT (and SIGHUP) ignored, which
+    ``mixer`` rightly respects, so a test that signals itself would see nothing happen."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)

@@ -1034,6 +1034,7 @@ def test_a_crash_at_an_epoch_boundary_or_in_validation_resumes_exactly(
     assert_same_runs(Path("runs/straight/version_0"), crashed)
 
 
+@pytest.mark.usefixtures("signals_as_in_a_terminal")  # also when pytest runs under nohup or in the background
 @pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
 def test_sigterm_and_sigint_stop_with_a_resumable_checkpoint(
     signame: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,17 +26,9 @@ QUICK = ["--config", TINY, "--trainer.max_epochs", "2", "--trainer.logger.init_a
 
 
 @pytest.fixture(autouse=True)
-def _signals_as_in_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP as a process started from a terminal has them (pytest started in the
-    background of a script inherits SIGINT ignored, which ``mixer`` rightly respects), and back after."""
-    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+def _signals_as_in_a_terminal(signals_as_in_a_terminal: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test here as from a terminal (conftest's `signals_as_in_a_terminal`), trusting tests/helpers."""
     monkeypatch.setenv("MIXER_TRUSTED_MODULES", "helpers")
-    yield
-    for signum, handler in saved.items():
-        signal.signal(signum, handler)
 
 
 def signal_config(tmp_path: Path, **init_args) -> str:

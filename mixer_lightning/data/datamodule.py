@@ -459,7 +459,7 @@ class ImageDataModule(LightningDataModule):
         metrics are torchmetrics states summed at the epoch's end, so uneven shards need no collective
         per step. None (in order, as today) on one process."""
         trainer = self.trainer
-        if trainer is None or trainer.world_size <= 1:
+        if trainer is None or getattr(trainer, "world_size", 1) <= 1:
             return None
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
