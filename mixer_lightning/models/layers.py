@@ -234,3 +234,17 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
         elif isinstance(module, nn.LayerNorm) and module.elementwise_affine:
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)
+
+
+def new_head(features: int, num_classes: int, global_pool: str | None = None) -> nn.Module:
+    """A classifier head for `num_classes` (0: none, the pooled features come out), zero-initialised as
+    fine-tuning starts it (Tolstikhin Sec. 3.1): every family's ``reset_classifier``, with timm's
+    signature (the pooling is always the average)."""
+    require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
+    require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
+    if num_classes == 0:
+        return nn.Identity()
+    head = nn.Linear(features, num_classes)
+    nn.init.zeros_(head.weight)
+    nn.init.zeros_(head.bias)
+    return head

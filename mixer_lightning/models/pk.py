@@ -281,13 +281,10 @@ class PKMixer(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
         fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
-        require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
-        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
+        from mixer_lightning.models.layers import new_head  # (layers imports this module)
+
+        self.head = new_head(self.channels, num_classes, global_pool)
         self.num_classes = num_classes
-        self.head = nn.Linear(self.channels, num_classes) if num_classes > 0 else nn.Identity()
-        if num_classes > 0:
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
 
     def make_mlp(self, axis: Axis, features_in: int, features_out: int) -> nn.Module:
         """The mixing function f of a layer, acting on the last axis (features_in → features_out)."""

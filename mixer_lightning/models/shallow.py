@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.models.layers import check_positive
+from mixer_lightning.models.layers import check_positive, new_head
 from mixer_lightning.models.registry import register_family
 
 Structure = Literal["kron", "monarch"]
@@ -178,13 +178,8 @@ class ShallowMLP(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
         fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
-        require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
-        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
+        self.head = new_head(self.features, num_classes, global_pool)
         self.num_classes = num_classes
-        self.head = nn.Linear(self.features, num_classes) if num_classes > 0 else nn.Identity()
-        if num_classes > 0:
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         x = x.flatten(1)  # any fixed order of the n pixels will do: B1 mixes them all

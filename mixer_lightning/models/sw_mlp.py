@@ -37,7 +37,7 @@ from einops import rearrange
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.models.layers import Activation, PatchEmbed, activation, check_positive, hidden_width
+from mixer_lightning.models.layers import Activation, PatchEmbed, activation, check_positive, hidden_width, new_head
 from mixer_lightning.models.registry import register_family
 from mixer_lightning.models.sparse import SparseImpl, SparseInit, static_sparse_linear
 from mixer_lightning.width import parse_int_expression
@@ -255,13 +255,8 @@ class SWMLP(nn.Module):
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
         """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
         fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
-        require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
-        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
+        self.head = new_head(self.width, num_classes, global_pool)
         self.num_classes = num_classes
-        self.head = nn.Linear(self.width, num_classes) if num_classes > 0 else nn.Identity()
-        if num_classes > 0:
-            nn.init.zeros_(self.head.weight)
-            nn.init.zeros_(self.head.bias)
 
     def sparse_layers(self) -> list[nn.Module]:
         """Every static sparse linear layer, input to output."""
