@@ -63,3 +63,30 @@ def test_an_evaluation_cut_by_a_batch_limit_says_so_and_records_how_many(capsys)
     assert ": 359 test images, batch 32" in out
     whole = read_json(run / "test_metrics.best.json")  # test_metrics.json is last.ckpt's
     assert (whole["images"], whole["of"], whole["partial"]) == (359, 359, False)
+
+
+def test_a_partial_evaluation_never_replaces_the_whole_splits_results_of_the_same_checkpoint(capsys) -> None:
+    """``mixer test --trainer.limit_test_batches 2`` of a checkpoint already tested on the whole split used
+    to overwrite its test_metrics.json (same checkpoint, so "its own file") with the figures of 64 images:
+    the partial results now go beside it, and a later whole-split test still rewrites its own file."""
+    main(["fit", "--config", TINY, "--trainer.max_epochs", "1"])
+    (run,) = run_dirs("digits_mixer")
+    last = run / "checkpoints" / "last.ckpt"
+    main(["test", "--ckpt_path", str(last)])
+    whole = (run / "test_metrics.json").read_bytes()
+    assert read_json(run / "test_metrics.json")["partial"] is False
+    capsys.readouterr()
+    main(["test", "--ckpt_path", str(last), "--trainer.limit_test_batches", "2"])
+    assert "(test_metrics.last.json)" in capsys.readouterr().out  # the header names where they go
+    assert (run / "test_metrics.json").read_bytes() == whole
+    partial = read_json(run / "test_metrics.last.json")
+    assert (partial["images"], partial["partial"]) == (64, True)
+    main(["test", "--ckpt_path", str(last), "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "1"])
+    assert read_json(run / "test_metrics.last.json")["images"] == 32  # a partial replaces a partial
+    main(["validate", "--ckpt_path", str(last), "--trainer.limit_val_batches", "1.0"])  # TINY sets 2
+    main(["validate", "--ckpt_path", str(last), "--trainer.limit_val_batches", "0.5"])
+    assert read_json(run / "val_metrics.json")["partial"] is False
+    assert read_json(run / "val_metrics.last.json")["partial"] is True
+    main(["test", "--ckpt_path", str(last)])  # the whole split again: its own file, nothing new
+    assert read_json(run / "test_metrics.json")["config"] == "config.test4.yaml"
+    assert sorted(p.name for p in run.glob("test_metrics*")) == ["test_metrics.json", "test_metrics.last.json"]

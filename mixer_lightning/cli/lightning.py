@@ -270,7 +270,12 @@ class MixerCLI(LightningAdapter):
         """The checkpoint's record and the results file (never another checkpoint's), shown in the header."""
         if first_process():
             self.result_record = results.checkpoint_record(self._ckpt_path(), self.claim.run_dir, self.ckpt_facts)
-            self.result_file = results.stage_file(self.claim.run_dir, self.subcommand, self.result_record)
+            self.result_file = results.stage_file(
+                self.claim.run_dir,
+                self.subcommand,
+                self.result_record,
+                results.limited_evaluation(self.trainer, self.subcommand),
+            )
             if self.header is not None:
                 self.header.results = self.result_file
 

@@ -4,7 +4,8 @@ process), and the file `mixer predict` writes its predictions to.
 
 An evaluation's results name the checkpoint they are of (path, epoch, step, sha256) and the config it
 saved, and never replace another checkpoint's: ``test_metrics.json`` is this checkpoint's or free, else
-``test_metrics.<checkpoint stem>.json`` (`stage_file`)."""
+``test_metrics.<checkpoint stem>.json`` (`stage_file`). An evaluation cut by ``limit_*_batches`` never
+replaces a whole-split one of the same checkpoint either."""
 
 from __future__ import annotations
 
@@ -79,17 +80,31 @@ def checkpoint_record(path: Any, run_dir: Path | None, facts: dict) -> dict | No
     }
 
 
-def _recorded_sha(path: Path) -> str | None:
+def _replaceable(path: Path, sha: str | None, limited: bool) -> bool:
+    """Whether results of the checkpoint `sha` may replace those in `path`: they must be of the same
+    checkpoint, and a `limited` evaluation (``limit_*_batches``) only replaces another partial one, so
+    that ``mixer test --trainer.limit_test_batches 2`` never overwrites the whole split's figures."""
     try:
-        return (json.loads(path.read_text()).get("checkpoint") or {}).get("sha256")
+        content = json.loads(path.read_text())
+        recorded = (content.get("checkpoint") or {}).get("sha256")
+        partial = content.get("partial")
     except (OSError, ValueError, AttributeError):
-        return None
+        return False
+    return sha is not None and recorded == sha and (not limited or partial is True)
 
 
-def stage_file(run_dir: Path | None, command: str, record: dict | None) -> str:
+def limited_evaluation(trainer: Any, command: str) -> bool:
+    """Whether ``trainer.limit_val_batches``/``limit_test_batches`` may cut `command`'s split: anything but
+    the float 1.0 (Lightning reads an int as a number of batches, so ``1`` is one batch)."""
+    limit = getattr(trainer, "limit_val_batches" if command == "validate" else "limit_test_batches", 1.0)
+    return not (isinstance(limit, float) and limit == 1.0)
+
+
+def stage_file(run_dir: Path | None, command: str, record: dict | None, limited: bool = False) -> str:
     """The file name of `command`'s results in `run_dir`: ``test_metrics.json`` when it is free or holds
     the results of this same checkpoint (its sha256), else ``test_metrics.<stem>.json``, then
-    ``test_metrics.<stem>.<n>.json`` (best.ckpt changes between fits): never another checkpoint's."""
+    ``test_metrics.<stem>.<n>.json`` (best.ckpt changes between fits): never another checkpoint's, and
+    for a `limited` evaluation never a whole split's (`_replaceable`)."""
     base = RESULTS[command]
     if run_dir is None:
         return base
@@ -98,7 +113,7 @@ def stage_file(run_dir: Path | None, command: str, record: dict | None) -> str:
     numbered = (f"{base[:-5]}.{stem}.{n}.json" for n in count(1))
     for name in chain([base, f"{base[:-5]}.{stem}.json"], numbered):
         path = Path(run_dir) / name
-        if not path.exists() or (sha is not None and _recorded_sha(path) == sha):
+        if not path.exists() or _replaceable(path, sha, limited):
             return name
     raise AssertionError("unreachable")
 
