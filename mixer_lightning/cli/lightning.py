@@ -34,7 +34,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.callbacks.throughput import ThroughputMonitor
-from mixer_lightning.cli import checks, parser_cache, results
+from mixer_lightning.cli import carried_over, checks, parser_cache, results
 from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, batch_counts_as_ints, subcommand_parser
 from mixer_lightning.cli.arguments import (
     EVALUATIONS,
@@ -169,6 +169,14 @@ class MixerCLI(LightningAdapter):
             given = completed
         listed = list(given) if isinstance(given, (list, tuple)) else []
         self.explicit_data = explicit_data_arguments(check_config_files(listed), listed)
+        self.written_callables = carried_over.written_arguments(listed) if isinstance(given, (list, tuple)) else None
+        if self.written_callables is not None and any(str(a).startswith("--print_config") for a in listed):
+            # --print_config prints while parsing: the defaults a switch carried over are settled as flags first
+            settled = carried_over.settled_flags(parser, listed, self.written_callables)
+            if args is None:
+                sys.argv[1:] = [*sys.argv[1:], *settled]
+            else:
+                args = [*args, *settled]
         parser_cache.remember_parsers(parser)  # for `mixer COMMAND --misspelt.flag` without Lightning
         try:
             super().parse_arguments(parser, args)
@@ -184,6 +192,7 @@ class MixerCLI(LightningAdapter):
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand]
         restore_arguments(config, self.kept)  # Lightning re-parsed the model from the checkpoint
+        carried_over.reset_carried_over(config, self.written_callables, announce=first_process())
         if self.subcommand == "fit" and first_process():
             check_pinned_version(config)
             self.claim.loggerless = loggerless_run(config, **TRAINER_DEFAULTS["logger"]["init_args"])
