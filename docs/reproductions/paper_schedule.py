@@ -41,6 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from mixer_lightning.analysis.curves import epoch_curves, has_logs  # noqa: E402
+from mixer_lightning.commands.sweep.ticks import grid_ticks  # noqa: E402
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
 FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"}
@@ -126,18 +127,6 @@ def seeds(n: int) -> str:
     return f"{n} seed" if n == 1 else f"{n} seeds"
 
 
-def grid_ticks(ax, axis: str, values: list[float]) -> None:
-    """Ticks at the grid's own values on a log axis, written as plain numbers (not 4×10^1)."""
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
-
-    values = sorted(set(values))
-    target = ax.xaxis if axis == "x" else ax.yaxis
-    target.set_major_locator(FixedLocator(values))
-    target.set_major_formatter(lambda v, _pos: f"{v:g}")
-    target.set_minor_locator(NullLocator())
-    target.set_minor_formatter(NullFormatter())
-
-
 def points_table(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     """One row per (Ω, family, point): the test error's mean ± sd (seeds) at chosen epochs and at the end."""
     rows = []
@@ -179,6 +168,11 @@ def by_point(runs: list[dict], epoch: int | None) -> dict[tuple, tuple[float, fl
     return {k: mean_sd(v) for k, v in grouped.items() if any(e is not None for e in v)}
 
 
+def rounded(value: float, digits: int) -> float | None:
+    """`value` rounded, or None where it is undefined (a rank correlation of fewer than two points)."""
+    return None if value is None or math.isnan(value) else round(value, digits)
+
+
 def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     rows = []
     for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
@@ -198,6 +192,8 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
             best = min(keys, key=lambda k: points[k][0])
             centre = min(keys, key=lambda k: abs(math.log(k[0] / k[1])))
             extremes = min(points[keys[0]][0], points[keys[-1]][0])
+            # S = C against the grid's ends needs both ends: a grid reached only on the C < S side has none
+            two_sided = keys[0][0] < keys[0][1] and keys[-1][0] > keys[-1][1] and keys[0] != centre != keys[-1]
             rp_points = by_point(rp, epoch)
             gaps = [rp_points[k][0] - points[k][0] for k in keys if k in rp_points]
             rows.append(
@@ -206,11 +202,13 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
                     "epoch": "final" if epoch is None else epoch,
                     "points": len(keys),
                     "seeds": min(points[k][2] for k in keys),
-                    "spearman_m_error": round(rho, 3),
-                    "spearman_C_le_S": round(rho_left, 3),
-                    "spearman_C_ge_S": round(rho_right, 3),
+                    "spearman_m_error": rounded(rho, 3),
+                    "spearman_C_le_S": rounded(rho_left, 3),
+                    "spearman_C_ge_S": rounded(rho_right, 3),
                     "best_C": best[0],
-                    "centre_minus_best_extreme_pts": round(100 * (points[centre][0] - extremes), 2),
+                    "centre_minus_best_extreme_pts": round(100 * (points[centre][0] - extremes), 2)
+                    if two_sided
+                    else None,
                     "rp_minus_normal_mean_pts": round(100 * statistics.fmean(gaps), 2) if gaps else None,
                     "rp_points": len(gaps),
                 }
@@ -307,8 +305,8 @@ def plot_fig5(runs: list[dict], out: Path) -> None:
     ax_c.set_title("Fig. 6's claim: error against C (S = C at Ω^(1/3))")
     # After the scales are set (set_xscale resets the locators): ticks at the grid's C and m.
     plotted = [r for r in runs if r["item"] == "fig5" and r["final"] is not None]
-    grid_ticks(ax_c, "x", [r["C"] for r in plotted if r["C"]])
-    grid_ticks(ax_m, "x", [r["m"] for r in plotted if r["m"]])
+    grid_ticks(ax_c.xaxis, [r["C"] for r in plotted if r["C"]], log=True)
+    grid_ticks(ax_m.xaxis, [r["m"] for r in plotted if r["m"]], log=True)
     for ax in (ax_m, ax_c):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
