@@ -187,6 +187,8 @@ class RunHeader(Callback):
         if self.ckpt_path:
             lines.append(f"ckpt   {self.ckpt_path}")
         data = describe_data(trainer.datamodule, stage)
+        if stage == "fit":
+            data = _with_train_limit(data, trainer)
         plan = evaluation_plan(trainer, stage) if stage in ("validate", "test") else None
         if plan is not None:
             data = _with_plan(data, plan, stage)
@@ -258,6 +260,32 @@ def _with_plan(data: str | None, plan: tuple[int, int | None, str], stage: str) 
         return data
     role = "test" if stage == "test" else "val"
     return data.replace(f"{total:,} {role} images", f"{planned:,} of {total:,} {role} images ({limit})")
+
+
+def _with_train_limit(data: str | None, trainer: Trainer) -> str | None:
+    """`describe_data`'s fit line with the training images an epoch takes when ``limit_train_batches`` (or
+    ``fast_dev_run``) cuts it: ``1,280 of 50,000 train (limit_train_batches 10)``; printed before the
+    loader exists, so counted as Lightning will (an int is batches, a float a fraction of the batches
+    of a full epoch, which drops the last partial batch)."""
+    datamodule = trainer.datamodule
+    size = _size(getattr(datamodule, "train_set", None)) if getattr(datamodule, "train_set", None) is not None else None
+    batch = getattr(datamodule, "batch_size", None)
+    limit = trainer.limit_train_batches
+    if data is None or not size or not batch or (isinstance(limit, float) and limit == 1.0):
+        return data
+    world = max(trainer.world_size, 1)
+    per_process = math.ceil(size / world)
+    full = per_process // batch if per_process > batch else 1
+    taken = min(full, int(limit)) if isinstance(limit, int) else int(full * limit)
+    if taken >= full:
+        return data
+    planned = min(per_process, taken * batch) * world
+    name = (
+        "fast_dev_run"
+        if trainer.fast_dev_run
+        else f"limit_train_batches {_number(limit) if isinstance(limit, float) else limit}"
+    )
+    return data.replace(f"{size:,} train", f"{planned:,} of {size:,} train ({name})", 1)
 
 
 def _batch_length(batch: Any) -> int:
