@@ -107,11 +107,17 @@ def error_at(run: dict, epoch: int | None) -> float | None:
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
-    def ranks(values):
+    def ranks(values):  # tied values share their mean rank: a mirror pair (C, S) / (S, C) has one m
         order = sorted(range(len(values)), key=lambda i: values[i])
         r = [0.0] * len(values)
-        for rank, i in enumerate(order):
-            r[i] = rank
+        start = 0
+        while start < len(order):
+            end = start
+            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+                end += 1
+            for i in order[start : end + 1]:
+                r[i] = (start + end) / 2
+            start = end + 1
         return r
 
     if len(xs) < 3:
