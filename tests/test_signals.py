@@ -206,12 +206,15 @@ def test_a_real_process_stopped_in_its_sanity_check_is_one_line(signame: str, co
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "signals, code", [(["SIGHUP"], 129), (["SIGINT", "SIGINT"], 130)], ids=["hang-up", "ctrl-c-twice"]
+    "signals, code",
+    [(["SIGHUP"], 129), (["SIGINT", "SIGINT"], 130), (["SIGTERM"], 143)],
+    ids=["hang-up", "ctrl-c-twice", "scancel"],
 )
 def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: list[str], code: int) -> None:
-    """A terminal's hang-up or Ctrl+C reaches the DataLoader workers with the run: they leave the stop to
-    the run, which ends with one line and 128 + the signal (not "DataLoader worker ... is killed by
-    signal: Hangup", exit 1)."""
+    """A terminal's hang-up or Ctrl+C reaches the DataLoader workers with the run, and so does SLURM's
+    SIGTERM (scancel, a pre-emption: every process of the job): they leave the stop to the run, which
+    ends with one line and 128 + the signal (not "DataLoader worker ... is killed by signal: Hangup" or
+    "... exited unexpectedly", exit 1)."""
     import os
 
     fit = subprocess.Popen(
@@ -247,3 +250,35 @@ def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: lis
     assert fit.returncode == code, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("mixer: stopped ")
+
+
+class _SignalDispositions(torch.utils.data.Dataset):
+    """What a DataLoader worker does with each stop signal: 1 where it ignores it."""
+
+    NAMES = ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([signal.getsignal(getattr(signal, n)) is signal.SIG_IGN for n in self.NAMES])
+
+
+def test_dataloader_workers_leave_every_stop_signal_to_the_run(tmp_path: Path) -> None:
+    """SLURM signals every process of a job step (scancel's SIGTERM, the requeue signal SIGUSR1): torch's
+    worker dies of a SIGTERM its parent did not send, and of SIGUSR1's default action, which failed the
+    run ("DataLoader worker ... exited unexpectedly") instead of stopping it with last.ckpt. Every loader
+    of the data module starts its workers ignoring them (the slow test above signals a real run)."""
+    from helpers.fakedata import write_image_folder
+    from mixer_lightning.data import ImageDataModule
+    from mixer_lightning.data.sampling import leave_stops_to_the_run
+
+    loader = torch.utils.data.DataLoader(_SignalDispositions(), num_workers=1, worker_init_fn=leave_stops_to_the_run)
+    assert next(iter(loader)).tolist() == [[True] * 5]
+    plain = torch.utils.data.DataLoader(_SignalDispositions(), num_workers=1)
+    assert next(iter(plain)).tolist() != [[True] * 5]  # torch's own worker does not
+    root = write_image_folder(tmp_path / "images")
+    data = ImageDataModule(dataset="folder", root=str(root), image_size=16, num_workers=1, val_split=0.25)
+    data.setup("fit")
+    for made in (data.train_dataloader(), data.val_dataloader()):
+        assert made.num_workers == 1 and made.worker_init_fn is leave_stops_to_the_run

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -166,6 +167,25 @@ class ResumableDataLoader(DataLoader):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         pass
+
+
+# The stops a run answers at a resumable point (`mixer_lightning.safety.checkpoints`) and SLURM's requeue
+# signals (`mixer_lightning.safety.slurm`: SIGUSR1 by default); Windows has only SIGTERM and SIGINT.
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
+)
+
+
+def leave_stops_to_the_run(worker_id: int) -> None:
+    """A DataLoader worker's `worker_init_fn`: ignore SIGTERM, SIGINT, SIGHUP and SLURM's SIGUSR1/2, which
+    reach the workers with the run (SLURM's scancel, pre-emption or requeue signal every process of the
+    job step, a terminal its whole foreground group); a worker killed by SIGUSR1's default action fails
+    the run the same way. torch's worker dies of a SIGTERM that its parent did not send, and the run then
+    fails with "DataLoader worker ... exited unexpectedly" instead of stopping at a resumable point with
+    last.ckpt. Workers still end as usual: the loader tells them to when it shuts down, and each exits
+    when its parent is gone (torch's watchdog); SLURM's SIGKILL follows its SIGTERM anyway."""
+    for signum in _STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def training_seed() -> int:

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from mixer_lightning.data.sampling import mix, seeded, training_seed
+from mixer_lightning.data.sampling import leave_stops_to_the_run, mix, seeded, training_seed
 from mixer_lightning.data.sources.folder import _decompression_bomb
 from mixer_lightning.errors import ConfigError, require
 
@@ -297,6 +297,7 @@ def datamodule_loader(datamodule: Any, dataset: StreamImages, train: bool) -> St
         num_workers=workers,
         pin_memory=datamodule.pin_memory,
         prefetch_factor=datamodule._prefetch_factor if workers > 0 else None,
+        worker_init_fn=leave_stops_to_the_run if workers > 0 else None,
     )
     hparams = datamodule.hparams
     loader = stream_loader(
