@@ -12,6 +12,7 @@ import timm
 import torch
 import yaml
 
+from helpers import TEST_CONFIGS
 from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
@@ -148,6 +149,13 @@ def test_another_family_keeps_our_layout_and_loads_back(trained, tmp_path: Path,
     images = torch.randn(3, 1, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt.net(images), module.net(images), rtol=0, atol=0)
+    # ... and its preprocessing becomes the data's defaults, as an hf-hub: name's does (it was ignored)
+    capsys.readouterr()
+    main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--model.init_args.init_from", "rp_repo",
+          "--trainer.fast_dev_run", "true"])  # fmt: skip
+    out = capsys.readouterr().out
+    line = next((x for x in out.splitlines() if x.endswith("(the preprocessing of rp_repo)")), out)
+    assert line.startswith(f"data   mean={config['pretrained_cfg']['mean']}, std={config['pretrained_cfg']['std']}")
 
 
 def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, capsys) -> None:

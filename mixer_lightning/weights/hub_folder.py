@@ -48,6 +48,21 @@ def is_hub_folder(path: Any) -> bool:
     return Path(text).is_dir() and (Path(text) / "config.json").is_file()
 
 
+def folder_pretrained_cfg(path: Any) -> dict[str, Any] | None:
+    """The ``pretrained_cfg`` (with the config's ``num_classes`` and ``label_names``) of the local
+    hub-layout folder `path`, or None when `path` is none or its config.json does not read."""
+    if not is_hub_folder(path) or str(path).startswith("hf-hub:"):
+        return None
+    try:
+        config = json.loads((Path(str(path)) / "config.json").read_text())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    cfg = config.get("pretrained_cfg") if isinstance(config, dict) else None
+    if not isinstance(cfg, dict):
+        return None
+    return {**{k: config[k] for k in ("num_classes", "label_names") if k in config}, **cfg}
+
+
 def read_hub_folder(path: Any, field: str = "init_from") -> WeightsFile:
     """The weights of the hub-layout folder (or ``hf-hub:`` repo) `path` in this project's key layout."""
     from safetensors.torch import load_file

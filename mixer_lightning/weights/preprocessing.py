@@ -26,10 +26,16 @@ DATA_ARGUMENTS = {"mean": "mean", "std": "std", "interpolation": "interpolation"
 
 def hub_preprocessing(name: str) -> dict[str, Any]:
     """timm's ``pretrained_cfg`` preprocessing (mean, std, crop_pct, interpolation, input_size) of the
-    hub weights `name`; empty for a file, or when the hub's config cannot be read (the model then
-    says why in one line when it reads the weights)."""
-    if not isinstance(name, str) or not name.startswith(HUB_PREFIXES):
+    hub weights `name`, or of the ``config.json`` of a local folder in the hub layout (`mixer push`'s);
+    empty for a file, or when the config cannot be read (the model then says why in one line when it
+    reads the weights)."""
+    if not isinstance(name, str):
         return {}
+    if not name.startswith(HUB_PREFIXES):
+        from mixer_lightning.weights.hub_folder import folder_pretrained_cfg
+
+        cfg = folder_pretrained_cfg(name)
+        return pretrained_preprocessing(cfg) if cfg else {}
     if name.startswith("hf-hub:"):
         from mixer_lightning.hub import offline_or_reachable
 
