@@ -324,3 +324,20 @@ def translate_library_error(error: BaseException, command: str | None = None) ->
             )
             return ResourceError("disk", f"no space left on the device{where}", f"free some space{resume}")
     return None
+
+
+def process_rank() -> int:
+    """This process's global rank in a multi-process run (DDP, FSDP, a SLURM task), 0 otherwise: what
+    Lightning's ``rank_zero_only.rank`` holds once the strategy has set it up (from ``RANK``,
+    ``LOCAL_RANK``, ``SLURM_PROCID`` before), read without importing Lightning (a command that never
+    imported it has one process)."""
+    module = sys.modules.get("lightning.fabric.utilities.rank_zero")
+    rank = getattr(getattr(module, "rank_zero_only", None), "rank", 0) if module is not None else 0
+    return rank if isinstance(rank, int) else 0
+
+
+def error_prefix() -> str:
+    """``mixer: error:``, naming the rank in a process other than the first of a multi-process run: an error
+    raised on several ranks prints once per rank, and which rank failed is what a user must know."""
+    rank = process_rank()
+    return "mixer: error:" if rank == 0 else f"mixer: error (rank {rank}):"

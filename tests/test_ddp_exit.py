@@ -51,3 +51,47 @@ def test_a_cpu_ddp_run_ends_with_its_process_group_destroyed(tmp_path: Path) -> 
     assert result.returncode == 0, result.stderr[-3000:]
     assert "terminate called" not in result.stderr
     assert {p.name: p.read_text() for p in tmp_path.glob("rank*.txt")} == {"rank0.txt": "False", "rank1.txt": "False"}
+
+
+@pytest.mark.slow  # two processes each start Python, Lightning and a gloo group
+def test_a_ddp_run_stopped_on_every_rank_says_so_once(tmp_path: Path) -> None:
+    """X3: SIGTERM to every process of a DDP job (SLURM's scancel or pre-emption) stops each rank at the
+    same step with last.ckpt; each rank printed its own "SIGTERM received" and "stopped by SIGTERM" lines.
+    They are now the first process's alone; every process still exits 143."""
+    signaller = tmp_path / "signal.yaml"
+    callback = {
+        "class_path": "helpers.signaller.SignalAt",
+        "init_args": {"moment": "train_batch_end", "signals": ["SIGTERM"], "step": 2},
+    }
+    signaller.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
+    result = subprocess.run(
+        [
+            MIXER,
+            "fit",
+            "--config",
+            TINY,
+            "--config",
+            str(CONFIGS / "trainer" / "ddp.yaml"),
+            "--config",
+            str(signaller),
+            "--trainer.accelerator",
+            "cpu",
+            "--trainer.devices",
+            "2",
+            "--trainer.precision",
+            "32-true",
+            "--trainer.max_epochs",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},
+    )
+    assert result.returncode == 143, result.stderr[-3000:]
+    stops = [line for line in result.stderr.splitlines() if line.startswith("mixer: ")]
+    assert len(stops) == 2, result.stderr[-3000:]  # as one process says it: the signal, then the stop
+    assert stops[0] == "mixer: SIGTERM received: stopping at the next resumable point (saving last.ckpt)"
+    assert stops[1].startswith("mixer: stopped by SIGTERM at step 2"), result.stderr[-3000:]
+    assert (tmp_path / "runs" / "digits_mixer" / "version_0" / "checkpoints" / "last.ckpt").is_file()

@@ -1400,3 +1400,20 @@ def test_a_second_concurrent_resume_of_a_run_is_refused(capsys) -> None:
         first.send_signal(signal.SIGTERM)
         first.communicate(timeout=120)
     assert first.returncode == 143
+
+
+def test_an_error_of_a_process_other_than_the_first_names_its_rank(capsys, monkeypatch) -> None:
+    """X3: an error raised on every process of a DDP job printed one identical ``mixer: error:`` line per
+    process, and an error of one process could not be told from the first's: a process other than the
+    first names its rank (Lightning's ``rank_zero_only.rank``, set by the strategy, or from RANK/SLURM_PROCID)."""
+    from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+    lines = []
+    for rank in (0, 1):
+        monkeypatch.setattr(rank_zero_only, "rank", rank)
+        with pytest.raises(SystemExit) as exit_info:
+            main(["fit", *ONE_STEP, "--data.init_args.image_size", "0"])
+        assert exit_info.value.code == 2
+        lines.append(capsys.readouterr().err.strip().splitlines()[-1])
+    assert lines[0].startswith("mixer: error: data.image_size")
+    assert lines[1] == lines[0].replace("mixer: error:", "mixer: error (rank 1):")

@@ -20,7 +20,14 @@ import sys
 
 from mixer_lightning.cli.signals import restore_signals, stop_on_signals
 from mixer_lightning.commands import COMMANDS, run_command
-from mixer_lightning.errors import ConfigError, Interrupted, Stopped, translate_library_error
+from mixer_lightning.errors import (
+    ConfigError,
+    Interrupted,
+    Stopped,
+    error_prefix,
+    process_rank,
+    translate_library_error,
+)
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 # ``mixer --help`` is written here, without importing Lightning (or torch): it starts at once.
@@ -155,7 +162,8 @@ def main(args: list[str] | None = None) -> None:
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (Stopped, Interrupted) as stop:
-        print(f"mixer: {stop}", file=sys.stderr)
+        if process_rank() == 0:  # every process of a DDP job stops at the same step: one line, not one per rank
+            print(f"mixer: {stop}", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None
     except SystemExit as exit_:
         if type(exit_).__name__ == "SIGTERMException":  # Lightning's, before our handler was installed
@@ -170,7 +178,7 @@ def main(args: list[str] | None = None) -> None:
         translated = translate_library_error(error, argv[0] if argv else None)
         if translated is None or debug:
             raise
-        print(f"mixer: error: {translated}", file=sys.stderr)
+        print(f"{error_prefix()} {translated}", file=sys.stderr)
         if isinstance(translated, ConfigError) and _stops_at_parsing(argv, error):  # nothing was written
             from mixer_lightning.cli.parser_cache import fast_exit
 

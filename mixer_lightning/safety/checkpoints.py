@@ -30,7 +30,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
-from mixer_lightning.errors import Interrupted, Stopped
+from mixer_lightning.errors import Interrupted, Stopped, process_rank
 from mixer_lightning.safety.atomic import atomic_write, fsync_directory, remove_orphans, temporary_path
 
 # Lightning's special values of ckpt_path, resolved by Lightning itself.
@@ -385,6 +385,8 @@ class ResumeCheckpoint(ModelCheckpoint):
             )
             raise Interrupted(signum, f"stopped at once by SIGINT (Ctrl+C again while stopping); {saved}")
         self._stop_signal = signum
+        if process_rank() != 0:  # every process of a DDP job gets scancel's SIGTERM: the first one says so
+            return
         print(
             f"mixer: {signal.Signals(signum).name} received: stopping at the next resumable point "
             f"(saving last.ckpt){'; Ctrl+C again to stop at once' if signum == signal.SIGINT else ''}",
