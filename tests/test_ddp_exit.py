@@ -12,10 +12,23 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import CONFIGS, TEST_CONFIGS
+from helpers import CPU_DDP, TEST_CONFIGS
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
 MIXER = str(Path(sys.executable).parent / "mixer")
+
+
+def ddp_fit(tmp_path: Path, config: Path, *flags: str) -> subprocess.CompletedProcess:
+    """``mixer fit`` of the tiny config on two CPU processes, with the callbacks of `config` (from
+    tests/helpers, trusted), in `tmp_path`."""
+    return subprocess.run(
+        [MIXER, "fit", "--config", TINY, *CPU_DDP, "--config", str(config), *flags],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},
+    )
 
 
 @pytest.mark.slow  # two processes each start Python, Lightning and a gloo group
@@ -23,31 +36,7 @@ def test_a_cpu_ddp_run_ends_with_its_process_group_destroyed(tmp_path: Path) -> 
     record = tmp_path / "record.yaml"
     callback = {"class_path": "helpers.process_group.ProcessGroupAtExit", "init_args": {"folder": str(tmp_path)}}
     record.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
-    result = subprocess.run(
-        [
-            MIXER,
-            "fit",
-            "--config",
-            TINY,
-            "--config",
-            str(CONFIGS / "trainer" / "ddp.yaml"),
-            "--config",
-            str(record),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.devices",
-            "2",
-            "--trainer.precision",
-            "32-true",
-            "--trainer.max_epochs",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},
-    )
+    result = ddp_fit(tmp_path, record, "--trainer.max_epochs", "1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "terminate called" not in result.stderr
     assert {p.name: p.read_text() for p in tmp_path.glob("rank*.txt")} == {"rank0.txt": "False", "rank1.txt": "False"}
@@ -64,31 +53,7 @@ def test_a_ddp_run_stopped_on_every_rank_says_so_once(tmp_path: Path) -> None:
         "init_args": {"moment": "train_batch_end", "signals": ["SIGTERM"], "step": 2},
     }
     signaller.write_text(yaml.safe_dump({"trainer": {"callbacks": [callback]}}))
-    result = subprocess.run(
-        [
-            MIXER,
-            "fit",
-            "--config",
-            TINY,
-            "--config",
-            str(CONFIGS / "trainer" / "ddp.yaml"),
-            "--config",
-            str(signaller),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.devices",
-            "2",
-            "--trainer.precision",
-            "32-true",
-            "--trainer.max_epochs",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-        env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},
-    )
+    result = ddp_fit(tmp_path, signaller, "--trainer.max_epochs", "3")
     assert result.returncode == 143, result.stderr[-3000:]
     stops = [line for line in result.stderr.splitlines() if line.startswith("mixer: ")]
     assert len(stops) == 2, result.stderr[-3000:]  # as one process says it: the signal, then the stop

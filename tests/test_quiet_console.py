@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import CONFIGS, TEST_CONFIGS
+from helpers import CPU_DDP, TEST_CONFIGS
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
 MIXER = str(Path(sys.executable).parent / "mixer")
@@ -70,14 +70,7 @@ def test_every_process_of_a_ddp_run_is_as_quiet_as_fit(tmp_path: Path) -> None:
             "fit",
             "--config",
             TINY,
-            "--config",
-            str(CONFIGS / "trainer" / "ddp.yaml"),
-            "--trainer.accelerator",
-            "cpu",
-            "--trainer.devices",
-            "2",
-            "--trainer.precision",
-            "32-true",
+            *CPU_DDP,
             "--trainer.max_epochs",
             "1",
         ],

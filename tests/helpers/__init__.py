@@ -20,6 +20,19 @@ def run_dirs(name: str) -> list[Path]:
     return sorted(Path("runs", name).glob("version_*"), key=lambda p: int(p.name.split("_")[1]))
 
 
+# Two CPU processes under the shipped DDP overlay (gloo, float32): the slow tests' multi-process run
+CPU_DDP = [
+    "--config",
+    str(CONFIGS / "trainer" / "ddp.yaml"),
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.devices",
+    "2",
+    "--trainer.precision",
+    "32-true",
+]
+
+
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
 
