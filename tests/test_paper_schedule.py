@@ -82,3 +82,20 @@ def test_the_points_table_marks_what_has_not_been_reached(schedule) -> None:
     (row,) = schedule.points_table(runs, [10, 20, 50, None])
     assert (row["ep10"], row["ep20"], row["ep50"], row["final"]) == ("51.00 ± 1.41 (2)", "45.00 (1)", "–", "–")
     assert row["epochs_logged"] == "20/10"
+
+
+def test_pairs_closer_than_twice_their_spread_ask_for_a_third_seed(schedule) -> None:
+    """Issue 24: "2 seeds, a third where two points differ by less than twice their spread"."""
+    finals = {(8, 60): (0.40, 0.41), (16, 38): (0.370, 0.374), (25, 26): (0.366, 0.372), (38, 16): (0.38,)}
+    runs = [
+        run("s_mixer", C, S, {200: e}, seed=seed, final=e) for (C, S), es in finals.items() for seed, e in enumerate(es)
+    ]
+    runs += [run("rp_s_mixer", 8, 60, {200: e}, seed=seed, final=e) for seed, e in enumerate((0.405, 0.415))]
+    runs.append(run("rp_s_mixer", 16, 38, {100: 0.5}, seed=0))  # unfinished: not compared
+    rows = schedule.third_seed_points(runs)
+    pairs = {(row["a"], row["b"]) for row in rows}
+    # C = 16 vs 25: 0.372 vs 0.369, spread 0.0042; C = 8 normal vs RP: 0.5 points, spread 0.71; C = 8 vs 16:
+    # 3.3 points apart (spread 0.71) is decided; C = 38 has one seed
+    assert pairs == {("S-Mixer C16_S38", "S-Mixer C25_S26"), ("S-Mixer C8_S60", "RP S-Mixer C8_S60")}
+    (row,) = [r for r in rows if r["b"] == "S-Mixer C25_S26"]
+    assert (row["difference_pts"], row["spread_pts"]) == (0.3, 0.42)

@@ -15,6 +15,8 @@ final figure. Writes into --out:
 - ``fig5_curves_2p<E>.png``: test error against the epoch, one line per C (S-Mixer solid, RP dashed);
 - ``claims.csv`` and ``claims.md``: at chosen epochs, each claim's statistic (below), so the budget question
   of the 10-epoch sections is answered from the same runs;
+- ``third_seed.csv`` / ``third_seed.md``: the pairs of points closer than twice their seeds' spread, which
+  need a third seed (issue 24's rule; `third_seed_points`);
 - ``fig7_gap.png`` / ``fig7.csv``: RP − normal against depth L (final, and at chosen epochs);
 - ``d5.csv``: App. D.5's one-RP-block runs beside none/all (Fig. 7's L = 4 runs).
 
@@ -219,6 +221,44 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
                     "rp_points": len(gaps),
                 }
             )
+    return rows
+
+
+def third_seed_points(runs: list[dict]) -> list[dict]:
+    """Issue 24's rule, "2 seeds, a third where two points differ by less than twice their spread": each
+    pair of neighbouring points of a family's grid (along C for the Mixers, along m for the SW-MLP) and
+    each normal/RP pair at one C, both finished at two or more seeds, whose final means differ by less
+    than twice the larger of their two seed sds; one row per pair, naming the points that need a third seed."""
+    finished = [r for r in runs if r["final"] is not None and r["item"] == "fig5"]
+    groups: dict[tuple, dict[tuple, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in finished:
+        groups[(r["omega_exp"], r["family"])][(r["C"] or 0, r["m"] or 0, r["point"])].append(r["final"])
+
+    def close(a: list[float], b: list[float]) -> tuple[float, float] | None:
+        if len(a) < 2 or len(b) < 2:
+            return None
+        diff, spread = abs(statistics.fmean(a) - statistics.fmean(b)), max(statistics.stdev(a), statistics.stdev(b))
+        return (diff, spread) if diff < 2 * spread else None
+
+    rows = []
+    for (exponent, family), points in sorted(groups.items()):
+        ordered = sorted(points)  # by C, then m (the SW-MLP has no C)
+        pairs = [(a, b, family, family) for a, b in zip(ordered, ordered[1:], strict=False)]
+        if family == "s_mixer":
+            rp = groups.get((exponent, "rp_s_mixer"), {})
+            pairs += [(k, k, "s_mixer", "rp_s_mixer") for k in ordered if k in rp]
+        for a, b, family_a, family_b in pairs:
+            found = close(groups[(exponent, family_a)][a], groups[(exponent, family_b)][b])
+            if found is not None:
+                rows.append(
+                    {
+                        "omega": f"2^{exponent}",
+                        "a": f"{FAMILIES[family_a]} {a[2]}",
+                        "b": f"{FAMILIES[family_b]} {b[2]}",
+                        "difference_pts": round(100 * found[0], 2),
+                        "spread_pts": round(100 * found[1], 2),
+                    }
+                )
     return rows
 
 
@@ -432,6 +472,11 @@ def main() -> None:
     points = points_table(runs, [10, 20, 50, 100, 150, None])
     write_csv(out / "points.csv", points)
     (out / "points.md").write_text(markdown(points))
+    third = third_seed_points(runs)
+    write_csv(out / "third_seed.csv", third)
+    (out / "third_seed.md").write_text(
+        markdown(third) if third else "No pair of finished two-seed points is closer than twice its spread yet.\n"
+    )
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
     plot_fig7(sevens, out)
