@@ -298,6 +298,15 @@ def fit_vs_step(
         "img_per_s": {"fit_tensor": median["tensor"], "fit_pil": median["pil"], "train_step": median["step"]},
         "rounds_img_per_s": rates,
         "rounds_ratios": {"cifar_fit_vs_step": vs_step, "cifar_fit_speedup": speedup, "pil_fit_vs_step": pil_vs_step},
+        # The noise row of a benchmark without an identical twin: how far one round's ratio strays from another's
+        "rounds_spread": {
+            key: [min(values), max(values)]
+            for key, values in (
+                ("cifar_fit_vs_step", vs_step),
+                ("cifar_fit_speedup", speedup),
+                ("pil_fit_vs_step", pil_vs_step),
+            )
+        },
         "waiting_share": {name: statistics.median(values) for name, values in waiting.items()},
         "setting": {
             "config": checkout_relative(config),

@@ -173,7 +173,11 @@ def run(args: Namespace) -> None:
         )
         print(f"training step      {rates['train_step']:9.1f} img/s")
         for key in ("cifar_fit_vs_step", "cifar_fit_speedup", "pil_fit_vs_step"):
-            print(f"{key:<18} {report[key]:9.3f}")
+            low, high = report["rounds_spread"][key]
+            print(
+                f"{key:<18} {report[key]:9.3f}   (median of {report['setting']['repeats']} rounds: {low:.3f}–{high:.3f})"
+            )
+        print("noise: the rounds' range; a ratio whose range includes 1 is not resolved")
         return
     if args.kernels:
         from mixer_lightning.benchmarks.kernels import format_report, kernel_suite
