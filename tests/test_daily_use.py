@@ -345,10 +345,10 @@ def test_a_run_in_a_log_prints_what_runs_and_plain_progress_lines(tmp_path) -> N
         assert chatter not in output, chatter
     lines = result.stdout.splitlines()
     assert lines[0].startswith("model  MLPMixerModule (patch_size=2, channels=16, gamma=2") and "parameters" in lines[0]
-    # TINY sets limit_train_batches 4: the header said "1,294 train", which an epoch never saw
-    assert (
-        lines[1]
-        == "data   digits (10 classes, 8×8×1): 128 of 1,294 train (limit_train_batches 4), 144 val images, batch 32"
+    # TINY sets limit_train_batches 4 and limit_val_batches 2: the header said "1,294 train, 144 val images"
+    assert lines[1] == (
+        "data   digits (10 classes, 8×8×1): 128 of 1,294 train (limit_train_batches 4), "
+        "64 of 144 val images (limit_val_batches 2), batch 32"
     )
     assert lines[2] == "on     cpu, 1 device, 32-true precision, seed 0"
     assert lines[3] == "run    runs/digits_mixer/version_0"

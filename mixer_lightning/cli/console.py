@@ -188,7 +188,7 @@ class RunHeader(Callback):
             lines.append(f"ckpt   {self.ckpt_path}")
         data = describe_data(trainer.datamodule, stage)
         if stage == "fit":
-            data = _with_train_limit(data, trainer)
+            data = _with_fit_limits(data, trainer)
         plan = evaluation_plan(trainer, stage) if stage in ("validate", "test") else None
         if plan is not None:
             data = _with_plan(data, plan, stage)
@@ -262,30 +262,43 @@ def _with_plan(data: str | None, plan: tuple[int, int | None, str], stage: str) 
     return data.replace(f"{total:,} {role} images", f"{planned:,} of {total:,} {role} images ({limit})")
 
 
-def _with_train_limit(data: str | None, trainer: Trainer) -> str | None:
-    """`describe_data`'s fit line with the training images an epoch takes when ``limit_train_batches`` (or
-    ``fast_dev_run``) cuts it: ``1,280 of 50,000 train (limit_train_batches 10)``; printed before the
-    loader exists, so counted as Lightning will (an int is batches, a float a fraction of the batches
-    of a full epoch, which drops the last partial batch)."""
+def _with_fit_limits(data: str | None, trainer: Trainer) -> str | None:
+    """`describe_data`'s fit line with the images an epoch takes where ``limit_train_batches`` /
+    ``limit_val_batches`` (or ``fast_dev_run``) cut them: ``128 of 1,294 train (limit_train_batches 4),
+    64 of 144 val images (limit_val_batches 2)``. Printed before the loaders exist, so counted as Lightning
+    will: an int is batches, a float a fraction of a full epoch's batches; training drops its last
+    partial batch, evaluation keeps it."""
     datamodule = trainer.datamodule
-    size = _size(getattr(datamodule, "train_set", None)) if getattr(datamodule, "train_set", None) is not None else None
     batch = getattr(datamodule, "batch_size", None)
-    limit = trainer.limit_train_batches
-    if data is None or not size or not batch or (isinstance(limit, float) and limit == 1.0):
+    if data is None or not batch:
         return data
     world = max(trainer.world_size, 1)
-    per_process = math.ceil(size / world)
-    full = per_process // batch if per_process > batch else 1
-    taken = min(full, int(limit)) if isinstance(limit, int) else int(full * limit)
-    if taken >= full:
-        return data
-    planned = min(per_process, taken * batch) * world
-    name = (
-        "fast_dev_run"
-        if trainer.fast_dev_run
-        else f"limit_train_batches {_number(limit) if isinstance(limit, float) else limit}"
-    )
-    return data.replace(f"{size:,} train", f"{planned:,} of {size:,} train ({name})", 1)
+    for role, limit_name in (("train", "limit_train_batches"), ("val", "limit_val_batches")):
+        dataset = getattr(datamodule, f"{role}_set", None)
+        size = _size(dataset) if dataset is not None else None
+        limit = getattr(trainer, limit_name)
+        if not size or (isinstance(limit, float) and limit == 1.0):
+            continue
+        per_process = math.ceil(size / world)
+        if role == "train":
+            step = batch
+            full = per_process // batch if per_process > batch else 1
+        else:
+            sizer = getattr(datamodule, "evaluation_batch_size", None)
+            step = sizer(dataset) if callable(sizer) else batch
+            full = math.ceil(per_process / step)
+        taken = min(full, int(limit)) if isinstance(limit, int) else int(full * limit)
+        if taken >= full or taken <= 0:
+            continue
+        planned = min(per_process, taken * step) * world
+        name = (
+            "fast_dev_run"
+            if trainer.fast_dev_run
+            else f"{limit_name} {_number(limit) if isinstance(limit, float) else limit}"
+        )
+        counted = f"{size:,} {role}" + (" images" if role == "val" else "")  # "1,294 train, 144 val images"
+        data = data.replace(counted, f"{planned:,} of {counted} ({name})", 1)
+    return data
 
 
 def _batch_length(batch: Any) -> int:

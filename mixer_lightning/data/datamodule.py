@@ -46,6 +46,7 @@ from mixer_lightning.data.tensor_path import (
     PIPELINES,
     DecodedImages,
     KeyCollate,
+    KeyView,
     Pipeline,
     TensorPath,
     batched_plans,
@@ -418,6 +419,12 @@ class ImageDataModule(LightningDataModule):
                 self.pipeline = self.pipeline or "pil"
                 self.test_set = TransformedDataset(test, self.transform(train=False))
 
+    def evaluation_batch_size(self, dataset: Any) -> int:
+        """The batch size of `dataset`'s validation/test/predict loader: ``eval_batch_size``, which defaults
+        to 4 × ``batch_size`` on the tensor path (one gather per batch), else to ``batch_size``."""
+        tensor = isinstance(dataset, (DecodedImages, KeyView))
+        return (self._eval_batch_size_given or 4 * self.batch_size) if tensor else self.eval_batch_size
+
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         assert dataset is not None, "setup() has not been called"
         if self.source.streaming:
@@ -445,7 +452,7 @@ class ImageDataModule(LightningDataModule):
             common["collate_fn"] = KeyCollate(None if self.trainer is not None else dataset)
             dataset = dataset.key_view()
         if not train:
-            batch_size = (self._eval_batch_size_given or 4 * self.batch_size) if tensor else self.eval_batch_size
+            batch_size = self.evaluation_batch_size(dataset)
             # Its own generator: creating an iterator draws the workers' base seed from it, not from the global
             # RNG, which would shift dropout after every validation of a run without persistent workers, and
             # only after the first one of a resumed run with them (a resumed run would then not be exact).
