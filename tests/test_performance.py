@@ -211,23 +211,9 @@ def test_bench_fit_against_the_step_through_the_cli(tmp_path: Path, capsys: pyte
             }
         )
     )
-    main(
-        [
-            "bench",
-            "--fit",
-            "--config",
-            str(config),
-            "--data_root",
-            str(root),
-            "--fit_warmup",
-            "2",
-            "--fit_batches",
-            "2",
-            "--repeats",
-            "2",
-            "--json",
-        ]
-    )
+    bench = ["bench", "--fit", "--config", str(config), "--data_root", str(root), "--fit_warmup", "2"]
+    bench += ["--fit_batches", "2", "--repeats", "2"]
+    main([*bench, "--json"])
     report = json.loads(capsys.readouterr().out)
     rates = report["img_per_s"]
     assert all(len(v) == 2 and all(r > 0 for r in v) for v in report["rounds_img_per_s"].values())
@@ -240,19 +226,7 @@ def test_bench_fit_against_the_step_through_the_cli(tmp_path: Path, capsys: pyte
     assert report["cifar_fit_speedup"] == pytest.approx(sum(ratios["cifar_fit_speedup"]) / 2)
     spread = [min(ratios["cifar_fit_vs_step"]), max(ratios["cifar_fit_vs_step"])]
     assert report["rounds_spread"]["cifar_fit_vs_step"] == spread
-    args = [
-        "bench",
-        "--fit",
-        "--config",
-        str(config),
-        "--data_root",
-        str(root),
-        "--fit_warmup",
-        "2",
-        "--fit_batches",
-        "2",
-    ]
-    main([*args, "--repeats", "2"])  # as printed: each ratio beside the range of its rounds (the noise row)
+    main(bench)  # as printed: each ratio beside the range of its rounds (the noise row)
     printed = capsys.readouterr().out
     assert "cifar_fit_vs_step" in printed and "(median of 2 rounds: " in printed
     assert "noise: the rounds' range; a ratio whose range includes 1 is not resolved" in printed
