@@ -27,6 +27,7 @@ from typing import Any
 from mixer_lightning.safety.config_files import bounded_safe_load, load_configs
 
 CALLABLES = ("optimizer", "lr_scheduler")
+_UNREADABLE = object()  # a file given for a group that is no YAML mapping
 _FLAG = re.compile(r"--model\.(?:init_args\.)?(optimizer|lr_scheduler)(?:\.(?:init_args\.)?(\w+))?$")
 
 
@@ -46,7 +47,10 @@ def _keys_of(spec: Any) -> set[str] | None:
 def _value(text: str) -> Any:
     """A flag's value as jsonargparse reads it: a YAML/JSON file's content, else the value as YAML."""
     if os.path.isfile(text):
-        return load_configs([text], "config")
+        try:
+            return load_configs([text], "config")
+        except Exception:  # not a YAML mapping (`--model notes.txt`): jsonargparse's own line says so
+            return _UNREADABLE
     try:
         return bounded_safe_load(text, "config", repr(text))
     except Exception:  # not YAML: jsonargparse reads it as a plain string (a class name)
@@ -79,6 +83,8 @@ def written_arguments(args: list[str]) -> dict[str, set[str]] | None:
     for flag, value in _pairs(args):
         if flag in ("--config", "-c") and value is not None:
             root = _value(value)
+            if root is _UNREADABLE:
+                return None
             model = root.get("model") if isinstance(root, dict) else None
         elif flag == "--model" and value is not None:
             model = _value(value)
@@ -94,7 +100,7 @@ def written_arguments(args: list[str]) -> dict[str, set[str]] | None:
             continue
         if model is None:
             continue
-        if not isinstance(model, dict):
+        if model is _UNREADABLE or not isinstance(model, dict):
             return None  # a model section that names another file: not read here
         section = model.get("init_args") if isinstance(model.get("init_args"), dict) else {}
         for name in CALLABLES:
