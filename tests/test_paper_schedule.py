@@ -50,6 +50,10 @@ def test_a_grid_seen_from_one_side_leaves_the_s_equals_c_statistics_undefined(sc
     assert row["centre_minus_best_extreme_pts"] is None
     assert row["spearman_C_ge_S"] is None  # one point on that side: read nan
     assert row["spearman_C_le_S"] == -0.5 and row["best_C"] == 16 and row["rp_points"] == 0
+    # reached past S = C but not to the grid's C > S end (C = 60 queued): still undefined
+    runs += [run("s_mixer", 38, 16, {200: 0.39}), {**run("s_mixer", 60, 8, {1: 0.9}), "error_curve": {}, "epochs": 0}]
+    (row,) = schedule.fig5_claims(runs, [200])
+    assert row["centre_minus_best_extreme_pts"] is None and row["best_C"] == 16
 
 
 def test_the_claims_on_a_whole_grid_at_two_seeds(schedule) -> None:

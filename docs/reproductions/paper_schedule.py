@@ -200,8 +200,10 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
             best = min(keys, key=lambda k: points[k][0])
             centre = min(keys, key=lambda k: abs(math.log(k[0] / k[1])))
             extremes = min(points[keys[0]][0], points[keys[-1]][0])
-            # S = C against the grid's ends needs both ends: a grid reached only on the C < S side has none
-            two_sided = keys[0][0] < keys[0][1] and keys[-1][0] > keys[-1][1] and keys[0] != centre != keys[-1]
+            # S = C against the grid's ends needs both ends of the grid as the sweep plans it (its
+            # unstarted runs included): a grid reached up to C = 32 of 60 has no C > S end yet
+            planned = sorted({(r["C"], r["S"], r["m"]) for r in normal}, key=lambda k: k[0])
+            two_sided = planned[0] in points and planned[-1] in points and centre not in (planned[0], planned[-1])
             rp_points = by_point(rp, epoch)
             gaps = [rp_points[k][0] - points[k][0] for k in keys if k in rp_points]
             rows.append(
