@@ -282,3 +282,22 @@ def test_dataloader_workers_leave_every_stop_signal_to_the_run(tmp_path: Path) -
     data.setup("fit")
     for made in (data.train_dataloader(), data.val_dataloader()):
         assert made.num_workers == 1 and made.worker_init_fn is leave_stops_to_the_run
+
+
+def test_a_process_leaving_a_loader_with_workers_unfinished_still_exits(tmp_path: Path) -> None:
+    """The workers ignore SIGTERM (above), which multiprocessing's exit handler sends daemonic children
+    before waiting for them: a process that ended with a loader's iterator still alive (a run that failed
+    mid-epoch) waited for its workers forever. They are now killed at exit."""
+    script = tmp_path / "leave.py"
+    script.write_text(
+        "import torch\n"
+        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
+        "loader = torch.utils.data.DataLoader(list(range(64)), batch_size=2, num_workers=2,\n"
+        "                                     worker_init_fn=leave_stops_to_the_run)\n"
+        "kept = iter(loader)\n"
+        "next(kept)\n"
+        "import builtins; builtins.kept = kept  # alive until the interpreter exits\n"
+        "print('done', flush=True)\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]

@@ -18,6 +18,8 @@ bit-identical, whatever the number of workers, and a run killed mid-epoch resume
 
 from __future__ import annotations
 
+import atexit
+import multiprocessing.util  # its exit handler (terminate, then join, every child) before ours: ours runs first
 import os
 import random
 import signal
@@ -186,6 +188,19 @@ def leave_stops_to_the_run(worker_id: int) -> None:
     when its parent is gone (torch's watchdog); SLURM's SIGKILL follows its SIGTERM anyway."""
     for signum in _STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+
+
+def _kill_workers_at_exit() -> None:
+    """At the interpreter's exit, SIGKILL the daemonic children still alive (DataLoader workers whose
+    loader was never shut down: a run that failed mid-epoch). multiprocessing's own exit handler, which
+    runs after this one, sends them SIGTERM and then waits for them, and `leave_stops_to_the_run` has
+    them ignore SIGTERM: without this the process would wait forever for workers that wait for it."""
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            child.kill()
+
+
+atexit.register(_kill_workers_at_exit)
 
 
 def training_seed() -> int:
