@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.cli import SaveConfigCallback
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from mixer_lightning.cli.adapter import logger_version, pin_logger_version, versioned
-from mixer_lightning.errors import ConfigError, ResourceError
+from mixer_lightning.errors import ConfigError, ResourceError, process_rank
 from mixer_lightning.safety.atomic import remove_orphans
 from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.rundir import RunLock, create_next_version, holds_a_run, version_number
@@ -34,7 +33,7 @@ def first_process() -> bool:
     """Whether this is the process that owns the run directory: global rank 0 (Lightning reads RANK,
     LOCAL_RANK, SLURM_PROCID from the environment), and on the first node of a multi-node launch."""
     first_node = all(os.environ.get(name, "0") in ("", "0") for name in ("NODE_RANK", "GROUP_RANK"))
-    return rank_zero_only.rank == 0 and first_node
+    return process_rank() == 0 and first_node
 
 
 def run_dir_of_checkpoint(path: Any) -> Path | None:

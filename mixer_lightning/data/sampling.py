@@ -32,6 +32,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sampler
 
 from mixer_lightning.errors import require
+from mixer_lightning.safety.checkpoints import STOP_SIGNALS
 
 _MASK = (1 << 63) - 1
 
@@ -171,11 +172,9 @@ class ResumableDataLoader(DataLoader):
         pass
 
 
-# The stops a run answers at a resumable point (`mixer_lightning.safety.checkpoints`) and SLURM's requeue
-# signals (`mixer_lightning.safety.slurm`: SIGUSR1 by default); Windows has only SIGTERM and SIGINT.
-_STOP_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGUSR1", "SIGUSR2") if hasattr(signal, name)
-)
+# The stops a run answers at a resumable point, and SLURM's requeue signals (`mixer_lightning.safety.slurm`:
+# SIGUSR1 by default), where the platform has them.
+_STOP_SIGNALS = (*STOP_SIGNALS, *(getattr(signal, name) for name in ("SIGUSR1", "SIGUSR2") if hasattr(signal, name)))
 
 
 def leave_stops_to_the_run(worker_id: int) -> None:
