@@ -4,8 +4,14 @@ what it should, and is left undefined (not 0 or nan in the table) where the grid
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import json
 import math
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -103,3 +109,74 @@ def test_pairs_closer_than_twice_their_spread_ask_for_a_third_seed(schedule) -> 
     assert pairs == {("S-Mixer C16_S38", "S-Mixer C25_S26"), ("S-Mixer C8_S60", "RP S-Mixer C8_S60")}
     (row,) = [r for r in rows if r["b"] == "S-Mixer C25_S26"]
     assert (row["difference_pts"], row["spread_pts"]) == (0.3, 0.42)
+
+
+def fake_sweep(root: Path, name: str, points: dict[tuple[int, int], list[float]], seeds: list[int]) -> None:
+    """A finished paper-schedule sweep as run_cpu.sh leaves it: sweep.json and each run's test_metrics.json."""
+    entries = []
+    for (C, S), finals in points.items():
+        for seed, final in zip(seeds, finals, strict=True):
+            run_dir = root / name / "runs" / f"C{C}_S{S}" / f"seed{seed}"
+            run_dir.mkdir(parents=True)
+            (run_dir / "test_metrics.json").write_text(json.dumps({"test/acc1": 1.0 - final}))
+            entry = {"point": f"C{C}_S{S}", "C": C, "S": S, "m": C * S, "p": 1 / C, "axes": {}}
+            entries.append(entry | {"name": f"C{C}_S{S}_seed{seed}", "seed": seed, "run_dir": str(run_dir)})
+    (root / name).mkdir(parents=True, exist_ok=True)
+    (root / name / "sweep.json").write_text(json.dumps({"runs": entries}))
+
+
+def test_the_points_that_need_a_third_seed_are_trained_at_seed_2_and_read_back_as_their_point(
+    schedule, tmp_path: Path
+) -> None:
+    """paper_schedule.py lists the close points in third_seed_runs.csv; `run_cpu.sh paper_third_seed`
+    emits one sweep per point at seed 2 through `mixer sweep --emit`, with the config of the point's first
+    two seeds; read_runs counts that sweep's runs as the family's point (not a family "s_mixer_C25_…")."""
+    runs_root = tmp_path / "runs"
+    # C = 25 and 32 are 0.25 points apart with a 1.41-point spread: both need a third seed; C = 8 is decided
+    finals = {(8, 60): [0.40, 0.41], (25, 26): [0.36, 0.38], (32, 20): [0.365, 0.37]}
+    fake_sweep(runs_root, "paper_2p14_fig5_s_mixer", finals, [0, 1])
+    out = tmp_path / "paper"
+    script = ROOT / "docs" / "reproductions"
+    subprocess.run([sys.executable, script / "paper_schedule.py", "--runs", runs_root, "--out", out], check=True)
+    with (out / "third_seed_runs.csv").open() as file:
+        listed = list(csv.DictReader(file))
+    assert [(row["family"], row["point"], row["C"]) for row in listed] == [
+        ("s_mixer", "C25_S26", "25"),
+        ("s_mixer", "C32_S20", "32"),
+    ]
+    bin_dir = Path(sys.executable).parent
+    env = os.environ | {
+        "EMIT_ONLY": "1",
+        "REPRO_DIR": str(runs_root),
+        "THIRD_SEED_RUNS": str(out / "third_seed_runs.csv"),
+        "MIXER": str(bin_dir / "mixer"),
+        "PYTHON": sys.executable,
+    }
+    emitted = subprocess.run(
+        ["bash", script / "run_cpu.sh", "paper_third_seed"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert emitted.returncode == 0, emitted.stderr[-2000:]
+    (entry,) = json.loads((runs_root / "paper_2p14_fig5_s_mixer_C25_S26_seed2" / "sweep.json").read_text())["runs"]
+    assert (entry["point"], entry["seed"], entry["C"], entry["S"]) == ("C25_S26", 2, 25, 26)
+    config = Path(entry["config"]).read_text()
+    assert "seed_everything: 2" in config and "channels: 25" in config and "omega: 16384" in config
+    assert "max_epochs: 200" in config  # the paper's schedule (configs/budget/omega_2p14.yaml keeps it)
+
+    # trained: its finished run is one more seed of the S-Mixer's C = 25 point
+    Path(entry["run_dir"]).mkdir(parents=True)
+    (Path(entry["run_dir"]) / "test_metrics.json").write_text(json.dumps({"test/acc1": 0.63}))
+    runs = schedule.read_runs(runs_root)
+    assert {r["family"] for r in runs} == {"s_mixer"}
+    mean, _, n = schedule.by_point(runs, None)[(25, 26, 650)]
+    assert (n, mean) == (3, pytest.approx((0.36 + 0.38 + 0.37) / 3))
+
+    # no list yet: one line that names the file and how to write it, nothing emitted
+    missing = subprocess.run(
+        ["bash", script / "run_cpu.sh", "paper_third_seed"],
+        env=env | {"THIRD_SEED_RUNS": str(tmp_path / "none.csv")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "none.csv, which is missing" in missing.stderr
+    assert "paper_schedule.py --out" in missing.stderr

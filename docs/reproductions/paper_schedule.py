@@ -16,7 +16,8 @@ final figure. Writes into --out:
 - ``claims.csv`` and ``claims.md``: at chosen epochs, each claim's statistic (below), so the budget question
   of the 10-epoch sections is answered from the same runs;
 - ``third_seed.csv`` / ``third_seed.md``: the pairs of points closer than twice their seeds' spread, which
-  need a third seed (issue 24's rule; `third_seed_points`);
+  need a third seed (issue 24's rule; `third_seed_points`), and ``third_seed_runs.csv``, those points once
+  each, which `run_cpu.sh paper_third_seed` trains at seed 2;
 - ``fig7_gap.png`` / ``fig7.csv``: RP − normal against depth L (final, and at chosen epochs);
 - ``d5.csv``: App. D.5's one-RP-block runs beside none/all (Fig. 7's L = 4 runs).
 
@@ -35,6 +36,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -47,16 +49,20 @@ from mixer_lightning.commands.sweep.ticks import grid_ticks  # noqa: E402
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
 FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"}
+# paper_2p<E>_<item>_<family>[_<suffix>]: run_cpu.sh paper_third_seed adds one sweep per point needing a third
+# seed (paper_2p14_fig5_s_mixer_C25_seed2), whose runs count as more seeds of the family's points
+SWEEP_NAME = re.compile(r"paper_2p(?P<exponent>\d+)_(?P<item>[a-z0-9]+)_(?P<family>rp_s_mixer|s_mixer|sw_mlp)(_.+)?")
 
 
 def read_runs(runs_root: Path) -> list[dict]:
     """Every run of the paper-schedule sweeps: its grid facts, its test-error curve and final figure."""
     rows = []
     for manifest in sorted(runs_root.glob("paper_2p*_*/sweep.json")):
-        sweep = manifest.parent.name  # paper_2p14_fig5_rp_s_mixer
-        exponent = int(sweep.split("_")[1][2:])
-        item = sweep.split("_")[2]
-        family = sweep.split("_", 3)[3]
+        sweep = manifest.parent.name  # paper_2p14_fig5_rp_s_mixer, or a third seed's paper_2p14_fig5_s_mixer_C25_seed2
+        named = SWEEP_NAME.fullmatch(sweep)
+        if named is None:
+            continue
+        exponent, item, family = int(named["exponent"]), named["item"], named["family"]
         for entry in json.loads(manifest.read_text())["runs"]:
             run_dir = Path(entry["run_dir"])  # relative to the checkout the sweep ran in (run from there)
             curve = epoch_curves(run_dir, ["val/acc1"])["val/acc1"] if has_logs(run_dir) else {}
@@ -226,42 +232,67 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     return rows
 
 
-def third_seed_points(runs: list[dict]) -> list[dict]:
+def close_pairs(runs: list[dict]) -> list[tuple]:
     """Issue 24's rule, "2 seeds, a third where two points differ by less than twice their spread": each
     pair of neighbouring points of a family's grid (along C for the Mixers, along m for the SW-MLP) and
     each normal/RP pair at one C, both finished at two or more seeds, whose final means differ by less
-    than twice the larger of their two seed sds; one row per pair, naming the points that need a third seed."""
+    than twice the larger of their two seed sds. One tuple (Ω exponent, (family, point run), twice,
+    difference, spread) per pair; a point run is a finished run of that point (its C and p)."""
     finished = [r for r in runs if r["final"] is not None and r["item"] == "fig5"]
-    groups: dict[tuple, dict[tuple, list[float]]] = defaultdict(lambda: defaultdict(list))
+    groups: dict[tuple, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in finished:
-        groups[(r["omega_exp"], r["family"])][(r["C"] or 0, r["m"] or 0, r["point"])].append(r["final"])
+        groups[(r["omega_exp"], r["family"])][(r["C"] or 0, r["m"] or 0, r["point"])].append(r)
 
-    def close(a: list[float], b: list[float]) -> tuple[float, float] | None:
+    def close(a: list[dict], b: list[dict]) -> tuple[float, float] | None:
         if len(a) < 2 or len(b) < 2:
             return None
+        a, b = [r["final"] for r in a], [r["final"] for r in b]
         diff, spread = abs(statistics.fmean(a) - statistics.fmean(b)), max(statistics.stdev(a), statistics.stdev(b))
         return (diff, spread) if diff < 2 * spread else None
 
-    rows = []
+    pairs = []
     for (exponent, family), points in sorted(groups.items()):
         ordered = sorted(points)  # by C, then m (the SW-MLP has no C)
-        pairs = [(a, b, family, family) for a, b in zip(ordered, ordered[1:], strict=False)]
+        candidates = [(a, b, family, family) for a, b in zip(ordered, ordered[1:], strict=False)]
         if family == "s_mixer":
             rp = groups.get((exponent, "rp_s_mixer"), {})
-            pairs += [(k, k, "s_mixer", "rp_s_mixer") for k in ordered if k in rp]
-        for a, b, family_a, family_b in pairs:
-            found = close(groups[(exponent, family_a)][a], groups[(exponent, family_b)][b])
+            candidates += [(k, k, "s_mixer", "rp_s_mixer") for k in ordered if k in rp]
+        for a, b, family_a, family_b in candidates:
+            runs_a, runs_b = groups[(exponent, family_a)][a], groups[(exponent, family_b)][b]
+            found = close(runs_a, runs_b)
             if found is not None:
-                rows.append(
-                    {
-                        "omega": f"2^{exponent}",
-                        "a": f"{FAMILIES[family_a]} {a[2]}",
-                        "b": f"{FAMILIES[family_b]} {b[2]}",
-                        "difference_pts": round(100 * found[0], 2),
-                        "spread_pts": round(100 * found[1], 2),
-                    }
-                )
-    return rows
+                pairs.append((exponent, (family_a, runs_a[0]), (family_b, runs_b[0]), *found))
+    return pairs
+
+
+def third_seed_points(runs: list[dict]) -> list[dict]:
+    """The pairs `close_pairs` finds, one row each, naming the two points that need a third seed."""
+    return [
+        {
+            "omega": f"2^{exponent}",
+            "a": f"{FAMILIES[family_a]} {a['point']}",
+            "b": f"{FAMILIES[family_b]} {b['point']}",
+            "difference_pts": round(100 * diff, 2),
+            "spread_pts": round(100 * spread, 2),
+        }
+        for exponent, (family_a, a), (family_b, b), diff, spread in close_pairs(runs)
+    ]
+
+
+def third_seed_runs(runs: list[dict]) -> list[dict]:
+    """Each point `close_pairs` names, once: what `run_cpu.sh paper_third_seed` trains at the next seed (its
+    sweep: the family's grid at Ω, --channels C for a Mixer, --densities p for an SW-MLP)."""
+    named = {}
+    for exponent, *sides, _, _ in close_pairs(runs):
+        for family, run in sides:
+            named[(exponent, family, run["point"])] = {
+                "omega_exp": exponent,
+                "family": family,
+                "point": run["point"],
+                "C": run["C"],
+                "p": None if run["C"] else round(run.get("p"), 6),  # the density the sweep's point was named by
+            }
+    return list(named.values())
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:
@@ -479,6 +510,11 @@ def main() -> None:
     (out / "third_seed.md").write_text(
         markdown(third) if third else "No pair of finished two-seed points is closer than twice its spread yet.\n"
     )
+    # what `run_cpu.sh paper_third_seed` reads (written empty, header only, when no point needs one)
+    with (out / "third_seed_runs.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=["omega_exp", "family", "point", "C", "p"])
+        writer.writeheader()
+        writer.writerows(third_seed_runs(runs))
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
     plot_fig7(sevens, out)

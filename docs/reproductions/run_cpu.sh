@@ -6,7 +6,7 @@
 #   docs/reproductions/run_cpu.sh [ITEM ...]      items: fig5 fig7 d5 table1 fig2 budget gap (default: all)
 #
 # At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
-# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_d5 (not in the default set; measured:
+# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_d5 paper_third_seed (not in the default set; measured:
 # an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points.
 #
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
@@ -171,11 +171,36 @@ paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one R
   run "paper_2p${OMEGA_EXP}_d5_s_mixer"
 }
 
+paper_third_seed() {  # issue 24's third seed: each point that paper_schedule.py's third_seed_runs.csv names (two
+  # points closer than twice their two seeds' spread), at seed $THIRD_SEED (default 2), one sweep per point
+  # (paper_2p14_fig5_s_mixer_C25_S26_seed2: the list grows as seeds land, and a started sweep is never
+  # rewritten), which paper_schedule.py reads back as one more seed of the family's point
+  local list=${THIRD_SEED_RUNS:-docs/reproductions/paper/third_seed_runs.csv} seed=${THIRD_SEED:-2}
+  if [ ! -f "$list" ]; then
+    echo "run_cpu.sh: paper_third_seed reads $list, which is missing; write it with docs/reproductions/paper_schedule.py --out $(dirname "$list")" >&2
+    exit 2
+  fi
+  local -a BUDGET dirs=()
+  local exponent family point channels density dir
+  while IFS=, read -r exponent family point channels density; do
+    BUDGET=(--config "configs/budget/omega_2p$exponent.yaml" --config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")
+    dir="paper_2p${exponent}_fig5_${family}_${point}_seed${seed}"
+    if [ -n "$channels" ]; then
+      emit "$dir" "configs/cifar10_fig5_$family.yaml" --omega "2**$exponent" --channels "$channels" --seeds "$seed"
+    else
+      emit "$dir" "configs/cifar10_fig5_$family.yaml" --omega "2**$exponent" --densities "$density" --seeds "$seed" \
+        --grid model.init_args.impl=dense
+    fi
+    dirs+=("$dir")
+  done < <(tail -n +2 "$list")
+  [ ${#dirs[@]} -eq 0 ] || run "${dirs[@]}"
+}
+
 items=("$@")
 [ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 gap budget fig2 table1)
 for item in "${items[@]}"; do
   case "$item" in
-    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_d5) "$item" ;;
-    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_d5" >&2; exit 2 ;;
+    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_d5 | paper_third_seed) "$item" ;;
+    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_d5 paper_third_seed" >&2; exit 2 ;;
   esac
 done
