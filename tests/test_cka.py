@@ -124,3 +124,15 @@ def test_minibatches_do_not_depend_on_the_number_of_processes() -> None:
     assert sorted(map(tuple, itertools.chain(*shards))) == sorted(map(tuple, one))
     assert [len(s) for s in shards] == [4, 3, 3]
     assert len(list(MinibatchSampler(103, 10, num_batches=4, seed=3))) == 4
+
+
+def test_a_ddp_evaluation_leaves_no_process_group_behind(trained, capsys) -> None:
+    """`--strategy ddp` starts a (gloo) process group that Lightning destroys at exit for NCCL only; one
+    left alive is torn down with the interpreter, which aborts now and then ("terminate called without an
+    active exception", pytorch#65513), and in one process it is still there for whatever runs next."""
+    import torch.distributed as dist
+
+    mixer = trained("mixer")
+    result = cka(capsys, "--ckpt", mixer, "--ckpt", mixer, "--devices", "1", "--strategy", "ddp", "--batches", "2")
+    assert result["batches"] == 2
+    assert not dist.is_initialized()

@@ -149,6 +149,9 @@ def run(args: Namespace) -> None:
     with warnings.catch_warnings():  # the console of `mixer fit`: no GPU/TPU lines, tips, DDP banners
         quiet_libraries()
         result = compute(args)
+    from mixer_lightning.cli.lightning import end_process_group
+
+    end_process_group()  # `--strategy ddp`'s gloo group, on every process, as `mixer fit` does after a run
     if not result.pop("main_process"):
         return  # `--strategy ddp` runs this command once per device: one of them reports
     if args.plot:
