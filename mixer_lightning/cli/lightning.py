@@ -66,6 +66,7 @@ from mixer_lightning.safety.checkpoints import (
     BestCheckpoint,
     ResumeCheckpoint,
 )
+from mixer_lightning.safety.distributed import end_process_group
 from mixer_lightning.safety.slurm import SlurmRequeue
 from mixer_lightning.tasks import ClassifierModule
 
@@ -351,18 +352,6 @@ class SignalStops(Callback):
         launcher = trainer.strategy.launcher
         if isinstance(exception, Interrupted) and hasattr(launcher, "procs"):  # the processes this one started
             launcher.kill(signal.SIGTERM if sys.platform == "win32" else signal.SIGKILL)
-
-
-def end_process_group() -> None:
-    """Destroy the process group of a DDP run that ended well, on every process. Lightning registers
-    that at exit for NCCL only (``_init_dist_connection``); a CPU (gloo) group left alive is torn down
-    with the interpreter, whose destruction of gloo's still-joinable worker threads aborts a process
-    now and then with "terminate called without an active exception" (pytorch#65513). Not after a
-    failure, where other processes may still wait in a collective."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
 
 
 def run(argv: list[str]) -> None:

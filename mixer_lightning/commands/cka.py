@@ -30,6 +30,7 @@ from jsonargparse import ArgumentParser, Namespace
 
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure
+from mixer_lightning.safety.distributed import end_process_group
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -149,8 +150,6 @@ def run(args: Namespace) -> None:
     with warnings.catch_warnings():  # the console of `mixer fit`: no GPU/TPU lines, tips, DDP banners
         quiet_libraries()
         result = compute(args)
-    from mixer_lightning.cli.lightning import end_process_group
-
     end_process_group()  # `--strategy ddp`'s gloo group, on every process, as `mixer fit` does after a run
     if not result.pop("main_process"):
         return  # `--strategy ddp` runs this command once per device: one of them reports
