@@ -117,6 +117,13 @@ def _chain(error: BaseException | None) -> list[BaseException]:
     return chain
 
 
+def settled_stop(stop: Stopped | Interrupted) -> Stopped | Interrupted:
+    """The stop a run reports: its own, or, for a signal that came after a `Stopped` had saved last.ckpt
+    (a second Ctrl+C while the run was torn down, which raises from within that tear-down and so has the
+    `Stopped` in its chain), that earlier stop, whose checkpoint is complete and whose line says where."""
+    return next((link for link in _chain(stop) if isinstance(link, Stopped)), stop)
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -26,6 +26,7 @@ from mixer_lightning.errors import (
     Stopped,
     error_prefix,
     process_rank,
+    settled_stop,
     translate_library_error,
 )
 
@@ -161,7 +162,8 @@ def main(args: list[str] | None = None) -> None:
             run(argv)
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    except (Stopped, Interrupted) as stop:
+    except (Stopped, Interrupted) as raised:
+        stop = settled_stop(raised)
         if process_rank() == 0:  # every process of a DDP job stops at the same step: one line, not one per rank
             print(f"mixer: {stop}", file=sys.stderr)
         raise SystemExit(128 + stop.signum) from None

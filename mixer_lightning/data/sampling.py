@@ -23,6 +23,7 @@ import multiprocessing.util  # its exit handler (terminate, then join, every chi
 import os
 import random
 import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -193,10 +194,14 @@ def _kill_workers_at_exit() -> None:
     """At the interpreter's exit, SIGKILL the daemonic children still alive (DataLoader workers whose
     loader was never shut down: a run that failed mid-epoch). multiprocessing's own exit handler, which
     runs after this one, sends them SIGTERM and then waits for them, and `leave_stops_to_the_run` has
-    them ignore SIGTERM: without this the process would wait forever for workers that wait for it."""
-    for child in multiprocessing.active_children():
-        if child.daemon:
-            child.kill()
+    them ignore SIGTERM: without this the process would wait forever for workers that wait for it.
+    torch's SIGCHLD handler, still installed for a loader that was never shut down, would answer each
+    kill with "DataLoader worker ... is killed by signal: Killed" and a traceback: it goes first."""
+    children = [child for child in multiprocessing.active_children() if child.daemon]
+    if children and hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for child in children:
+        child.kill()
 
 
 atexit.register(_kill_workers_at_exit)
