@@ -170,6 +170,20 @@ def test_the_points_that_need_a_third_seed_are_trained_at_seed_2_and_read_back_a
     mean, _, n = schedule.by_point(runs, None)[(25, 26, 650)]
     assert (n, mean) == (3, pytest.approx((0.36 + 0.38 + 0.37) / 3))
 
+    # an SW-MLP point (a density, no C; csv's own \r\n line ends): its sweep at that density, dense as seeds 0 and 1
+    listed = tmp_path / "sw.csv"
+    listed.write_bytes(b"omega_exp,family,point,C,p\r\n14,sw_mlp,p0.5_m181,,0.5\r\n")
+    sw = subprocess.run(
+        ["bash", script / "run_cpu.sh", "paper_third_seed"],
+        env=env | {"THIRD_SEED_RUNS": str(listed)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert sw.returncode == 0, sw.stderr[-2000:]
+    (entry,) = json.loads((runs_root / "paper_2p14_fig5_sw_mlp_p0.5_m181_seed2" / "sweep.json").read_text())["runs"]
+    assert (entry["point"], entry["seed"], entry["p"]) == ("p0.5_m181_impldense", 2, 0.5)
+
     # no list yet: one line that names the file and how to write it, nothing emitted
     missing = subprocess.run(
         ["bash", script / "run_cpu.sh", "paper_third_seed"],
@@ -180,3 +194,25 @@ def test_the_points_that_need_a_third_seed_are_trained_at_seed_2_and_read_back_a
     )
     assert missing.returncode == 2 and "none.csv, which is missing" in missing.stderr
     assert "paper_schedule.py --out" in missing.stderr
+
+    # a list that is not paper_schedule.py's (another header, a family or Ω with no config): one line that
+    # names the file and line, and nothing emitted, not even the rows before the bad one
+    rows = (out / "third_seed_runs.csv").read_text().splitlines()
+    for bad, where in (
+        (["exp,family,point,C,p", *rows[1:]], ":1: the header is 'exp,family,point,C,p'"),
+        ([*rows, "14,rp_mixer,C8_S60,8,"], ":4: '14,rp_mixer,C8_S60,8,' is not a point"),
+        ([*rows, "13,s_mixer,C8_S60,8,"], ":4: '13,s_mixer,C8_S60,8,' is not a point"),
+    ):
+        listed = tmp_path / "bad.csv"
+        listed.write_text("\n".join(bad) + "\n")
+        before = sorted(p.name for p in runs_root.iterdir())
+        refused = subprocess.run(
+            ["bash", script / "run_cpu.sh", "paper_third_seed"],
+            env=env | {"THIRD_SEED_RUNS": str(listed), "REPRO_DIR": str(runs_root)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        assert f"bad.csv{where}" in refused.stderr and "paper_schedule.py --out" in refused.stderr
+        assert sorted(p.name for p in runs_root.iterdir()) == before

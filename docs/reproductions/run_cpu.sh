@@ -180,9 +180,26 @@ paper_third_seed() {  # issue 24's third seed: each point that paper_schedule.py
     echo "run_cpu.sh: paper_third_seed reads $list, which is missing; write it with docs/reproductions/paper_schedule.py --out $(dirname "$list")" >&2
     exit 2
   fi
+  local header fix="write it again with docs/reproductions/paper_schedule.py --out $(dirname "$list")"
+  header=$(head -n 1 "$list")
+  header=${header%$'\r'}  # csv's own line ends (\r\n), as paper_schedule.py writes them
+  if [ "$header" != "omega_exp,family,point,C,p" ]; then
+    echo "run_cpu.sh: paper_third_seed: $list:1: the header is '$header', not 'omega_exp,family,point,C,p'; $fix" >&2
+    exit 2
+  fi
   local -a BUDGET dirs=()
-  local exponent family point channels density dir
+  local exponent family point channels density dir line=1
+  while IFS=, read -r exponent family point channels density; do  # every row checked before anything is emitted
+    line=$((line + 1)) density=${density%$'\r'}
+    if [ ! -f "configs/budget/omega_2p$exponent.yaml" ] || [ ! -f "configs/cifar10_fig5_$family.yaml" ] \
+      || ! [[ $point =~ ^[A-Za-z0-9_.]+$ ]] || { [ -z "$channels" ] && [ -z "$density" ]; }; then
+      echo "run_cpu.sh: paper_third_seed: $list:$line: '$exponent,$family,$point,$channels,$density' is not a point" \
+        "of configs/cifar10_fig5_{s_mixer,rp_s_mixer,sw_mlp}.yaml at an Ω of configs/budget/omega_2p*.yaml; $fix" >&2
+      exit 2
+    fi
+  done < <(tail -n +2 "$list")
   while IFS=, read -r exponent family point channels density; do
+    density=${density%$'\r'}
     BUDGET=(--config "configs/budget/omega_2p$exponent.yaml" --config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")
     dir="paper_2p${exponent}_fig5_${family}_${point}_seed${seed}"
     if [ -n "$channels" ]; then
