@@ -151,6 +151,24 @@ def test_a_signal_while_a_stopped_run_is_torn_down_reports_the_saved_stop(
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
 
 
+def test_the_same_stop_signal_twice_is_one_stop_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """SIGTERM twice before the next resumable point (SLURM's scancel signals the job step, srun forwards
+    it again) is one stop: one "received" line, not two."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(
+            [
+                "fit",
+                *QUICK,
+                "--config",
+                signal_config(tmp_path, moment="train_batch_end", step=3, signals=["SIGTERM", "SIGTERM"]),
+            ]
+        )
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 143
+    assert err.count("SIGTERM received") == 1, err[-2000:]
+    assert err.strip().splitlines()[-1].startswith("mixer: stopped by SIGTERM at step 3 (epoch 0); last.ckpt saved: ")
+
+
 def test_a_hang_up_during_training_stops_as_sigterm(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A closed terminal stops the run at the next resumable step, with last.ckpt (exit status 129)."""
     status, last = stopped(

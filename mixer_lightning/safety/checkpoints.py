@@ -384,6 +384,8 @@ class ResumeCheckpoint(ModelCheckpoint):
                 else "no checkpoint saved"
             )
             raise Interrupted(signum, f"stopped at once by SIGINT (Ctrl+C again while stopping); {saved}")
+        if signum == self._stop_signal:
+            return  # the same stop asked again (SLURM's SIGTERM to the job step and from srun, a hang-up twice): one line
         self._stop_signal = signum
         if process_rank() != 0:  # every process of a DDP job gets scancel's SIGTERM: the first one says so
             return
