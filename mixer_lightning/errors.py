@@ -124,6 +124,16 @@ def settled_stop(stop: Stopped | Interrupted) -> Stopped | Interrupted:
     return next((link for link in _chain(stop) if isinstance(link, Stopped)), stop)
 
 
+def stop_behind(error: BaseException) -> Stopped | Interrupted | None:
+    """The stop (`settled_stop`) that `error` was raised while unwinding, if any: a signal's handler raises
+    wherever the run is, and what it cuts short can raise again on the way out. torch.save, stopped in the
+    middle of writing a checkpoint, ends its zip file with "RuntimeError: [enforce fail at
+    inline_container.cc] unexpected pos", whose context is the `Interrupted`; the interrupted write is
+    discarded (`safety.atomic.atomic_write`), so the stop's line holds."""
+    stop = next((link for link in _chain(error) if isinstance(link, (Stopped, Interrupted))), None)
+    return None if stop is None else settled_stop(stop)
+
+
 def _one_line(text: str, limit: int = 300) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -109,6 +109,62 @@ def test_a_second_ctrl_c_stops_at_once_with_one_line(tmp_path: Path, capsys: pyt
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 2
 
 
+class _SignalMidWrite:
+    """A checkpoint file that receives a second Ctrl+C in the middle of torch.save's writing, once the run
+    is stopping (its `ResumeCheckpoint` handler has had the first): where a CI machine's impatient second
+    Ctrl+C fell. torch.save turns the handler's exception into "RuntimeError: ... unexpected pos" with the
+    `Interrupted` as its context."""
+
+    def __init__(self, f) -> None:
+        self.f, self.writes = f, 0
+
+    def write(self, data) -> int:
+        self.writes += 1
+        if self.writes == 3:
+            handler = signal.getsignal(signal.SIGINT)
+            if getattr(getattr(handler, "__self__", None), "_stop_signal", None) is not None:
+                signal.raise_signal(signal.SIGINT)
+        return self.f.write(data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.f, name)
+
+
+@pytest.mark.parametrize("first_save", [False, True], ids=["a-step-checkpoint-before", "no-checkpoint-before"])
+def test_a_second_ctrl_c_while_last_ckpt_is_written_keeps_the_one_before(
+    first_save: bool, tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second Ctrl+C lands while the stop writes last.ckpt: one line naming the last.ckpt kept (the
+    step-2 one, whole: the interrupted write never replaces it) or saying none was saved, exit 130; not
+    torch's "RuntimeError: [enforce fail at inline_container.cc] unexpected pos" and exit 1."""
+    save = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: save(obj, _SignalMidWrite(f), *a, **k))
+    every = "5" if first_save else "2"
+    status, last = stopped(
+        [
+            "fit",
+            *QUICK,
+            "--step_checkpoint.every_n_train_steps",
+            every,
+            "--config",
+            signal_config(tmp_path, moment="train_batch_end", step=3, signals=["SIGINT"]),
+        ],
+        capsys,
+    )
+    folder = Path("runs/sig/version_0/checkpoints")
+    assert status == 130
+    if first_save:
+        assert last == "mixer: stopped at once by SIGINT (Ctrl+C again while stopping); no checkpoint saved"
+        assert not folder.exists() or not any(folder.iterdir())
+    else:
+        assert last == (
+            f"mixer: stopped at once by SIGINT (Ctrl+C again while stopping); last.ckpt of step 2 kept: "
+            f"{folder}/last.ckpt; continue with the same command and --ckpt_path last"
+        )
+        assert sorted(path.name for path in folder.iterdir()) == ["last.ckpt"]  # no temporary file left
+        assert torch.load(folder / "last.ckpt", weights_only=True)["global_step"] == 2
+
+
 def test_a_second_ctrl_c_before_the_first_checkpoint_leaves_no_run(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:

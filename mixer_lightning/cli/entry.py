@@ -17,6 +17,7 @@ import difflib
 import os
 import signal
 import sys
+from typing import NoReturn
 
 from mixer_lightning.cli.signals import restore_signals, stop_on_signals
 from mixer_lightning.commands import COMMANDS, run_command
@@ -27,6 +28,7 @@ from mixer_lightning.errors import (
     error_prefix,
     process_rank,
     settled_stop,
+    stop_behind,
     translate_library_error,
 )
 
@@ -117,6 +119,12 @@ def _stops_at_parsing(argv: list[str], error: BaseException | None = None) -> bo
     return "parse_arguments" in names and not names & {"instantiate_classes", "_run_subcommand"}
 
 
+def _exit_stopped(stop: Stopped | Interrupted) -> NoReturn:
+    if process_rank() == 0:  # every process of a DDP job stops at the same step: one line, not one per rank
+        print(f"mixer: {stop}", file=sys.stderr)
+    raise SystemExit(128 + stop.signum) from None
+
+
 def main(args: list[str] | None = None) -> None:
     """Run ``mixer`` with `args` (default: the process's command line).
 
@@ -163,10 +171,7 @@ def main(args: list[str] | None = None) -> None:
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (Stopped, Interrupted) as raised:
-        stop = settled_stop(raised)
-        if process_rank() == 0:  # every process of a DDP job stops at the same step: one line, not one per rank
-            print(f"mixer: {stop}", file=sys.stderr)
-        raise SystemExit(128 + stop.signum) from None
+        _exit_stopped(settled_stop(raised))
     except SystemExit as exit_:
         if type(exit_).__name__ == "SIGTERMException":  # Lightning's, before our handler was installed
             print("mixer: stopped by SIGTERM before training started (nothing new to resume)", file=sys.stderr)
@@ -177,6 +182,9 @@ def main(args: list[str] | None = None) -> None:
             fast_exit(0, console=args is None)
         raise
     except Exception as error:
+        stop = stop_behind(error)
+        if stop is not None and not debug:  # raised by what a signal's stop cut short (a checkpoint being written)
+            _exit_stopped(stop)
         translated = translate_library_error(error, argv[0] if argv else None)
         if translated is None or debug:
             raise

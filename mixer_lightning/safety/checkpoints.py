@@ -377,10 +377,17 @@ class ResumeCheckpoint(ModelCheckpoint):
         if self._stop_signal is not None and signum == signal.SIGINT:
             # The second Ctrl+C: stop now, keeping the last checkpoint written. Not a KeyboardInterrupt,
             # which Lightning answers with its own message and exit status 1.
+            # Lightning names last_model_path before it writes: a Ctrl+C inside the first write leaves no file
+            # (the write is atomic), and a kept file is of the last step saved only if this process saved it.
+            kept = bool(self.last_model_path) and self._fs.exists(self.last_model_path)
+            step = (
+                f" of step {self._last_global_step_saved}"
+                if self._last_checkpoint_saved == self.last_model_path
+                else ""
+            )
             saved = (
-                f"last.ckpt of step {self._last_global_step_saved} kept: {self.last_model_path}; continue with the "
-                "same command and --ckpt_path last"
-                if self.last_model_path
+                f"last.ckpt{step} kept: {self.last_model_path}; continue with the same command and --ckpt_path last"
+                if kept
                 else "no checkpoint saved"
             )
             raise Interrupted(signum, f"stopped at once by SIGINT (Ctrl+C again while stopping); {saved}")
