@@ -139,6 +139,11 @@ def _one_line(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def error_summary(error: BaseException, limit: int = 160) -> str:
+    """``Type: message`` of `error` on one line of at most `limit` characters, for a line that names it."""
+    return _one_line(f"{type(error).__name__}: {error}", limit)
+
+
 # A value echoed in an error is cut to this many characters (issue 25, RC16): a flag value can be a
 # 5,000-character string or a YAML text that expands to millions of values, and the line must stay a line.
 ECHO_LIMIT = 80

@@ -207,6 +207,29 @@ def test_a_signal_while_a_stopped_run_is_torn_down_reports_the_saved_stop(
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 3
 
 
+def test_a_signal_while_a_failed_run_is_torn_down_names_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """Ctrl+C while a run that failed is torn down (Lightning shuts its loggers and workers down before it
+    re-raises): the line says so and names the error, not "stopped by SIGINT before training started",
+    the moment the CLI had before training, which hid the failure."""
+    config = tmp_path / "failing.yaml"
+    callbacks = [
+        {
+            "class_path": "helpers.killer.KillAt",
+            "init_args": {"moment": "train_batch_end", "step": 2, "signal": "CRASH"},
+        },
+        {"class_path": "helpers.signaller.SignalAt", "init_args": {"moment": "failing", "signals": ["SIGINT"]}},
+    ]
+    config.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
+    status, last = stopped(["fit", *QUICK, "--config", str(config)], capsys)
+    assert (status, last) == (
+        130,
+        "mixer: stopped by SIGINT while the run was ending on an error "
+        "(Crash: simulated crash (train_batch_end, step 2, epoch -1))",
+    )
+
+
 def test_the_same_stop_signal_twice_is_one_stop_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """SIGTERM twice before the next resumable point (SLURM's scancel signals the job step, srun forwards
     it again) is one stop: one "received" line, not two."""

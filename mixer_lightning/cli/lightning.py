@@ -59,7 +59,7 @@ from mixer_lightning.cli.signals import stop_context
 from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
-from mixer_lightning.errors import ConfigError, Interrupted
+from mixer_lightning.errors import ConfigError, Interrupted, Stopped, error_summary
 from mixer_lightning.safety.checkpoints import (
     SPECIAL_CKPT_PATHS,
     AtomicCheckpointIO,
@@ -349,6 +349,10 @@ class SignalStops(Callback):
         stop_context("after training ended (its checkpoints are saved)")
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if not isinstance(exception, (Stopped, Interrupted)):
+            # Lightning tears a failed run down (loggers, DataLoader workers) before it re-raises: a signal
+            # there cuts that short, and its line must name the failure it hides, not the moment before training.
+            stop_context(f"while the run was ending on an error ({error_summary(exception)})")
         launcher = trainer.strategy.launcher
         if isinstance(exception, Interrupted) and hasattr(launcher, "procs"):  # the processes this one started
             launcher.kill(signal.SIGTERM if sys.platform == "win32" else signal.SIGKILL)

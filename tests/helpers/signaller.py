@@ -2,7 +2,7 @@
 window: as the fit starts (the model and data are set up, before the sanity check), as the sanity
 check starts, after optimiser step `step` — where a user presses Ctrl+C, or a terminal hangs up — or
 while a run stopped by an earlier signal is torn down (``stopping``: the impatient Ctrl+C that comes
-after last.ckpt is saved). `HoldSanityCheck` keeps a real process in its sanity check until a test
+after last.ckpt is saved), or while a run that failed is torn down (``failing``). `HoldSanityCheck` keeps a real process in its sanity check until a test
 signals it from outside.
 
 `SignalAt(moment, signals)` sends every signal in `signals` (names: ``SIGINT``, ``SIGHUP``,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from lightning.pytorch import Callback
 
-from mixer_lightning.errors import Stopped
+from mixer_lightning.errors import Interrupted, Stopped
 
 
 class SignalAt(Callback):
@@ -59,6 +59,16 @@ class SignalAt(Callback):
     def on_exception(self, trainer, pl_module, exception) -> None:
         if self.moment == "stopping" and isinstance(exception, Stopped):
             self._send()
+        if self.moment == "failing" and not isinstance(exception, (Stopped, Interrupted)):
+            # Lightning calls every callback's on_exception, then tears the failed run down (the strategy,
+            # the loops and their DataLoader workers, the loggers) and re-raises: signal as that starts.
+            teardown = trainer.strategy.teardown
+
+            def signalled_teardown() -> None:
+                self._send()
+                teardown()
+
+            trainer.strategy.teardown = signalled_teardown
 
 
 class HoldSanityCheck(Callback):
