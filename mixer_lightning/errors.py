@@ -103,9 +103,23 @@ class Interrupted(BaseException):
     KeyboardInterrupt, which Lightning answers with its own message and exit status 1. `mixer` prints
     the message as one line and exits with status 128 + `signum` (130, 143, 129)."""
 
+    # True once one is raised in this process (`mixer` resets it per command): a stop signal that comes
+    # while it unwinds is ignored, as Lightning ignores Ctrl+C while it shuts down after a KeyboardInterrupt.
+    # Raising again would cut the tear-down (DataLoader workers, loggers) short at a random place, and each
+    # line would name the latest signal instead of the stop that was asked for.
+    unwinding = False
+
     def __init__(self, signum: int, message: str):
         self.signum = signum
+        Interrupted.unwinding = True
         super().__init__(message)
+
+
+def stderr_line(text: str) -> None:
+    """`text` and its newline to stderr in one write, flushed. print() writes the two apart, and a signal
+    handler that raises (a second Ctrl+C) can run between them: the next line was glued to this one."""
+    sys.stderr.write(f"{text}\n")
+    sys.stderr.flush()
 
 
 def _chain(error: BaseException | None) -> list[BaseException]:
@@ -118,10 +132,10 @@ def _chain(error: BaseException | None) -> list[BaseException]:
 
 
 def settled_stop(stop: Stopped | Interrupted) -> Stopped | Interrupted:
-    """The stop a run reports: its own, or, for a signal that came after a `Stopped` had saved last.ckpt
-    (a second Ctrl+C while the run was torn down, which raises from within that tear-down and so has the
-    `Stopped` in its chain), that earlier stop, whose checkpoint is complete and whose line says where."""
-    return next((link for link in _chain(stop) if isinstance(link, Stopped)), stop)
+    """The stop a run reports: the first one asked for. A signal that comes while a stop unwinds (a second
+    Ctrl+C after a `Stopped` saved last.ckpt, while the run is torn down) raises from within that tear-down
+    and so has the earlier stop in its chain; that stop's line is the one that says what was saved."""
+    return [link for link in _chain(stop) if isinstance(link, (Stopped, Interrupted))][-1]
 
 
 def stop_behind(error: BaseException) -> Stopped | Interrupted | None:

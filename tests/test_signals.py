@@ -248,6 +248,25 @@ def test_the_same_stop_signal_twice_is_one_stop_with_one_line(tmp_path: Path, ca
     assert err.strip().splitlines()[-1].startswith("mixer: stopped by SIGTERM at step 3 (epoch 0); last.ckpt saved: ")
 
 
+def test_a_fit_after_one_stopped_at_once_in_the_same_process_stops_on_a_signal_again(tmp_path: Path) -> None:
+    """A stop at once leaves later signals ignored while it unwinds (`errors.Interrupted.unwinding`); the
+    next fit of the same Python process (a notebook, a script with a plain Trainer) heeds them again."""
+    from mixer_lightning.errors import Interrupted
+    from mixer_lightning.safety.checkpoints import ResumeCheckpoint
+
+    with pytest.raises(Interrupted):
+        raise Interrupted(signal.SIGINT, "stopped at once")
+    assert Interrupted.unwinding
+    resume = ResumeCheckpoint(dirpath=tmp_path)
+    resume._install_handlers()  # as the next fit's training starts
+    try:
+        resume._on_signal(signal.SIGTERM, None)
+    finally:
+        resume._restore_handlers()
+        Interrupted.unwinding = False
+    assert resume._stop_signal == signal.SIGTERM
+
+
 def test_a_hang_up_during_training_stops_as_sigterm(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A closed terminal stops the run at the next resumable step, with last.ckpt (exit status 129)."""
     status, last = stopped(
@@ -369,6 +388,45 @@ def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: lis
     assert fit.returncode == code, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert err.strip().splitlines()[-1].startswith("mixer: stopped ")
+
+
+@pytest.mark.slow
+def test_ctrl_c_pressed_again_and_again_until_the_process_ends_is_one_line() -> None:
+    """A user who holds Ctrl+C down: SIGINT to the process group every few milliseconds from the first
+    until the process is gone, through the stop, its tear-down and the interpreter's exit. One line, exit
+    status 130, no "KeyboardInterrupt" traceback from a signal that came after the line was printed.
+    Without DataLoader workers: a stop at once that cuts the parent's receipt of a batch short makes the
+    worker's multiprocessing resource sharer print "ConnectionResetError" (left open, see the stop note)."""
+    import os
+
+    fit = subprocess.Popen(
+        [MIXER, "fit", *QUICK, "--trainer.max_epochs", "30", "--step_checkpoint.every_n_train_steps", "3"]
+        + ["--data.init_args.num_workers", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_terminal_like,
+        start_new_session=True,
+    )
+    last = Path("runs/sig/version_0/checkpoints/last.ckpt")
+    deadline = time.monotonic() + 120
+    while not last.exists():
+        assert fit.poll() is None, fit.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    sent = 0
+    while fit.poll() is None and time.monotonic() < deadline:
+        try:
+            os.killpg(fit.pid, signal.SIGINT)
+        except ProcessLookupError:  # the group is gone between poll() and killpg()
+            break
+        sent += 1
+        time.sleep(0.003)
+    _, err = fit.communicate(timeout=120)
+    assert sent >= 2
+    assert fit.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+    assert [line for line in err.splitlines() if line.startswith("mixer: stopped")] == [err.strip().splitlines()[-1]]
 
 
 class _SignalDispositions(torch.utils.data.Dataset):

@@ -19,7 +19,7 @@ import signal
 import sys
 from typing import NoReturn
 
-from mixer_lightning.cli.signals import restore_signals, stop_on_signals
+from mixer_lightning.cli.signals import ignore_stop_signals, restore_signals, stop_on_signals
 from mixer_lightning.commands import COMMANDS, run_command
 from mixer_lightning.errors import (
     ConfigError,
@@ -28,6 +28,7 @@ from mixer_lightning.errors import (
     error_prefix,
     process_rank,
     settled_stop,
+    stderr_line,
     stop_behind,
     translate_library_error,
 )
@@ -120,8 +121,9 @@ def _stops_at_parsing(argv: list[str], error: BaseException | None = None) -> bo
 
 
 def _exit_stopped(stop: Stopped | Interrupted) -> NoReturn:
+    Interrupted.unwinding = True  # the stop is settled: a signal from here on asks for nothing new
     if process_rank() == 0:  # every process of a DDP job stops at the same step: one line, not one per rank
-        print(f"mixer: {stop}", file=sys.stderr)
+        stderr_line(f"mixer: {stop}")
     raise SystemExit(128 + stop.signum) from None
 
 
@@ -137,6 +139,7 @@ def main(args: list[str] | None = None) -> None:
         argv.remove("--debug")
         debug = True
     signals = stop_on_signals()  # Ctrl+C, SIGTERM, SIGHUP outside training: one line (`signals`)
+    stop_line = False  # a stop's line was printed: the process exits on it
     try:
         if argv and argv[0] in ("-h", "--help"):
             print(help_text(), end="")
@@ -171,6 +174,7 @@ def main(args: list[str] | None = None) -> None:
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (Stopped, Interrupted) as raised:
+        stop_line = True
         _exit_stopped(settled_stop(raised))
     except SystemExit as exit_:
         if type(exit_).__name__ == "SIGTERMException":  # Lightning's, before our handler was installed
@@ -184,6 +188,7 @@ def main(args: list[str] | None = None) -> None:
     except Exception as error:
         stop = stop_behind(error)
         if stop is not None and not debug:  # raised by what a signal's stop cut short (a checkpoint being written)
+            stop_line = True
             _exit_stopped(stop)
         translated = translate_library_error(error, argv[0] if argv else None)
         if translated is None or debug:
@@ -195,4 +200,7 @@ def main(args: list[str] | None = None) -> None:
             fast_exit(2, console=args is None)
         raise SystemExit(2 if isinstance(translated, ConfigError) else 1) from None
     finally:
-        restore_signals(signals)
+        if stop_line and args is None:  # the console's process ends on its line: a held-down Ctrl+C adds nothing
+            ignore_stop_signals()  # not Python's handlers back first: a KeyboardInterrupt could come in between
+        else:
+            restore_signals(signals)

@@ -41,13 +41,15 @@ def _handler(owner: int):
             # hang-up reaches it with its parent: the parent stops it (or it notices its parent gone).
             # Ending here would fail the parent's next batch ("DataLoader worker exited unexpectedly").
             return
+        if Interrupted.unwinding:  # a stop at once is under way: this signal asks for nothing new
+            return
         when = _state["when"]
         raise Interrupted(signum, f"stopped by {signal.Signals(signum).name}" + (f" {when}" if when else ""))
 
     return stop
 
 
-def stop_on_signals() -> tuple[dict[int, Any], str]:
+def stop_on_signals() -> tuple[dict[int, Any], str, bool]:
     """Make SIGINT, SIGTERM and SIGHUP raise `Interrupted` in this process, except those inherited as
     ignored (or handled outside Python); returns what `restore_signals` puts back."""
     previous: dict[int, Any] = {}
@@ -59,13 +61,26 @@ def stop_on_signals() -> tuple[dict[int, Any], str]:
                 continue
             previous[signum] = current
             signal.signal(signum, stop)
-    return previous, _state["when"]
+    saved = previous, _state["when"], Interrupted.unwinding
+    Interrupted.unwinding = False
+    return saved
 
 
-def restore_signals(saved: tuple[dict[int, Any], str]) -> None:
+def restore_signals(saved: tuple[dict[int, Any], str, bool]) -> None:
     """Put back the handlers (and the moment) `stop_on_signals` replaced: ``mixer`` run in a process
     that goes on (a test, a sweep running its points) leaves its signals as it found them."""
-    previous, when = saved
+    previous, when, unwinding = saved
     for signum, handler in previous.items():
         signal.signal(signum, handler)
     _state["when"] = when
+    Interrupted.unwinding = unwinding
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP from here on: the ``mixer`` process printed its stop's line and
+    exits; a Ctrl+C still held down would raise KeyboardInterrupt in the interpreter's exit handlers
+    (a traceback under the line) or leave a DataLoader worker unreaped."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in STOP_SIGNALS:
+            if signal.getsignal(signum) is not None:
+                signal.signal(signum, signal.SIG_IGN)

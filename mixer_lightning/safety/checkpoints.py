@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities import rank_zero_warn
 
-from mixer_lightning.errors import Interrupted, Stopped, process_rank
+from mixer_lightning.errors import Interrupted, Stopped, process_rank, stderr_line
 from mixer_lightning.safety.atomic import atomic_write, fsync_directory, remove_orphans, temporary_path
 
 # Lightning's special values of ckpt_path, resolved by Lightning itself.
@@ -358,6 +357,7 @@ class ResumeCheckpoint(ModelCheckpoint):
             return
         self._previous_handlers = {}
         self._handler_pid = os.getpid()
+        Interrupted.unwinding = False  # a fit started from Python after an earlier one was stopped at once
         for signum in STOP_SIGNALS:
             previous = signal.getsignal(signum)
             if previous is signal.SIG_IGN:  # nohup, a background job: whoever started us chose so
@@ -374,6 +374,8 @@ class ResumeCheckpoint(ModelCheckpoint):
     def _on_signal(self, signum: int, frame: Any) -> None:
         if frame is not None and os.getpid() != self._handler_pid:
             return  # a forked DataLoader worker, signalled with its parent (a terminal's Ctrl+C): the parent stops
+        if Interrupted.unwinding:  # a stop at once is under way (`errors.Interrupted`): nothing new to ask
+            return
         if self._stop_signal is not None and signum == signal.SIGINT:
             # The second Ctrl+C: stop now, keeping the last checkpoint written. Not a KeyboardInterrupt,
             # which Lightning answers with its own message and exit status 1.
@@ -396,11 +398,9 @@ class ResumeCheckpoint(ModelCheckpoint):
         self._stop_signal = signum
         if process_rank() != 0:  # every process of a DDP job gets scancel's SIGTERM: the first one says so
             return
-        print(
+        stderr_line(
             f"mixer: {signal.Signals(signum).name} received: stopping at the next resumable point "
-            f"(saving last.ckpt){'; Ctrl+C again to stop at once' if signum == signal.SIGINT else ''}",
-            file=sys.stderr,
-            flush=True,
+            f"(saving last.ckpt){'; Ctrl+C again to stop at once' if signum == signal.SIGINT else ''}"
         )
 
     def request_stop(self, signum: int) -> None:
