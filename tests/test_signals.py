@@ -342,6 +342,26 @@ def test_a_real_process_stopped_in_its_sanity_check_is_one_line(signame: str, co
     assert not Path("runs/sig").exists() or not any(Path("runs/sig").iterdir())
 
 
+def _fit_until_its_first_checkpoint(*flags: str) -> tuple[subprocess.Popen, float]:
+    """`mixer fit` (30 epochs, last.ckpt every 3 steps, `flags`) in its own process group as a terminal's
+    foreground job, once its first last.ckpt exists; and the monotonic time by which the test gives up."""
+    fit = subprocess.Popen(
+        [MIXER, "fit", *QUICK, "--trainer.max_epochs", "30", "--step_checkpoint.every_n_train_steps", "3", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_terminal_like,
+        start_new_session=True,
+    )
+    last = Path("runs/sig/version_0/checkpoints/last.ckpt")
+    deadline = time.monotonic() + 120
+    while not last.exists():
+        assert fit.poll() is None, fit.communicate()[1][-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return fit, deadline
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "signals, code",
@@ -355,32 +375,7 @@ def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: lis
     "... exited unexpectedly", exit 1)."""
     import os
 
-    fit = subprocess.Popen(
-        [
-            MIXER,
-            "fit",
-            *QUICK,
-            "--trainer.max_epochs",
-            "30",
-            "--trainer.limit_train_batches",
-            "40",
-            "--step_checkpoint.every_n_train_steps",
-            "3",
-            "--data.init_args.num_workers",
-            "2",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_terminal_like,
-        start_new_session=True,
-    )
-    last = Path("runs/sig/version_0/checkpoints/last.ckpt")
-    deadline = time.monotonic() + 120
-    while not last.exists():
-        assert fit.poll() is None, fit.communicate()[1][-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    fit, _ = _fit_until_its_first_checkpoint("--trainer.limit_train_batches", "40", "--data.init_args.num_workers", "2")
     for signame in signals:
         os.killpg(fit.pid, getattr(signal, signame))
         time.sleep(0.02)
@@ -399,21 +394,7 @@ def test_ctrl_c_pressed_again_and_again_until_the_process_ends_is_one_line() -> 
     worker's multiprocessing resource sharer print "ConnectionResetError" (left open, see the stop note)."""
     import os
 
-    fit = subprocess.Popen(
-        [MIXER, "fit", *QUICK, "--trainer.max_epochs", "30", "--step_checkpoint.every_n_train_steps", "3"]
-        + ["--data.init_args.num_workers", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_terminal_like,
-        start_new_session=True,
-    )
-    last = Path("runs/sig/version_0/checkpoints/last.ckpt")
-    deadline = time.monotonic() + 120
-    while not last.exists():
-        assert fit.poll() is None, fit.communicate()[1][-3000:]
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    fit, deadline = _fit_until_its_first_checkpoint("--data.init_args.num_workers", "0")
     sent = 0
     while fit.poll() is None and time.monotonic() < deadline:
         try:
