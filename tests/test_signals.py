@@ -7,6 +7,7 @@ process as it found them. Inside training: tests/test_reliability.py (the resuma
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -312,8 +313,6 @@ def test_a_real_process_stopped_in_its_sanity_check_is_one_line(signame: str, co
     workers included) while it checks its validation loop: one line, 128 + signal, no run directory.
     `HoldSanityCheck` holds it there (a fixed wait after its config.yaml let a fast machine finish the
     sanity check and an epoch first)."""
-    import os
-
     marker = tmp_path / "sanity_check_started"
     hold = tmp_path / "hold.yaml"
     callback = {"class_path": "helpers.signaller.HoldSanityCheck", "init_args": {"marker": str(marker)}}
@@ -373,8 +372,6 @@ def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: lis
     SIGTERM (scancel, a pre-emption: every process of the job): they leave the stop to the run, which
     ends with one line and 128 + the signal (not "DataLoader worker ... is killed by signal: Hangup" or
     "... exited unexpectedly", exit 1)."""
-    import os
-
     fit, _ = _fit_until_its_first_checkpoint("--trainer.limit_train_batches", "40", "--data.init_args.num_workers", "2")
     for signame in signals:
         os.killpg(fit.pid, getattr(signal, signame))
@@ -386,15 +383,14 @@ def test_a_terminal_signal_during_training_with_workers_is_one_line(signals: lis
 
 
 @pytest.mark.slow
-def test_ctrl_c_pressed_again_and_again_until_the_process_ends_is_one_line() -> None:
+@pytest.mark.parametrize("workers", [0, 2], ids=["no-workers", "2-workers"])
+def test_ctrl_c_pressed_again_and_again_until_the_process_ends_is_one_line(workers: int) -> None:
     """A user who holds Ctrl+C down: SIGINT to the process group every few milliseconds from the first
     until the process is gone, through the stop, its tear-down and the interpreter's exit. One line, exit
-    status 130, no "KeyboardInterrupt" traceback from a signal that came after the line was printed.
-    Without DataLoader workers: a stop at once that cuts the parent's receipt of a batch short makes the
-    worker's multiprocessing resource sharer print "ConnectionResetError" (left open, see the stop note)."""
-    import os
-
-    fit, deadline = _fit_until_its_first_checkpoint("--data.init_args.num_workers", "0")
+    status 130, no "KeyboardInterrupt" traceback from a signal that came after the line was printed. With
+    workers, nothing from them either (a stop that cut a batch's transfer short made a worker print
+    "ConnectionResetError": `test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing`)."""
+    fit, deadline = _fit_until_its_first_checkpoint("--data.init_args.num_workers", str(workers))
     sent = 0
     while fit.poll() is None and time.monotonic() < deadline:
         try:
@@ -463,3 +459,84 @@ def test_a_process_leaving_a_loader_with_workers_unfinished_still_exits(tmp_path
     # and quietly: torch's SIGCHLD handler answered each kill with "DataLoader worker ... is killed by
     # signal: Killed" and a traceback, the tail of a run stopped at once by a second Ctrl+C
     assert "Traceback" not in result.stderr and "killed by signal" not in result.stderr, result.stderr[-2000:]
+
+
+def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path: Path) -> None:
+    """A stop at once can land while the run fetches a batch's file descriptor from a worker's resource
+    sharer (torch's ``file_descriptor`` sharing): the run hangs up mid-transfer, and the worker's sharer
+    thread printed a ``ConnectionResetError`` traceback of its own under the run's one stop line (seen
+    once in ~12 held-Ctrl+C runs with workers). The run reports the stop; the worker now says nothing.
+    Here the run's side is cut deterministically: its fetch connects, hangs up unread and is interrupted."""
+    script = tmp_path / "cut.py"
+    script.write_text(
+        "import socket, sys, time, torch\n"
+        "from multiprocessing import resource_sharer\n"
+        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
+        "def cut_short(self):  # the run's fetch of the batch's descriptor, interrupted mid-handshake\n"
+        "    hang_up = socket.socket(socket.AF_UNIX)\n"
+        "    hang_up.connect(self._id[0])\n"
+        "    time.sleep(0.2)  # the worker's challenge arrives, unread: closing now resets the connection\n"
+        "    hang_up.close()\n"
+        "    raise KeyboardInterrupt\n"
+        "resource_sharer.DupFd.detach = cut_short\n"
+        "loader = torch.utils.data.DataLoader([torch.zeros(4)] * 4, batch_size=2, num_workers=1,\n"
+        "                                     worker_init_fn=leave_stops_to_the_run)\n"
+        "batches = iter(loader)\n"
+        "try:\n"
+        "    next(batches)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('cut', flush=True)\n"
+        "time.sleep(1.0)  # the worker's sharer thread meets the reset connection meanwhile\n"
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "cut", result.stderr[-2000:]
+    assert result.stderr == "", result.stderr[-2000:]
+
+
+def test_a_worker_stuck_in_a_read_ends_when_the_run_is_killed(tmp_path: Path) -> None:
+    """A run killed outright (SIGKILL: the OOM killer, a hung run killed by hand) cannot stop its workers;
+    torch's worker notices its parent is gone only between batches, so one stuck in a slow read (a hung
+    network file system) outlived the run, holding its memory (an orphaned worker was seen after a hung
+    run was killed). Each worker now ends within a second or so of its run."""
+    stuck = tmp_path / "stuck"
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import os, sys, time, torch\n"
+        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
+        "class Stuck(torch.utils.data.Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 4\n"
+        "    def __getitem__(self, index):\n"
+        f"        open({str(stuck)!r}, 'w').write(str(os.getpid()))\n"
+        "        time.sleep(300)  # a read that never returns\n"
+        "loader = torch.utils.data.DataLoader(Stuck(), num_workers=1, worker_init_fn=leave_stops_to_the_run)\n"
+        "next(iter(loader))\n"
+    )
+    run = subprocess.Popen([sys.executable, str(script)])  # no pipes: a live worker would hold them open
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (stuck.exists() and stuck.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = int(stuck.read_text())
+        run.kill()
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker), "the worker outlived its killed run"
+    finally:
+        run.kill()
+        run.wait(timeout=30)
+        if worker is not None and _alive(worker):
+            os.kill(worker, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (an orphan's zombie is reaped by init at once: it counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat")
+    return not (status.exists() and status.read_text().rsplit(")", 1)[-1].split()[0] == "Z")

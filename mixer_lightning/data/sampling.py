@@ -19,13 +19,17 @@ bit-identical, whatever the number of workers, and a run killed mid-epoch resume
 from __future__ import annotations
 
 import atexit
+import functools
 import multiprocessing.util  # its exit handler (terminate, then join, every child) before ours: ours runs first
 import os
 import random
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing import resource_sharer
 from typing import Any
 
 import numpy as np
@@ -179,15 +183,53 @@ _STOP_SIGNALS = (*STOP_SIGNALS, *(getattr(signal, name) for name in ("SIGUSR1", 
 
 
 def leave_stops_to_the_run(worker_id: int) -> None:
-    """A DataLoader worker's `worker_init_fn`: ignore SIGTERM, SIGINT, SIGHUP and SLURM's SIGUSR1/2, which
-    reach the workers with the run (SLURM's scancel, pre-emption or requeue signal every process of the
-    job step, a terminal its whole foreground group); a worker killed by SIGUSR1's default action fails
-    the run the same way. torch's worker dies of a SIGTERM that its parent did not send, and the run then
-    fails with "DataLoader worker ... exited unexpectedly" instead of stopping at a resumable point with
-    last.ckpt. Workers still end as usual: the loader tells them to when it shuts down, and each exits
-    when its parent is gone (torch's watchdog); SLURM's SIGKILL follows its SIGTERM anyway."""
+    """A DataLoader worker's `worker_init_fn`: the worker leaves stopping to the run.
+
+    - It ignores SIGTERM, SIGINT, SIGHUP and SLURM's SIGUSR1/2, which reach the workers with the run
+      (SLURM's scancel, pre-emption or requeue signal every process of the job step, a terminal its whole
+      foreground group); a worker killed by SIGUSR1's default action fails the run the same way. torch's
+      worker dies of a SIGTERM that its parent did not send, and the run then fails with "DataLoader
+      worker ... exited unexpectedly" instead of stopping at a resumable point with last.ckpt. Workers
+      still end as usual: the loader tells them to when it shuts down; SLURM's SIGKILL follows its SIGTERM.
+    - It says nothing when the run hangs up on a batch's transfer (`_quiet_when_the_run_hangs_up`).
+    - It ends with its run (`_end_with_the_run`), even one killed outright while the worker is stuck."""
     for signum in _STOP_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    sys.excepthook = functools.partial(_quiet_when_the_run_hangs_up, sys.excepthook)
+    _end_with_the_run()
+
+
+def _quiet_when_the_run_hangs_up(
+    shown: Callable[..., Any], kind: type[BaseException], error: BaseException, trace: Any
+) -> None:
+    """A worker's `sys.excepthook`, which multiprocessing's resource sharer calls for an error in its
+    thread: the thread that hands a batch's file descriptors to the run (torch's ``file_descriptor``
+    sharing). A stop at once that lands while the run fetches them hangs up mid-transfer, and the worker
+    printed the ``ConnectionResetError`` traceback under the run's one stop line. The run reports its
+    own stop or failure, so a connection the run dropped is not the worker's to report; any other error
+    goes on to `shown`, the hook before this one."""
+    hung_up = issubclass(kind, (ConnectionError, EOFError))
+    if hung_up and trace is not None and trace.tb_frame.f_code.co_filename == resource_sharer.__file__:
+        return
+    shown(kind, error, trace)
+
+
+def _end_with_the_run() -> None:
+    """End this worker as soon as its parent, the run, is gone. torch's worker checks its parent only
+    between batches, so a worker stuck in a read (a hung network file system) outlived a run killed
+    outright (SIGKILL: the OOM killer, a hung run killed by hand), holding its memory. A daemon thread
+    checks every half second and ends the process when the parent has changed (the worker was
+    reparented). Not on Windows, where a parent's pid outlives it (torch's own watchdog covers it there)."""
+    if os.name == "nt":
+        return
+    run = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == run:
+            time.sleep(0.5)
+        os._exit(1)  # the run is gone: nobody waits for this worker's batches or its exit status
+
+    threading.Thread(target=watch, name="end-with-the-run", daemon=True).start()
 
 
 def _kill_workers_at_exit() -> None:
