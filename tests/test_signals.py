@@ -443,8 +443,8 @@ def test_a_process_leaving_a_loader_with_workers_unfinished_still_exits(tmp_path
     before waiting for them: a process that ended with a loader's iterator still alive (a run that failed
     mid-epoch, or was stopped at once) waited for its workers forever. They are now killed at exit,
     without a word from torch's SIGCHLD handler."""
-    script = tmp_path / "leave.py"
-    script.write_text(
+    result = _python_script(
+        tmp_path,
         "import torch\n"
         "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
         "loader = torch.utils.data.DataLoader(list(range(64)), batch_size=2, num_workers=2,\n"
@@ -452,9 +452,8 @@ def test_a_process_leaving_a_loader_with_workers_unfinished_still_exits(tmp_path
         "kept = iter(loader)\n"
         "next(kept)\n"
         "import builtins; builtins.kept = kept  # alive until the interpreter exits\n"
-        "print('done', flush=True)\n"
+        "print('done', flush=True)\n",
     )
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "done", result.stderr[-2000:]
     # and quietly: torch's SIGCHLD handler answered each kill with "DataLoader worker ... is killed by
     # signal: Killed" and a traceback, the tail of a run stopped at once by a second Ctrl+C
@@ -467,8 +466,8 @@ def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path:
     thread printed a ``ConnectionResetError`` traceback of its own under the run's one stop line (seen
     once in ~12 held-Ctrl+C runs with workers). The run reports the stop; the worker now says nothing.
     Here the run's side is cut deterministically: its fetch connects, hangs up unread and is interrupted."""
-    script = tmp_path / "cut.py"
-    script.write_text(
+    result = _python_script(
+        tmp_path,
         "import socket, sys, time, torch\n"
         "from multiprocessing import resource_sharer\n"
         "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
@@ -486,9 +485,8 @@ def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path:
         "    next(batches)\n"
         "except KeyboardInterrupt:\n"
         "    print('cut', flush=True)\n"
-        "time.sleep(1.0)  # the worker's sharer thread meets the reset connection meanwhile\n"
+        "time.sleep(1.0)  # the worker's sharer thread meets the reset connection meanwhile\n",
     )
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "cut", result.stderr[-2000:]
     assert result.stderr == "", result.stderr[-2000:]
 
@@ -540,3 +538,10 @@ def _alive(pid: int) -> bool:
         return False
     status = Path(f"/proc/{pid}/stat")
     return not (status.exists() and status.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+def _python_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    """`source` run as a Python script of its own, its output captured."""
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
