@@ -504,6 +504,10 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     assert all(0.0 <= float(row["test_error_mean"]) <= 1.0 for row in summary)
     assert Path("sweeps/tiny/error_vs_width.png").stat().st_size > 5000
     assert Path("sweeps/tiny/error_vs_channels.png").stat().st_size > 5000
+    main(["sweep", "status", "sweeps/tiny"])  # the real runs' own logs: both tested, nothing left
+    status = capsys.readouterr().out.splitlines()
+    assert status[0] == "sweep sweeps/tiny: 2 runs: 2 tested; nothing left"
+    assert all(" tested " in row and " 2/2 " in row for row in status[2:]) and len(status) == 4
     main(["sweep", "report", "sweeps/tiny", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert [(row["point"], row["seeds"]) for row in report["summary"]] == [("C4_S20", 1), ("C8_S12", 1)]

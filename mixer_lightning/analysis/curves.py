@@ -51,13 +51,35 @@ def has_logs(run_dir: str | Path) -> bool:
     return any(run_dir.glob("events.out.tfevents.*")) or (run_dir / "metrics.csv").is_file()
 
 
+def _scalars(run_dir: Path) -> tuple[dict[str, dict[int, tuple[float, float]]], bool]:
+    """A run's scalars, and whether their first field is a wall time (TensorBoard) or an order (CSV)."""
+    if (run_dir / "metrics.csv").is_file():
+        return _csv_scalars(run_dir / "metrics.csv"), False
+    return _tensorboard_scalars(run_dir), True
+
+
+def _epochs(scalars: dict[str, dict[int, tuple[float, float]]]) -> dict[int, int]:
+    """step -> the epoch Lightning logged beside it."""
+    return {step: int(round(value)) for step, (_, value) in scalars.get("epoch", {}).items()}
+
+
+def epoch_log(run_dir: str | Path, metric: str) -> dict[int, tuple[float | None, float]]:
+    """epoch -> (when it was logged, value) of a metric logged once an epoch (``val/acc1``), the write
+    that counts (module docstring) at each epoch; the time (seconds since 1970) from TensorBoard's event
+    files, None from a metrics.csv, which keeps no times."""
+    scalars, timed = _scalars(Path(run_dir))
+    epoch_of = _epochs(scalars)
+    log: dict[int, tuple[float | None, float]] = {}
+    for step, (when, value) in sorted(scalars.get(metric, {}).items()):
+        if step in epoch_of and math.isfinite(value):
+            log[epoch_of[step]] = (when if timed else None, value)
+    return dict(sorted(log.items()))
+
+
 def epoch_curves(run_dir: str | Path, metrics: list[str]) -> dict[str, dict[int, float]]:
     """metric -> epoch -> value for one run (an empty curve where the metric was never logged)."""
-    run_dir = Path(run_dir)
-    scalars = (
-        _csv_scalars(run_dir / "metrics.csv") if (run_dir / "metrics.csv").is_file() else _tensorboard_scalars(run_dir)
-    )
-    epoch_of = {step: int(round(value)) for step, (_, value) in scalars.get("epoch", {}).items()}
+    scalars, _ = _scalars(Path(run_dir))
+    epoch_of = _epochs(scalars)
     curves: dict[str, dict[int, float]] = {}
     for metric in metrics:
         per_epoch: dict[int, list[float]] = defaultdict(list)

@@ -16,6 +16,7 @@ Adding one is one line in `COMMANDS`: its name, its module and the one-line summ
 from __future__ import annotations
 
 import importlib
+import inspect
 from argparse import RawDescriptionHelpFormatter
 
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
@@ -34,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "width": ("mixer_lightning.commands.width", "width, sparsity and the optimum S* = C* at a fixed Ω"),
     "sweep": (
         "mixer_lightning.commands.sweep.command",
-        "sweep a config: width/γ/density grids, generic axes, seeds; `sweep report|curves|point`",
+        "sweep a config: width/γ/density grids, generic axes, seeds; `sweep report|curves|point|status`",
     ),
     "bench": ("mixer_lightning.commands.bench", "throughput, FLOPs and MFU side by side (ours vs timm, RP, compiled)"),
     "spectrum": (
@@ -79,8 +80,11 @@ def run_command(name: str, argv: list[str]) -> int | None:
     subcommands = getattr(module, "SUBCOMMANDS", {})
     if argv and argv[0] in subcommands:
         add_arguments, run = subcommands[argv[0]]
-        parser = ArgumentParser(
-            prog=f"mixer {name} {argv[0]}", description=run.__doc__, formatter_class=HelpFormatter, exit_on_error=False
+        parser = ArgumentParser(  # the docstring's own indentation would show in --help: cleandoc drops it
+            prog=f"mixer {name} {argv[0]}",
+            description=inspect.cleandoc(run.__doc__ or ""),
+            formatter_class=HelpFormatter,
+            exit_on_error=False,
         )
         add_arguments(parser)
         return run(parser.parse_args(argv[1:]))

@@ -11,4 +11,6 @@ command itself in-process (`mixer_lightning.run_mixer`), as its scripts do in a 
 - `report`: test error per point (mean ± std over seeds) as CSV and plots, grouped by the axes.
 - `cka`: the CKA diagonals between a reference Mixer run and each SW-MLP run of a sweep (Fig. 2(a)).
 - `curves`: training curves across seeds from the runs' logs (mean with a min–max band; Figs. S.6-S.8).
+- `status`: where each run stands (tested, running, stopped, not started), its epochs and errors so far,
+  and the time left at the pace its logs show.
 """

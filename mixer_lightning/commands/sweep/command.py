@@ -31,6 +31,7 @@ Examples:
     mixer sweep report sweeps/fig5_c10 sweeps/fig5_c10_rp sweeps/fig5_c10_sw   CSVs and plots
     mixer sweep curves sweeps/d7_normal sweeps/d7_rp --metric val/loss        loss curves across seeds (D.7)
     mixer sweep point sweeps/fig5_c10 C48_S83_seed2                           one run (what the scripts call)
+    mixer sweep status sweeps/fig5_c10 sweeps/fig5_c10_rp     each run: tested, running, stopped …; time left
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from mixer_lightning.commands.sweep.manifest import read_manifest
 from mixer_lightning.commands.sweep.parallel import run_points_in_parallel
 from mixer_lightning.commands.sweep.report import add_report_arguments, report_directories, run_report
 from mixer_lightning.commands.sweep.runs import LOGS, emit, extra_arguments, run_point
+from mixer_lightning.commands.sweep.status import add_status_arguments, run_status_command
 from mixer_lightning.errors import TrainingError, require
 
 
@@ -148,4 +150,5 @@ SUBCOMMANDS = {
     "report": (add_report_arguments, run_report),
     "curves": (add_curves_arguments, run_curves),
     "point": (add_point_arguments, run_point_command),
+    "status": (add_status_arguments, run_status_command),
 }
