@@ -10,7 +10,6 @@ is writing) are one line with status 1; `Stopped` (SIGTERM, SIGINT) is one line 
 
 from __future__ import annotations
 
-import copy
 import errno
 import itertools
 import os
@@ -257,6 +256,16 @@ def path_error(error: OSError) -> ConfigError:
     return ConfigError("path", f"{_echo(os.fsdecode(name) if isinstance(name, bytes) else name)!r} {problem}", fix)
 
 
+def _copy_of(error: Exception) -> Exception:
+    """A copy of `error` (its class, arguments and attributes) made without calling its ``__init__``:
+    `copy.copy` calls ``cls(*args)``, which fails for a class whose ``__init__`` takes other arguments
+    than its message (`data.shards.BadShard(shard, sample, problem)`)."""
+    copied = type(error).__new__(type(error), *error.args)
+    copied.__dict__.update(vars(error))
+    copied.args = error.args
+    return copied
+
+
 def bounded_line(error: Exception) -> Exception:
     """`error` with a message of at most `LINE_LIMIT` characters. Above it, each word longer than
     `LONG_WORD` (an echoed value: a 5,000-character flag, a name over 255 bytes) is cut as `_echo` cuts
@@ -268,7 +277,7 @@ def bounded_line(error: Exception) -> Exception:
     def words(part: str) -> str:
         return re.sub(rf"[^\s'\"]{{{LONG_WORD + 1},}}", lambda word: _echo(word.group()), " ".join(part.split()))
 
-    bounded = copy.copy(error)
+    bounded = _copy_of(error)
     if not isinstance(error, (ConfigError, ResourceError)):
         bounded.args = (_one_line(words(str(error)), LINE_LIMIT),)
         return bounded

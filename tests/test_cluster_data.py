@@ -202,6 +202,21 @@ def test_a_bad_shard_is_one_line_naming_the_shard_and_the_sample(case: str, caps
     assert not Path("runs").exists()
 
 
+def test_a_bad_shard_under_a_long_path_is_still_one_line(capsys: pytest.CaptureFixture) -> None:
+    """A message over the line limit is cut to it (`errors.bounded_line`) on a copy of the error, and the
+    copy called ``BadShard(message)``, which takes (shard, sample, problem): a TypeError and a traceback
+    instead of the line, for shards under a long enough path (found under pytest-xdist, whose temporary
+    folders are longer). Copied without its ``__init__`` now, for any error class."""
+    root = write_wds(Path("d" * 70) / ("e" * 70) / "shards", labels={"train_00009": b"9"})
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", WDS, "--data.root", str(root)])
+    assert exit_info.value.code == 2
+    line = last_error(capsys)
+    assert line.startswith("mixer: error: data.root: shard '") and "sample 'train_00009'" in line, line
+    assert "out of range" in line and line.endswith("leave it out of data.root"), line
+    assert not Path("runs").exists()
+
+
 def test_an_image_that_does_not_decode_names_its_shard_and_sample(capsys: pytest.CaptureFixture) -> None:
     root = write_wds(Path("shards"))
     shard = root / "imagenet1k-train-0002.tar"

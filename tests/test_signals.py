@@ -460,6 +460,7 @@ def test_a_process_leaving_a_loader_with_workers_unfinished_still_exits(tmp_path
     assert "Traceback" not in result.stderr and "killed by signal" not in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.slow  # a Python process of its own with a DataLoader worker (~5 s)
 def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path: Path) -> None:
     """A stop at once can land while the run fetches a batch's file descriptor from a worker's resource
     sharer (torch's ``file_descriptor`` sharing): the run hangs up mid-transfer, and the worker's sharer
@@ -491,6 +492,7 @@ def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path:
     assert "Traceback" not in result.stderr and "Error" not in result.stderr, result.stderr[-2000:]
 
 
+@pytest.mark.slow  # a Python process of its own with a DataLoader worker (~5 s)
 def test_a_worker_stuck_in_a_read_ends_when_the_run_is_killed(tmp_path: Path) -> None:
     """A run killed outright (SIGKILL: the OOM killer, a hung run killed by hand) cannot stop its workers;
     torch's worker notices its parent is gone only between batches, so one stuck in a slow read (a hung
