@@ -446,10 +446,8 @@ def test_a_process_leaving_a_loader_with_workers_unfinished_still_exits(tmp_path
     result = _python_script(
         tmp_path,
         "import torch\n"
-        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
-        "loader = torch.utils.data.DataLoader(list(range(64)), batch_size=2, num_workers=2,\n"
-        "                                     worker_init_fn=leave_stops_to_the_run)\n"
-        "kept = iter(loader)\n"
+        + _a_loader_with_workers("list(range(64)), batch_size=2, num_workers=2")
+        + "kept = iter(loader)\n"
         "next(kept)\n"
         "import builtins; builtins.kept = kept  # alive until the interpreter exits\n"
         "print('done', flush=True)\n",
@@ -471,7 +469,6 @@ def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path:
         tmp_path,
         "import socket, sys, time, torch\n"
         "from multiprocessing import resource_sharer\n"
-        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
         "def cut_short(self):  # the run's fetch of the batch's descriptor, interrupted mid-handshake\n"
         "    hang_up = socket.socket(socket.AF_UNIX)\n"
         "    hang_up.connect(self._id[0])\n"
@@ -479,9 +476,8 @@ def test_a_worker_whose_batch_transfer_the_run_cuts_short_says_nothing(tmp_path:
         "    hang_up.close()\n"
         "    raise KeyboardInterrupt\n"
         "resource_sharer.DupFd.detach = cut_short\n"
-        "loader = torch.utils.data.DataLoader([torch.zeros(4)] * 4, batch_size=2, num_workers=1,\n"
-        "                                     worker_init_fn=leave_stops_to_the_run)\n"
-        "batches = iter(loader)\n"
+        + _a_loader_with_workers("[torch.zeros(4)] * 4, batch_size=2, num_workers=1")
+        + "batches = iter(loader)\n"
         "try:\n"
         "    next(batches)\n"
         "except KeyboardInterrupt:\n"
@@ -502,15 +498,14 @@ def test_a_worker_stuck_in_a_read_ends_when_the_run_is_killed(tmp_path: Path) ->
     script = tmp_path / "stuck.py"
     script.write_text(
         "import os, sys, time, torch\n"
-        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
         "class Stuck(torch.utils.data.Dataset):\n"
         "    def __len__(self):\n"
         "        return 4\n"
         "    def __getitem__(self, index):\n"
         f"        open({str(stuck)!r}, 'w').write(str(os.getpid()))\n"
         "        time.sleep(300)  # a read that never returns\n"
-        "loader = torch.utils.data.DataLoader(Stuck(), num_workers=1, worker_init_fn=leave_stops_to_the_run)\n"
-        "next(iter(loader))\n"
+        + _a_loader_with_workers("Stuck(), num_workers=1")
+        + "next(iter(loader))\n"
     )
     run = subprocess.Popen([sys.executable, str(script)])  # no pipes: a live worker would hold them open
     worker = None
@@ -547,3 +542,12 @@ def _python_script(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
     script = tmp_path / "script.py"
     script.write_text(source)
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+
+
+def _a_loader_with_workers(arguments: str) -> str:
+    """A script's lines that make ``loader``: a DataLoader of `arguments` whose workers start as the data
+    module's do (`leave_stops_to_the_run`)."""
+    return (
+        "from mixer_lightning.data.sampling import leave_stops_to_the_run\n"
+        f"loader = torch.utils.data.DataLoader({arguments}, worker_init_fn=leave_stops_to_the_run)\n"
+    )
