@@ -216,3 +216,42 @@ def test_the_points_that_need_a_third_seed_are_trained_at_seed_2_and_read_back_a
         assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
         assert f"bad.csv{where}" in refused.stderr and "paper_schedule.py --out" in refused.stderr
         assert sorted(p.name for p in runs_root.iterdir()) == before
+
+
+def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
+    schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--recorded: the runs of docs/reproductions/paper (the committed report) are still the sweep's after
+    their run directories are gone, and a run that finished since replaces its unfinished record."""
+    out = tmp_path / "paper"
+    fake_sweep(tmp_path / "before", "paper_2p14_fig5_s_mixer", {(8, 60): [0.40, 0.41]}, [0, 1])
+    monkeypatch.setattr(sys, "argv", ["paper_schedule.py", "--runs", str(tmp_path / "before"), "--out", str(out)])
+    schedule.main()
+    with (out / "fig5_runs.csv").open(newline="") as file:
+        rows = list(csv.DictReader(file))
+    # and C = 25's seed 1 was stopped at epoch 3 (its curve recorded, no final figure)
+    rows.append(rows[0] | {"point": "C25_S26", "C": "25", "S": "26", "seed": "1", "epochs": "3", "final": ""})
+    with (out / "fig5_runs.csv").open("w", newline="") as file:
+        writer = csv.DictWriter(file, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    with (out / "curves.csv").open("a", newline="") as file:
+        file.writelines(f"paper_2p14_fig5_s_mixer,C25_S26,1,{epoch},0.5\n" for epoch in (1, 2, 3))
+    # the machine renewed: only C = 25 ran again (both seeds to the end), in a new runs folder
+    fake_sweep(tmp_path / "after", "paper_2p14_fig5_s_mixer", {(25, 26): [0.36, 0.37]}, [0, 1])
+    again = ["paper_schedule.py", "--runs", str(tmp_path / "after"), "--out", str(out), "--recorded", str(out)]
+    monkeypatch.setattr(sys, "argv", again)
+    schedule.main()
+    with (out / "fig5_runs.csv").open(newline="") as file:
+        finals = {(row["point"], row["seed"]): row["final"] for row in csv.DictReader(file)}
+    assert finals == {
+        ("C8_S60", "0"): "0.4",
+        ("C8_S60", "1"): "0.41",
+        ("C25_S26", "0"): "0.36",
+        ("C25_S26", "1"): "0.37",
+    }
+    with (out / "points.csv").open(newline="") as file:
+        assert [(row["point"], row["runs"]) for row in csv.DictReader(file)] == [("C8_S60", "2"), ("C25_S26", "2")]
+    monkeypatch.setattr(sys, "argv", [*again[:-1], str(tmp_path / "nothing")])
+    with pytest.raises(SystemExit, match=r"--recorded .*nothing: no fig5_runs.csv and curves.csv there"):
+        schedule.main()

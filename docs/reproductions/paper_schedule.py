@@ -3,6 +3,11 @@ of `docs/reproductions/run_cpu.sh paper_fig5 | paper_fig7 | paper_d5` (200 epoch
 
     .venv/bin/python docs/reproductions/paper_schedule.py [--runs runs/repro] [--out docs/reproductions/paper]
 
+--recorded docs/reproductions/paper counts the runs an earlier report wrote there (fig5_runs.csv, curves.csv)
+beside those under --runs: a sweep goes on on another (or a renewed) machine with only its remaining runs. Per
+run (sweep, point, seed) a finished run wins over an unfinished one, then the longer curve; a run finished in
+both, the run directory's figure.
+
 Every run validates on the CIFAR-10 test split once per epoch (`val_split: 0`), so its `val/acc1` curve is
 the test error at every epoch; the final figure is `mixer test` of `last.ckpt` (test_metrics.json), the
 paper's "last checkpoint". Unfinished runs contribute their curves up to where they are (marked), never a
@@ -93,6 +98,61 @@ def read_runs(runs_root: Path) -> list[dict]:
     return rows
 
 
+def _number(text: str, kind: type) -> int | float | None:
+    return kind(text) if text != "" else None
+
+
+def read_recorded(folder: Path) -> list[dict]:
+    """The runs an earlier report wrote into `folder` (fig5_runs.csv and curves.csv, committed with the
+    docs), as `read_runs` gives them: the figures of runs whose directories are gone (another machine, a
+    renewed one) still count, and a sweep can go on elsewhere with only its remaining runs."""
+    runs_csv, curves_csv = folder / "fig5_runs.csv", folder / "curves.csv"
+    if not runs_csv.is_file() or not curves_csv.is_file():
+        raise SystemExit(
+            f"paper_schedule.py: --recorded {folder}: no fig5_runs.csv and curves.csv there (what --out writes)"
+        )
+    curves: dict[tuple, dict[int, float]] = defaultdict(dict)
+    with curves_csv.open(newline="") as file:
+        for row in csv.DictReader(file):
+            curves[(row["sweep"], row["point"], int(row["seed"]))][int(row["epoch"])] = float(row["test_error"])
+    rows = []
+    with runs_csv.open(newline="") as file:
+        for row in csv.DictReader(file):
+            key = (row["sweep"], row["point"], int(row["seed"]))
+            rows.append(
+                row
+                | {
+                    "omega_exp": int(row["omega_exp"]),
+                    "C": _number(row["C"], int),
+                    "S": _number(row["S"], int),
+                    "m": _number(row["m"], int),
+                    "p": _number(row["p"], float),
+                    "L": _number(row["L"], int),
+                    "permute": row["permute"] or None,
+                    "seed": key[2],
+                    "epochs": int(row["epochs"]),
+                    "error_curve": curves[key],
+                    "final": _number(row["final"], float),
+                }
+            )
+    return rows
+
+
+def merge_runs(fresh: list[dict], recorded: list[dict]) -> list[dict]:
+    """One row per run (sweep, point, seed): a finished run over an unfinished one, then the longer curve;
+    where both are finished, the run directory's own figure (`fresh`)."""
+
+    def rank(run: dict, fresh: bool) -> tuple:
+        return run["final"] is not None, run["epochs"], fresh
+
+    best: dict[tuple, dict] = {}
+    for run, is_fresh in [(r, False) for r in recorded] + [(r, True) for r in fresh]:
+        key = (run["sweep"], run["point"], run["seed"])
+        if key not in best or rank(run, is_fresh) > rank(*best[key]):
+            best[key] = (run, is_fresh)
+    return [run for run, _ in best.values()]
+
+
 def mean_sd(values: list[float]) -> tuple[float, float, int]:
     values = [v for v in values if v is not None]
     if not values:
@@ -150,7 +210,7 @@ def points_table(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     for (item, exponent, family, point), group in sorted(
         keyed.items(), key=lambda kv: (kv[0][:3], kv[1][0]["C"] or 0, kv[1][0]["m"] or 0, kv[1][0]["L"] or 0)
     ):
-        if not any(r["epochs"] for r in group):
+        if not any(r["epochs"] or r["final"] is not None for r in group):
             continue  # queued, not started: the run list (fig5_runs.csv) names it
         first = group[0]
         row = {
@@ -295,10 +355,11 @@ def third_seed_runs(runs: list[dict]) -> list[dict]:
     return list(named.values())
 
 
-def write_csv(path: Path, rows: list[dict]) -> None:
-    if not rows:
+def write_csv(path: Path, rows: list[dict], keys: list[str] | None = None) -> None:
+    """`rows` as CSV; with no rows, only `keys` as the header (nothing without them)."""
+    keys = list(dict.fromkeys(k for row in rows for k in row)) or keys
+    if not keys:
         return
-    keys = list(dict.fromkeys(k for row in rows for k in row))
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, keys)
         writer.writeheader()
@@ -406,6 +467,8 @@ def plot_curves(runs: list[dict], exponent: int, out: Path) -> None:
             group = [r for r in chosen if r["family"] == family and r["C"] == c and r["error_curve"]]
             if not group:
                 continue
+            # the finished seeds where there are any: a seed still running would cut the mean curve short
+            group = [r for r in group if r["final"] is not None] or group
             epochs = sorted(set.intersection(*(set(r["error_curve"]) for r in group)))
             mean = [100 * statistics.fmean(r["error_curve"][e] for r in group) for e in epochs]
             label = f"{FAMILIES[family]} C = {c}, S = {group[0]['S']} ({seeds(len(group))})"
@@ -414,7 +477,8 @@ def plot_curves(runs: list[dict], exponent: int, out: Path) -> None:
     ax.set(xlabel="epoch", ylabel="test error (%), mean over seeds", ylim=(None, 60))
     ax.set_title(f"Test error every epoch, Ω = 2^{exponent} (S-Mixer solid, RP dashed)")
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=6, ncol=2)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(out / f"fig5_curves_2p{exponent}.png", dpi=120)
     plt.close(fig)
@@ -471,8 +535,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default="runs/repro")
     parser.add_argument("--out", default="docs/reproductions/paper")
+    parser.add_argument(
+        "--recorded",
+        help="a folder an earlier report wrote (e.g. docs/reproductions/paper): its runs count beside --runs'",
+    )
     args = parser.parse_args()
     runs = read_runs(Path(args.runs))
+    if args.recorded:
+        runs = merge_runs(runs, read_recorded(Path(args.recorded)))
     if not runs:
         raise SystemExit(f"paper_schedule.py: no paper-schedule sweeps under {args.runs}")
     out = Path(args.out)
@@ -494,6 +564,7 @@ def main() -> None:
             for r in runs
             for epoch, error in sorted(r["error_curve"].items())
         ],
+        ["sweep", "point", "seed", "epoch", "test_error"],  # read back by --recorded
     )
     epochs = [*EPOCHS, None]
     claims = fig5_claims(runs, epochs)
