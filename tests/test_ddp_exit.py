@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import CPU_DDP, TEST_CONFIGS
+from helpers import CPU_DDP, TEST_CONFIGS, run_with_stacks_on_timeout
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
 MIXER = str(Path(sys.executable).parent / "mixer")
@@ -21,10 +21,8 @@ MIXER = str(Path(sys.executable).parent / "mixer")
 def ddp_fit(tmp_path: Path, config: Path, *flags: str) -> subprocess.CompletedProcess:
     """``mixer fit`` of the tiny config on two CPU processes, with the callbacks of `config` (from
     tests/helpers, trusted), in `tmp_path`."""
-    return subprocess.run(
+    return run_with_stacks_on_timeout(
         [MIXER, "fit", "--config", TINY, *CPU_DDP, "--config", str(config), *flags],
-        capture_output=True,
-        text=True,
         timeout=300,
         cwd=tmp_path,
         env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},

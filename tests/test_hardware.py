@@ -13,7 +13,7 @@ import pytest
 import torch
 from lightning.pytorch import Callback
 
-from helpers import CONFIGS, CPU_DDP, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, CPU_DDP, TEST_CONFIGS, read_json, run_dirs, run_with_stacks_on_timeout
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
@@ -29,9 +29,7 @@ def last_checkpoint() -> dict:
 
 def run_mixer(args: list[str], timeout: int = 300, **kwargs) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    result = subprocess.run(
-        [MIXER, *args], capture_output=True, text=True, timeout=timeout, env=env, check=False, **kwargs
-    )
+    result = run_with_stacks_on_timeout([MIXER, *args], timeout=timeout, env=env, **kwargs)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import yaml
 from lightning.pytorch import Trainer
 from lightning.pytorch.tuner import Tuner
 
-from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, read_json, run_dirs, run_with_stacks_on_timeout
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.errors import ConfigError
@@ -178,7 +177,7 @@ def test_val_loss_under_ddp_is_the_mean_over_the_whole_validation_set(trained, t
     one = read_json(run / "val_metrics.json")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
-    result = subprocess.run([MIXER, *whole, *ddp], capture_output=True, text=True, env=env, timeout=600, check=False)
+    result = run_with_stacks_on_timeout([MIXER, *whole, *ddp], timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     two = read_json(run / "val_metrics.json")
     assert two["val/loss"] == pytest.approx(one["val/loss"], abs=1e-6)
@@ -197,7 +196,7 @@ def test_under_ddp_each_test_image_is_evaluated_once(trained, tmp_path: Path) ->
     one = read_json(run / "test_metrics.json")
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     ddp = ["--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"]
-    result = subprocess.run([MIXER, *whole, *ddp], capture_output=True, text=True, env=env, timeout=600, check=False)
+    result = run_with_stacks_on_timeout([MIXER, *whole, *ddp], timeout=600, env=env)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     two = read_json(run / "test_metrics.json")
     assert two["of"] == 359 and two["images"] == 359 and not two["partial"]

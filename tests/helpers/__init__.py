@@ -7,6 +7,9 @@ fixture), and the callbacks the kill/resume tests name by class path (`killer`, 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +56,27 @@ def one_line_error(capsys: Any, args: list[str], code: int = 2) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("mixer: error: "), err
     return err[0]
+
+
+def run_with_stacks_on_timeout(command: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)``, except that a
+    command still running after `timeout` seconds fails the test with the Python stack of every thread of
+    every process it started (DDP ranks, DataLoader workers): they run with faulthandler on and get SIGABRT,
+    so a hang that CI meets once in many runs is a report of where each process waits, not a bare timeout."""
+    import pytest
+
+    env = {**kwargs.pop("env", os.environ), "PYTHONFAULTHANDLER": "1"}
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, **kwargs
+    )
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGABRT)  # the whole session: the ranks Lightning started and their workers
+        try:
+            out, err = process.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            out, err = process.communicate()
+        pytest.fail(f"{' '.join(command[:3])} ran past {timeout} s; its processes' stacks:\n{err[-30000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, out, err)

@@ -27,10 +27,10 @@ def record_one_and_two_processes(
 ) -> tuple[list[str], list[list[str]]]:
     """Run `command` (a ``mixer fit`` with `ImageRecorder` among its callbacks) on one CPU process, then with
     DDP on two (gloo), each with its `extra` arguments; return the lines that process and the two ranks wrote."""
-    import subprocess
+    from helpers import run_with_stacks_on_timeout
 
     for name, devices, more in (("one", "1", extra[0]), ("two", "2", extra[1])):
-        result = subprocess.run(
+        result = run_with_stacks_on_timeout(
             [
                 *command,
                 "--trainer.callbacks.folder",
@@ -43,10 +43,8 @@ def record_one_and_two_processes(
                 name,
                 *more,
             ],
-            env=env,
-            capture_output=True,
-            text=True,
             timeout=600,
+            env=env,
             cwd=tmp_path,
         )
         assert result.returncode == 0, result.stderr[-3000:]
