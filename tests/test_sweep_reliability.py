@@ -97,6 +97,33 @@ def test_sweep_point_never_moves_a_live_run_aside(capsys: pytest.CaptureFixture,
     assert [c[0] for c in recorded] == ["fit", "test"]
 
 
+def test_without_flock_a_lock_file_whose_pid_a_later_process_got_is_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a filesystem without flock the lock file is the lock, taken over once its PID is gone; a PID the
+    system gave again to a later process (here this one: it started after the file's time) is gone too."""
+    import fcntl
+    import socket
+
+    from mixer_lightning.errors import ResourceError
+    from mixer_lightning.safety.atomic import process_started
+
+    def no_flock(fd: int, operation: int) -> None:
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    started = process_started(os.getpid())
+    if started is None:
+        pytest.skip("no process start times here (/proc)")
+    lock = tmp_path / "run" / ".mixer.lock"
+    lock.parent.mkdir()
+    lock.write_text(f"{os.getpid()} {socket.gethostname()} {time.time():.0f}\n")  # this process's own: live
+    with pytest.raises(ResourceError, match="is being written by process"):
+        RunLock(lock.parent).acquire()
+    lock.write_text(f"{os.getpid()} {socket.gethostname()} {started - 60:.0f}\n")  # before this process began
+    RunLock(lock.parent).acquire().release()
+
+
 def test_a_point_runs_in_one_process_at_a_time(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """A second `sweep point` of a point while the first tests it (two array tasks of one index, a re-run
     while an orphan works) is refused in one line: the point is not tested (or fitted) twice."""

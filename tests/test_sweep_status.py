@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,10 +33,20 @@ def _log(run_dir: Path, accuracies: list[float], start: float, seconds: list[flo
     writer.close()
 
 
-def _lock(run_dir: Path, pid: int, host: str) -> None:
+def _lock(run_dir: Path, pid: int, host: str, since: float = 1795700000) -> None:
     """The point's lock file as `PointLock` writes it (``PID HOST TIME``) beside the run directory."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
-    (run_dir.parent / f".{run_dir.name}.point.lock").write_text(f"{pid} {host} 1795700000\n")
+    (run_dir.parent / f".{run_dir.name}.point.lock").write_text(f"{pid} {host} {since:.0f}\n")
+
+
+def started_before_this_process() -> float:
+    """A time before this process started: a lock written then was written by another process."""
+    from mixer_lightning.safety.atomic import process_started
+
+    started = process_started(os.getpid())
+    if started is None:
+        pytest.skip("no process start times here (/proc)")
+    return started - 60
 
 
 def _gone() -> int:
@@ -65,7 +76,8 @@ def test_every_state_of_a_sweeps_runs_and_the_time_left(capsys: pytest.CaptureFi
     # resumed with --trainer.max_epochs 3: the newest config the run saved counts, not the sweep's
     running.joinpath("config.yaml").write_text("trainer:\n  max_epochs: 2\n")
     running.joinpath("config.resume1.yaml").write_text("trainer:\n  max_epochs: 3\n")
-    _lock(running, os.getpid(), socket.gethostname())
+    now = round(time.time())
+    _lock(running, os.getpid(), socket.gethostname(), now)
     _log(elsewhere, [0.3], 3000.0, [12.0])
     _lock(elsewhere, 4242, "another-node")
     _log(stopped, [0.35, 0.65], 4000.0, [5.0, 17.0])  # killed after its last epoch, before the fit ended
@@ -93,7 +105,7 @@ def test_every_state_of_a_sweeps_runs_and_the_time_left(capsys: pytest.CaptureFi
     assert got["C4_S20_seed2"]["running"] == {
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "since": 1795700000.0,
+        "since": now,
         "checked": True,
     }
     assert got["C8_S12_seed0"]["running"]["host"] == "another-node" and not got["C8_S12_seed0"]["running"]["checked"]
@@ -122,6 +134,13 @@ def test_every_state_of_a_sweeps_runs_and_the_time_left(capsys: pytest.CaptureFi
     assert "fitted, test next" in line["C4_S20_seed1"] and "40.00 %" in line["C4_S20_seed1"]
     assert "tested" in line["C4_S20_seed0"] and "25.00 %" in line["C4_S20_seed0"]
     assert "not started" in line["C8_S12_seed2"] and "0/2" in line["C8_S12_seed2"]
+
+    # the lock's process gone and its PID given to a process that started after the lock was written (PIDs
+    # wrap; a renewed machine counts again from 1): not that run
+    _lock(running, os.getpid(), socket.gethostname(), started_before_this_process())
+    main(["sweep", "status", "s", "--json"])
+    (sweep,) = json.loads(capsys.readouterr().out)["sweeps"]
+    assert {r["name"]: r["phase"] for r in sweep["runs"]}["C4_S20_seed2"] == "stopped"
 
 
 def test_a_run_logged_to_csv_has_no_pace_and_the_time_left_is_unknown(capsys: pytest.CaptureFixture) -> None:

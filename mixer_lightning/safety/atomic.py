@@ -249,6 +249,30 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def process_started(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), from /proc; None where that is unknown (not
+    Linux, no such process)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        boot = next(
+            float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines() if line.startswith("btime ")
+        )
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22, starttime: counted after the command's ")"
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def holder_alive(pid: int, since: float | None) -> bool:
+    """Whether the process that wrote a lock file (``PID HOST TIME``) at `since` still runs on this machine:
+    `pid` exists and started before `since`. A process that started later was given the PID again after the
+    holder ended (PIDs wrap, and a renewed machine starts counting again): it holds nothing."""
+    if not pid_alive(pid):
+        return False
+    started = process_started(pid) if since is not None else None
+    return started is None or started <= since + 2  # the lock's whole seconds, and /proc's boot time's
+
+
 def remove_orphans(directory: str | Path, only: str | None = None) -> list[Path]:
     """Delete the ``.NAME.tmp-PID`` files in `directory` whose process is gone (a write killed midway);
     return them. With `only`, just those of the file named `only`: in a user's folder (``mixer export

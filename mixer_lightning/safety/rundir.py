@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from mixer_lightning.errors import ConfigError, ResourceError
-from mixer_lightning.safety.atomic import pid_alive
+from mixer_lightning.safety.atomic import holder_alive
 
 LOCK_NAME = ".mixer.lock"
 _VERSION = re.compile(r"^version_(\d+)$")
@@ -154,8 +154,9 @@ class RunLock:
 
     def _acquire_by_pid(self) -> RunLock:
         if self.path.exists():
-            pid, host = (self.path.read_text().split() + ["0", ""])[:2]
-            if host != socket.gethostname() or (pid.isdigit() and pid_alive(int(pid))):
+            pid, host, started = (self.path.read_text().split() + ["0", "", ""])[:3]
+            since = float(started) if started.replace(".", "", 1).isdigit() else None
+            if host != socket.gethostname() or (pid.isdigit() and holder_alive(int(pid), since)):
                 raise self._refuse()
             self.path.unlink(missing_ok=True)  # left by a process that is gone: taken over
         try:

@@ -26,7 +26,7 @@ from pathlib import Path
 from mixer_lightning.analysis.curves import epoch_log, has_logs
 from mixer_lightning.commands.sweep.manifest import read_manifest
 from mixer_lightning.commands.sweep.runs import FITTED, FRESH, PARTIAL, TESTED, PointLock, load_metrics, run_state
-from mixer_lightning.safety.atomic import pid_alive
+from mixer_lightning.safety.atomic import holder_alive
 from mixer_lightning.safety.config_files import load_configs
 from mixer_lightning.safety.rundir import LOCK_NAME
 
@@ -43,8 +43,9 @@ def add_status_arguments(parser) -> None:
 
 def lock_holder(path: Path) -> dict | None:
     """Who holds the lock file `path` (``PID HOST TIME``, as `RunLock` writes it): None when there is no
-    file, or when its process is gone from this host (a killed holder's file holds no lock); on another
-    host the process cannot be checked, and the holder is given as written."""
+    file, or when its process is gone from this host (a killed holder's file holds no lock; a later process
+    given its PID is not it); on another host the process cannot be checked, and the holder is given as
+    written."""
     try:
         pid, host, started = (path.read_text().split() + ["", "", ""])[:3]
     except OSError:
@@ -52,9 +53,9 @@ def lock_holder(path: Path) -> dict | None:
     if not pid.isdigit():
         return None
     here = host == socket.gethostname()
-    if here and not pid_alive(int(pid)):
-        return None
     since = float(started) if started.replace(".", "", 1).isdigit() else None
+    if here and not holder_alive(int(pid), since):
+        return None
     return {"pid": int(pid), "host": host, "since": since, "checked": here}
 
 
