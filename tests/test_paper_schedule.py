@@ -252,6 +252,9 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
     }
     with (out / "points.csv").open(newline="") as file:
         assert [(row["point"], row["runs"]) for row in csv.DictReader(file)] == [("C8_S60", "2"), ("C25_S26", "2")]
+    (out / "curves.csv").write_text("sweep,point\n")  # not what --out writes: one line naming the columns
+    with pytest.raises(SystemExit, match=r"curves.csv: no column epoch, seed, test_error; give a folder"):
+        schedule.main()
     monkeypatch.setattr(sys, "argv", [*again[:-1], str(tmp_path / "nothing")])
     with pytest.raises(SystemExit, match=r"--recorded .*nothing: no fig5_runs.csv and curves.csv there"):
         schedule.main()

@@ -53,6 +53,8 @@ from mixer_lightning.analysis.curves import epoch_curves, has_logs  # noqa: E402
 from mixer_lightning.commands.sweep.ticks import grid_ticks  # noqa: E402
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
+CURVE_KEYS_ORDER = ("sweep", "point", "seed", "epoch", "test_error")  # curves.csv's columns
+CURVE_KEYS = set(CURVE_KEYS_ORDER)
 FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"}
 # paper_2p<E>_<item>_<family>[_<suffix>]: run_cpu.sh paper_third_seed adds one sweep per point needing a third
 # seed (paper_2p14_fig5_s_mixer_C25_seed2), whose runs count as more seeds of the family's points
@@ -111,6 +113,17 @@ def read_recorded(folder: Path) -> list[dict]:
         raise SystemExit(
             f"paper_schedule.py: --recorded {folder}: no fig5_runs.csv and curves.csv there (what --out writes)"
         )
+    for path, needed in (
+        (runs_csv, {"sweep", "point", "seed", "omega_exp", "epochs", "final"}),
+        (curves_csv, CURVE_KEYS),
+    ):
+        with path.open(newline="") as file:
+            missing = needed - set(next(csv.reader(file), []))
+        if missing:
+            raise SystemExit(
+                f"paper_schedule.py: --recorded {path}: no column {', '.join(sorted(missing))}; "
+                "give a folder paper_schedule.py --out wrote"
+            )
     curves: dict[tuple, dict[int, float]] = defaultdict(dict)
     with curves_csv.open(newline="") as file:
         for row in csv.DictReader(file):
@@ -564,7 +577,7 @@ def main() -> None:
             for r in runs
             for epoch, error in sorted(r["error_curve"].items())
         ],
-        ["sweep", "point", "seed", "epoch", "test_error"],  # read back by --recorded
+        list(CURVE_KEYS_ORDER),  # read back by --recorded
     )
     epochs = [*EPOCHS, None]
     claims = fig5_claims(runs, epochs)
