@@ -258,3 +258,71 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
     monkeypatch.setattr(sys, "argv", [*again[:-1], str(tmp_path / "nothing")])
     with pytest.raises(SystemExit, match=r"--recorded .*nothing: no fig5_runs.csv and curves.csv there"):
         schedule.main()
+
+
+def finish(entry: dict, final: float) -> None:
+    """One emitted run as if trained to the end: its test_metrics.json (the final figure the report reads)."""
+    run_dir = Path(entry["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "test_metrics.json").write_text(json.dumps({"test/acc1": 1.0 - final}))
+
+
+def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block(
+    schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run_cpu.sh paper_fig7 paper_d5` emits grid sweeps (depth, S = C, the RP block) whose sweep.json
+    names each axis by its short name (`num_blocks`, `permute`): the report read `model.init_args.…`,
+    found no depth, and put every depth into one Fig. 7 row. Now: one row per L with its RP − normal, and
+    D.5's blocks 1–4 beside none and all (Fig. 7's L = 4 runs), also when read back with --recorded."""
+    runs_root = tmp_path / "runs"
+    env = os.environ | {
+        "EMIT_ONLY": "1",
+        "REPRO_DIR": str(runs_root),
+        "MIXER": str(Path(sys.executable).parent / "mixer"),
+        "PYTHON": sys.executable,
+    }
+    script = ROOT / "docs" / "reproductions"
+    emitted = subprocess.run(
+        ["bash", script / "run_cpu.sh", "paper_fig7", "paper_d5"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert emitted.returncode == 0, emitted.stderr[-2000:]
+    normal_by_depth, gap_by_depth = {4: 0.40, 8: 0.37, 16: 0.36}, {4: 0.08, 8: 0.04, 16: 0.01}
+    for family in ("s_mixer", "rp_s_mixer"):
+        for entry in json.loads((runs_root / f"paper_2p14_fig7_{family}" / "sweep.json").read_text())["runs"]:
+            depth = entry["axes"]["num_blocks"]
+            gap = gap_by_depth[depth] if family == "rp_s_mixer" else 0.0
+            finish(entry, normal_by_depth[depth] + gap + 0.01 * entry["seed"])
+    d5 = json.loads((runs_root / "paper_2p14_d5_s_mixer" / "sweep.json").read_text())["runs"]
+    assert len(d5) == 8  # four positions, seeds 0 and 1
+    for entry in d5:
+        finish(entry, 0.40 + (0.015 if entry["axes"]["permute"][0] else 0.0) + 0.01 * entry["seed"])
+    out = tmp_path / "paper"
+    monkeypatch.setattr(sys, "argv", ["paper_schedule.py", "--runs", str(runs_root), "--out", str(out)])
+    schedule.main()
+    for recorded in (False, True):
+        with (out / "fig7.csv").open(newline="") as file:
+            finals = [row for row in csv.DictReader(file) if row["epoch"] == "final"]
+        assert [(row["L"], row["normal"], row["rp_minus_normal_pts"]) for row in finals] == [
+            ("4", "40.50 ± 0.71 (2)", "8.0"),
+            ("8", "37.50 ± 0.71 (2)", "4.0"),
+            ("16", "36.50 ± 0.71 (2)", "1.0"),
+        ]
+        with (out / "d5.csv").open(newline="") as file:
+            rows = list(csv.DictReader(file))
+        assert [
+            (row["rp_blocks"], row["runs_from"], row["C"], row["final"], row["final_minus_none_pts"]) for row in rows
+        ] == [
+            ("none", "fig7 L = 4", "25", "40.50 ± 0.71 (2)", ""),
+            ("block 1", "d5", "25", "42.00 ± 0.71 (2)", "1.5"),
+            ("block 2", "d5", "25", "40.50 ± 0.71 (2)", "0.0"),
+            ("block 3", "d5", "25", "40.50 ± 0.71 (2)", "0.0"),
+            ("block 4", "d5", "25", "40.50 ± 0.71 (2)", "0.0"),
+            ("all", "fig7 L = 4", "25", "48.50 ± 0.71 (2)", "8.0"),
+        ]
+        assert "| block 1 | d5 | 25 | 25 |" in (out / "d5.md").read_text()
+        if not recorded:  # the run folders gone (a renewed machine): the committed report alone gives the same
+            empty = tmp_path / "empty"
+            empty.mkdir()
+            argv = ["paper_schedule.py", "--runs", str(empty), "--out", str(out), "--recorded", str(out)]
+            monkeypatch.setattr(sys, "argv", argv)
+            schedule.main()

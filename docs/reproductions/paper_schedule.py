@@ -24,7 +24,8 @@ final figure. Writes into --out:
   need a third seed (issue 24's rule; `third_seed_points`), and ``third_seed_runs.csv``, those points once
   each, which `run_cpu.sh paper_third_seed` trains at seed 2;
 - ``fig7_gap.png`` / ``fig7.csv``: RP − normal against depth L (final, and at chosen epochs);
-- ``d5.csv``: App. D.5's one-RP-block runs beside none/all (Fig. 7's L = 4 runs).
+- ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
+  L = 4 runs), and each one's final error minus none's.
 
 Claims and their statistics (H&K 2024):
 - Fig. 5 "error falls as the effective width m grows": Spearman ρ(m, error) over the S-Mixer's points
@@ -38,6 +39,7 @@ Claims and their statistics (H&K 2024):
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import math
@@ -77,7 +79,7 @@ def read_runs(runs_root: Path) -> list[dict]:
             if (run_dir / "test_metrics.json").is_file():
                 metrics = json.loads((run_dir / "test_metrics.json").read_text())
                 final = 1.0 - metrics["test/acc1"]
-            axes = entry.get("axes", {})
+            axes = entry.get("axes") or {}
             rows.append(
                 {
                     "sweep": sweep,
@@ -85,12 +87,12 @@ def read_runs(runs_root: Path) -> list[dict]:
                     "family": family,
                     "omega_exp": exponent,
                     "point": entry.get("point"),
-                    "C": entry.get("C") or axes.get("model.init_args.channels"),
-                    "S": entry.get("S") or axes.get("model.init_args.tokens"),
+                    "C": entry.get("C") or axis(axes, "channels"),
+                    "S": entry.get("S") or axis(axes, "tokens"),
                     "m": entry.get("m"),
                     "p": entry.get("p"),
-                    "L": axes.get("model.init_args.num_blocks"),
-                    "permute": axes.get("model.init_args.permute"),
+                    "L": axis(axes, "num_blocks"),
+                    "permute": axis(axes, "permute"),
                     "seed": entry["seed"],
                     "epochs": len(curve),
                     "error_curve": {epoch + 1: 1.0 - acc for epoch, acc in curve.items()},  # epoch 1 = after one epoch
@@ -98,6 +100,16 @@ def read_runs(runs_root: Path) -> list[dict]:
                 }
             )
     return rows
+
+
+def axis(axes: dict, name: str):
+    """A grid axis's value in a sweep.json entry, whose `axes` are keyed by the axis's short name (its
+    key's last part: `num_blocks` for `--grid model.init_args.num_blocks=4,8,16`; longer where two keys
+    share it, e.g. `init_args.permute`); None where the sweep has no such axis."""
+    for key, value in axes.items():
+        if key == name or key.endswith("." + name):
+            return value
+    return None
 
 
 def _number(text: str, kind: type) -> int | float | None:
@@ -141,7 +153,7 @@ def read_recorded(folder: Path) -> list[dict]:
                     "m": _number(row["m"], int),
                     "p": _number(row["p"], float),
                     "L": _number(row["L"], int),
-                    "permute": row["permute"] or None,
+                    "permute": ast.literal_eval(row["permute"]) if row["permute"] else None,  # as written
                     "seed": key[2],
                     "epochs": int(row["epochs"]),
                     "error_curve": curves[key],
@@ -398,6 +410,8 @@ def pyplot():
 
 
 def plot_fig5(runs: list[dict], out: Path) -> None:
+    if not any(r["item"] == "fig5" and r["final"] is not None for r in runs):
+        return  # no finished Fig. 5 run (a report of Fig. 7 or D.5 alone): no empty figure
     plt = pyplot()
     fig, (ax_m, ax_c) = plt.subplots(1, 2, figsize=(11, 4.4))
     colors = {12: "C0", 14: "C1", 16: "C2"}
@@ -462,7 +476,8 @@ def plot_fig5(runs: list[dict], out: Path) -> None:
     grid_ticks(ax_m.xaxis, [r["m"] for r in plotted if r["m"]], log=True)
     for ax in (ax_m, ax_c):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        if ax.get_legend_handles_labels()[0]:  # an SW-MLP arm alone plots nothing against C
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(out / "fig5_error.png", dpi=120)
     plt.close(fig)
@@ -515,6 +530,59 @@ def fig7_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
                     "rp_minus_normal_pts": round(100 * (rp[0] - normal[0]), 2),
                 }
             )
+    return rows
+
+
+def rp_blocks(permute) -> str:
+    """App. D.5's name for a `permute` value: which blocks are RP ("none", "block 1", "blocks 1, 3", "all")."""
+    flags = [permute] if isinstance(permute, bool) or permute is None else list(permute)
+    on = [i + 1 for i, flag in enumerate(flags) if flag]
+    if not on:
+        return "none"
+    if len(on) == len(flags) and (len(flags) > 1 or permute is True):
+        return "all"
+    return ("block " if len(on) == 1 else "blocks ") + ", ".join(map(str, on))
+
+
+def d5_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
+    """App. D.5 at each Ω: the 4-block S-Mixer with one RP block, by its position, beside "none" (the normal
+    S-Mixer) and "all" (the RP S-Mixer). `run_cpu.sh paper_d5` trains only the four positions: none and all
+    are Fig. 7's L = 4 runs at the same S = C, the same configs, which are not trained twice."""
+    rows = []
+    order = ["none", "block 1", "block 2", "block 3", "block 4", "all"]
+    for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "d5"}):
+        d5 = [r for r in runs if r["item"] == "d5" and r["omega_exp"] == exponent]
+        groups: dict[str, tuple[str, list[dict]]] = defaultdict(lambda: ("d5", []))
+        for r in d5:
+            groups[rp_blocks(r["permute"])][1].append(r)
+        widths = {(r["C"], r["S"]) for r in d5}
+        for label, family in (("none", "s_mixer"), ("all", "rp_s_mixer")):
+            if label not in groups:
+                same = [
+                    r
+                    for r in runs
+                    if r["item"] == "fig7"
+                    and r["omega_exp"] == exponent
+                    and r["family"] == family
+                    and r["L"] == 4
+                    and (r["C"], r["S"]) in widths
+                ]
+                if same:
+                    groups[label] = ("fig7 L = 4", same)
+        none = groups["none"][1] if "none" in groups else []
+        for label in sorted(groups, key=lambda k: (order.index(k) if k in order else len(order), k)):
+            source, group = groups[label]
+            if not any(r["epochs"] or r["final"] is not None for r in group):
+                continue
+            row = {"omega": f"2^{exponent}", "rp_blocks": label, "runs_from": source, "C": group[0]["C"]}
+            row["S"] = group[0]["S"]
+            for epoch in epochs:
+                row["final" if epoch is None else f"ep{epoch}"] = fmt(*mean_sd([error_at(r, epoch) for r in group]))
+            final, base = mean_sd([r["final"] for r in group]), mean_sd([r["final"] for r in none])
+            row["final_minus_none_pts"] = (
+                round(100 * (final[0] - base[0]), 2) if final[2] and base[2] and label != "none" else None
+            )
+            rows.append(row)
     return rows
 
 
@@ -602,9 +670,13 @@ def main() -> None:
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
     plot_fig7(sevens, out)
+    fives = d5_rows(runs, [20, 50, 100, 150, None])
+    write_csv(out / "d5.csv", fives)
+    (out / "d5.md").write_text(markdown(fives) or "No App. D.5 run has logged an epoch yet.\n")
     unfinished = [r for r in runs if r["final"] is None and r["epochs"]]
     print(markdown(claims))
     print(markdown(sevens))
+    print(markdown(fives))
     partial = ", ".join(f"{r['sweep']}/{r['point']}/seed{r['seed']}: {r['epochs']} epochs" for r in unfinished)
     finished = sum(r["final"] is not None for r in runs)
     print(f"{len(runs)} runs in the sweeps; {finished} finished; {len(unfinished)} running or stopped ({partial})")
