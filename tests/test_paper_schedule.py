@@ -267,6 +267,7 @@ def finish(entry: dict, final: float) -> None:
     (run_dir / "test_metrics.json").write_text(json.dumps({"test/acc1": 1.0 - final}))
 
 
+@pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
 def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block(
     schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -326,3 +327,53 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
             argv = ["paper_schedule.py", "--runs", str(empty), "--out", str(out), "--recorded", str(out)]
             monkeypatch.setattr(sys, "argv", argv)
             schedule.main()
+
+
+@pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
+def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_path: Path) -> None:
+    """On a new (or renewed) machine the run folders are gone but docs/reproductions/paper/fig5_runs.csv is
+    not: `run_cpu.sh paper_fig5` trains only the runs it does not hold as finished (a run recorded unfinished
+    trains again); RECORDED= trains them all. The fits are recorded by a stand-in for `mixer sweep point`."""
+    stub = tmp_path / "mixer"
+    calls = tmp_path / "calls.txt"
+    stub.write_text(
+        "#!/usr/bin/env bash\n"
+        f'if [ "$1 $2" = "sweep point" ]; then echo "$3 $4" >> {calls}; exit 0; fi\n'
+        f'exec {Path(sys.executable).parent / "mixer"} "$@"\n'
+    )
+    stub.chmod(0o755)
+    recorded = tmp_path / "fig5_runs.csv"
+    recorded.write_text(
+        "sweep,item,family,omega_exp,point,seed,epochs,final\n"
+        "paper_2p14_fig5_s_mixer,fig5,s_mixer,14,C8_S60,0,200,0.405\n"
+        "paper_2p14_fig5_s_mixer,fig5,s_mixer,14,C8_S60,1,200,0.3984\n"
+        "paper_2p14_fig5_rp_s_mixer,fig5,rp_s_mixer,14,C60_S8,0,200,0.4216\n"
+        "paper_2p14_fig5_s_mixer,fig5,s_mixer,14,C25_S26,1,163,\n"  # stopped at epoch 163: trains again
+    )
+    env = os.environ | {
+        "REPRO_DIR": str(tmp_path / "runs"),
+        "MIXER": str(stub),
+        "PYTHON": sys.executable,
+        "SEEDS": "0,1",
+        "LANES": "1",
+        "RECORDED": str(recorded),
+    }
+    script = ROOT / "docs" / "reproductions" / "run_cpu.sh"
+    queued = subprocess.run(["bash", script, "paper_fig5"], env=env, capture_output=True, text=True, timeout=300)
+    assert queued.returncode == 0, queued.stderr[-2000:]
+    assert f"3 runs finished in {recorded} are not trained again" in queued.stderr
+    trained = calls.read_text().splitlines()
+    assert len(trained) == 46 - 3  # 9 points × 2 families × 2 seeds + 5 SW-MLP densities × 2 seeds
+    names = {(Path(line.split()[0]).name, line.split()[1]) for line in trained}
+    assert ("paper_2p14_fig5_s_mixer", "C8_S60_seed0") not in names
+    assert ("paper_2p14_fig5_rp_s_mixer", "C60_S8_seed0") not in names
+    assert ("paper_2p14_fig5_rp_s_mixer", "C60_S8_seed1") in names and (
+        "paper_2p14_fig5_s_mixer",
+        "C25_S26_seed1",
+    ) in names
+    calls.unlink()
+    again = subprocess.run(
+        ["bash", script, "paper_fig5"], env=env | {"RECORDED": ""}, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and "not trained again" not in again.stderr
+    assert len(calls.read_text().splitlines()) == 46

@@ -13,7 +13,9 @@
 # relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
 # on one thread (OMP_NUM_THREADS=1): as fast as one two-thread run at a time on an idle 2-core machine
 # (benchmarks/sweep_lanes.sh: 1.02x), and a one-thread run does not stall when other work takes a core. Re-running continues where it stopped: `mixer sweep point` skips finished runs and resumes
-# killed ones from their own last.ckpt. EMIT_ONLY=1 writes the sweeps' configs and runs nothing (to run the
+# killed ones from their own last.ckpt; the paper_* items also skip the runs that the committed report
+# (docs/reproductions/paper/fig5_runs.csv, $RECORDED) holds as finished, so on a new machine the same command
+# trains only the runs still missing. EMIT_ONLY=1 writes the sweeps' configs and runs nothing (to run the
 # points in another order or on other machines: each sweep's run_all.sh or slurm_array.sh). Afterwards:
 # docs/reproductions/report.sh writes the tables and plots.
 set -euo pipefail
@@ -32,6 +34,7 @@ mkdir -p "$OUT" && printf 'data:\n  init_args:\n    root: %s\n' "$DATA" >"$DATA_
 BUDGET=(--config configs/budget/cpu.yaml --config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")
 OMEGA_EXP=${OMEGA_EXP:-14}
 NICE=${NICE:-}  # e.g. NICE="nice -n 10": the runs yield the CPU to interactive work
+RECORDED=${RECORDED-docs/reproductions/paper/fig5_runs.csv}  # finished runs that `run` skips (paper_schedule.py's)
 SEEDS=${SEEDS:-0,1}
 
 emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist: a started sweep is never rewritten)
@@ -41,15 +44,26 @@ emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist:
 }
 
 run() {  # run DIR...: every run of the sweeps, $LANES at a time (none with EMIT_ONLY set), the first seed of
-  # every sweep's points before the second (so a partial queue has whole curves), the sweeps interleaved
+  # every sweep's points before the second (so a partial queue has whole curves), the sweeps interleaved; not
+  # the runs that $RECORDED (the committed report of the paper-schedule sweeps) holds as finished, so that on a
+  # new (or renewed) machine the same command trains only what the report lacks (RECORDED= trains them again)
   [ -z "${EMIT_ONLY:-}" ] || return 0
-  "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -P "$LANES" -L 1 $NICE "$MIXER" sweep point
-import json, re, sys
-queue = []
+  RECORDED=$RECORDED "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -P "$LANES" -L 1 $NICE "$MIXER" sweep point
+import csv, json, os, re, sys
+recorded, path = set(), os.environ["RECORDED"]
+if path and os.path.isfile(path):
+    with open(path, newline="") as file:
+        recorded = {(r["sweep"], r["point"], r["seed"]) for r in csv.DictReader(file) if r.get("final")}
+queue, skipped = [], 0
 for order, folder in enumerate(sys.argv[1:]):
     for index, run in enumerate(json.load(open(folder + "/sweep.json"))["runs"]):
+        if (os.path.basename(folder), run.get("point"), str(run.get("seed"))) in recorded:
+            skipped += 1
+            continue
         seed = re.search(r"seed(\d+)$", run["name"])
         queue.append((int(seed.group(1)) if seed else 0, index, order, folder, run["name"]))
+if skipped:
+    print(f"run_cpu.sh: {skipped} runs finished in {path} are not trained again (RECORDED= to train them)", file=sys.stderr)
 for *_, folder, name in sorted(queue):
     print(folder, name)
 PY
