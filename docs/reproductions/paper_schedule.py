@@ -574,8 +574,8 @@ def d5_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
             source, group = groups[label]
             if not any(r["epochs"] or r["final"] is not None for r in group):
                 continue
-            row = {"omega": f"2^{exponent}", "rp_blocks": label, "runs_from": source, "C": group[0]["C"]}
-            row["S"] = group[0]["S"]
+            first = group[0]
+            row = {"omega": f"2^{exponent}", "rp_blocks": label, "runs_from": source, "C": first["C"], "S": first["S"]}
             for epoch in epochs:
                 row["final" if epoch is None else f"ep{epoch}"] = fmt(*mean_sd([error_at(r, epoch) for r in group]))
             final, base = mean_sd([r["final"] for r in group]), mean_sd([r["final"] for r in none])
