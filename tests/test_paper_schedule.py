@@ -377,3 +377,8 @@ def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_pat
     )
     assert again.returncode == 0 and "not trained again" not in again.stderr
     assert len(calls.read_text().splitlines()) == 46
+    recorded.write_text("sweep,point\n")  # not paper_schedule.py's file: one line, nothing trained
+    calls.unlink()
+    refused = subprocess.run(["bash", script, "paper_fig5"], env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and not calls.exists()
+    assert f"RECORDED={recorded}: no column final, seed; give paper_schedule.py's fig5_runs.csv" in refused.stderr

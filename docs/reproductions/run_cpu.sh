@@ -48,12 +48,17 @@ run() {  # run DIR...: every run of the sweeps, $LANES at a time (none with EMIT
   # the runs that $RECORDED (the committed report of the paper-schedule sweeps) holds as finished, so that on a
   # new (or renewed) machine the same command trains only what the report lacks (RECORDED= trains them again)
   [ -z "${EMIT_ONLY:-}" ] || return 0
-  RECORDED=$RECORDED "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -P "$LANES" -L 1 $NICE "$MIXER" sweep point
+  RECORDED=$RECORDED "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -r -P "$LANES" -L 1 $NICE "$MIXER" sweep point
 import csv, json, os, re, sys
 recorded, path = set(), os.environ["RECORDED"]
 if path and os.path.isfile(path):
     with open(path, newline="") as file:
-        recorded = {(r["sweep"], r["point"], r["seed"]) for r in csv.DictReader(file) if r.get("final")}
+        rows = csv.DictReader(file)
+        missing = {"sweep", "point", "seed", "final"} - set(rows.fieldnames or [])
+        if missing:
+            sys.exit(f"run_cpu.sh: RECORDED={path}: no column {', '.join(sorted(missing))}; give paper_schedule.py's "
+                     "fig5_runs.csv, or RECORDED= to skip nothing")
+        recorded = {(r["sweep"], r["point"], r["seed"]) for r in rows if r["final"]}
 queue, skipped = [], 0
 for order, folder in enumerate(sys.argv[1:]):
     for index, run in enumerate(json.load(open(folder + "/sweep.json"))["runs"]):
