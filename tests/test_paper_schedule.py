@@ -329,19 +329,25 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
             schedule.main()
 
 
-@pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
-def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_path: Path) -> None:
-    """On a new (or renewed) machine the run folders are gone but docs/reproductions/paper/fig5_runs.csv is
-    not: `run_cpu.sh paper_fig5` trains only the runs it does not hold as finished (a run recorded unfinished
-    trains again); RECORDED= trains them all. The fits are recorded by a stand-in for `mixer sweep point`."""
-    stub = tmp_path / "mixer"
-    calls = tmp_path / "calls.txt"
+def recording_mixer(tmp_path: Path) -> tuple[Path, Path]:
+    """A stand-in for the `mixer` command that records each `mixer sweep point DIR RUN` (one line "DIR RUN" in
+    the returned file) instead of training, and runs every other subcommand (`mixer sweep --emit`) for real."""
+    stub, calls = tmp_path / "mixer", tmp_path / "calls.txt"
     stub.write_text(
         "#!/usr/bin/env bash\n"
         f'if [ "$1 $2" = "sweep point" ]; then echo "$3 $4" >> {calls}; exit 0; fi\n'
         f'exec {Path(sys.executable).parent / "mixer"} "$@"\n'
     )
     stub.chmod(0o755)
+    return stub, calls
+
+
+@pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
+def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_path: Path) -> None:
+    """On a new (or renewed) machine the run folders are gone but docs/reproductions/paper/fig5_runs.csv is
+    not: `run_cpu.sh paper_fig5` trains only the runs it does not hold as finished (a run recorded unfinished
+    trains again); RECORDED= trains them all. The fits are recorded by a stand-in for `mixer sweep point`."""
+    stub, calls = recording_mixer(tmp_path)
     recorded = tmp_path / "fig5_runs.csv"
     recorded.write_text(
         "sweep,item,family,omega_exp,point,seed,epochs,final\n"
@@ -382,3 +388,36 @@ def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_pat
     refused = subprocess.run(["bash", script, "paper_fig5"], env=env, capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and not calls.exists()
     assert f"RECORDED={recorded}: no column final, seed; give paper_schedule.py's fig5_runs.csv" in refused.stderr
+
+
+@pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
+def test_d5_trains_the_fig7_runs_its_table_compares_with_and_no_other_depth(tmp_path: Path) -> None:
+    """D.5's "none" and "all" rows are Fig. 7's L = 4 runs: `run_cpu.sh paper_d5` trains those four with its
+    own eight (seed 0 of all before seed 1), so that D.5 is whole without Fig. 7's L = 8 and 16 (before, its
+    table had no "none" or "all" unless paper_fig7 had run); `paper_fig7` still asks for every depth (the real
+    `mixer sweep point` skips a finished run, whichever item trained it)."""
+    stub, calls = recording_mixer(tmp_path)
+    env = os.environ | {
+        "REPRO_DIR": str(tmp_path / "runs"),
+        "MIXER": str(stub),
+        "PYTHON": sys.executable,
+        "LANES": "1",
+        "RECORDED": "",
+    }
+    script = ROOT / "docs" / "reproductions" / "run_cpu.sh"
+    queued = subprocess.run(["bash", script, "paper_d5"], env=env, capture_output=True, text=True, timeout=300)
+    assert queued.returncode == 0, queued.stderr[-2000:]
+    trained = [(Path(line.split()[0]).name, line.split()[1]) for line in calls.read_text().splitlines()]
+    fig7 = [(sweep, name) for sweep, name in trained if "_fig7_" in sweep]
+    assert sorted(fig7) == [
+        (f"paper_2p14_fig7_{family}", f"num_blocks4_channels25_tokens25_seed{seed}")
+        for family in ("rp_s_mixer", "s_mixer")
+        for seed in (0, 1)
+    ]
+    assert len(trained) == 4 + 8  # and each once
+    assert len(set(trained)) == len(trained)
+    assert [name.endswith("seed0") for _, name in trained] == [True] * 6 + [False] * 6
+    calls.unlink()
+    depths = subprocess.run(["bash", script, "paper_fig7"], env=env, capture_output=True, text=True, timeout=300)
+    assert depths.returncode == 0, depths.stderr[-2000:]
+    assert len(calls.read_text().splitlines()) == 12  # 3 depths × 2 families × 2 seeds

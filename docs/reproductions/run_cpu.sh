@@ -43,10 +43,11 @@ emit() {  # emit DIR CONFIG [FLAGS...]: the sweep's configs (kept if they exist:
   [ -f "$OUT/$dir/sweep.json" ] || "$MIXER" sweep --config "$config" "${BUDGET[@]}" "$@" --emit "$OUT/$dir" >/dev/null
 }
 
-run() {  # run DIR...: every run of the sweeps, $LANES at a time (none with EMIT_ONLY set), the first seed of
-  # every sweep's points before the second (so a partial queue has whole curves), the sweeps interleaved; not
-  # the runs that $RECORDED (the committed report of the paper-schedule sweeps) holds as finished, so that on a
-  # new (or renewed) machine the same command trains only what the report lacks (RECORDED= trains them again)
+run() {  # run DIR[:PREFIX]...: every run of the sweeps (with :PREFIX, of the points whose name starts with it),
+  # $LANES at a time (none with EMIT_ONLY set), the first seed of every sweep's points before the second (so a
+  # partial queue has whole curves), the sweeps interleaved; not the runs that $RECORDED (the committed report of
+  # the paper-schedule sweeps) holds as finished, so that on a new (or renewed) machine the same command trains
+  # only what the report lacks (RECORDED= trains them again)
   [ -z "${EMIT_ONLY:-}" ] || return 0
   RECORDED=$RECORDED "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -r -P "$LANES" -L 1 $NICE "$MIXER" sweep point
 import csv, json, os, re, sys
@@ -60,8 +61,13 @@ if path and os.path.isfile(path):
                      "fig5_runs.csv, or RECORDED= to skip nothing")
         recorded = {(r["sweep"], r["point"], r["seed"]) for r in rows if r["final"]}
 queue, skipped = [], 0
-for order, folder in enumerate(sys.argv[1:]):
+for order, argument in enumerate(sys.argv[1:]):
+    folder, colon, prefix = argument.rpartition(":")
+    if not colon or "/" in prefix:  # no :PREFIX (a colon inside the folder's path is not one)
+        folder, prefix = argument, ""
     for index, run in enumerate(json.load(open(folder + "/sweep.json"))["runs"]):
+        if not str(run.get("point", run["name"])).startswith(prefix):
+            continue
         if (os.path.basename(folder), run.get("point"), str(run.get("seed"))) in recorded:
             skipped += 1
             continue
@@ -169,25 +175,32 @@ paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-M
   run "${name}_s_mixer" "${name}_rp_s_mixer" "${sw[@]}"
 }
 
-paper_fig7() {  # Fig. 7 at 200 epochs at S = C = round(Ω^(1/3)) (25 at 2^14): depth 4, 8, 16, normal and RP
+emit_paper_fig7() {  # Fig. 7's sweeps at S = C = round(Ω^(1/3)) (25 at 2^14): depth 4, 8, 16, normal and RP
   local -a BUDGET=("${PAPER[@]}")
   local width
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
   local axes=(--grid model.init_args.num_blocks=4,8,16 --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width")
   emit "paper_2p${OMEGA_EXP}_fig7_s_mixer" configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
   emit "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer" configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+}
+
+paper_fig7() {  # Fig. 7 at 200 epochs: every depth (the L = 4 runs that paper_d5 trained are skipped as finished)
+  emit_paper_fig7
   run "paper_2p${OMEGA_EXP}_fig7_s_mixer" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer"
 }
 
 paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one RP block per position; "none" and
-  # "all" are paper_fig7's L = 4 runs (the same configs), so they are not trained twice
+  # "all" are paper_fig7's L = 4 runs (the same configs, not trained twice), which this item trains with its own
+  # (skipped where paper_fig7 finished them), so that D.5's table is whole without the rest of Fig. 7
+  emit_paper_fig7
   local -a BUDGET=("${PAPER[@]}")
   local width
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
   emit "paper_2p${OMEGA_EXP}_d5_s_mixer" configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" \
     --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width" --grid \
     'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true]]'
-  run "paper_2p${OMEGA_EXP}_d5_s_mixer"
+  run "paper_2p${OMEGA_EXP}_fig7_s_mixer:num_blocks4_" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer:num_blocks4_" \
+    "paper_2p${OMEGA_EXP}_d5_s_mixer"
 }
 
 paper_third_seed() {  # issue 24's third seed: each point that paper_schedule.py's third_seed_runs.csv names (two
