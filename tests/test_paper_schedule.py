@@ -329,9 +329,10 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
             schedule.main()
 
 
-def recording_mixer(tmp_path: Path) -> tuple[Path, Path]:
-    """A stand-in for the `mixer` command that records each `mixer sweep point DIR RUN` (one line "DIR RUN" in
-    the returned file) instead of training, and runs every other subcommand (`mixer sweep --emit`) for real."""
+def recording_queue(tmp_path: Path, recorded: str) -> tuple[dict[str, str], Path]:
+    """run_cpu.sh's environment (one lane, runs under tmp_path, RECORDED=`recorded`) with a stand-in for the
+    `mixer` command that records each `mixer sweep point DIR RUN` (one line "DIR RUN" in the returned file)
+    instead of training, and runs every other subcommand (`mixer sweep --emit`) for real."""
     stub, calls = tmp_path / "mixer", tmp_path / "calls.txt"
     stub.write_text(
         "#!/usr/bin/env bash\n"
@@ -339,7 +340,8 @@ def recording_mixer(tmp_path: Path) -> tuple[Path, Path]:
         f'exec {Path(sys.executable).parent / "mixer"} "$@"\n'
     )
     stub.chmod(0o755)
-    return stub, calls
+    env = {"REPRO_DIR": str(tmp_path / "runs"), "MIXER": str(stub), "PYTHON": sys.executable, "LANES": "1"}
+    return os.environ | env | {"SEEDS": "0,1", "RECORDED": recorded}, calls
 
 
 @pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
@@ -347,7 +349,6 @@ def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_pat
     """On a new (or renewed) machine the run folders are gone but docs/reproductions/paper/fig5_runs.csv is
     not: `run_cpu.sh paper_fig5` trains only the runs it does not hold as finished (a run recorded unfinished
     trains again); RECORDED= trains them all. The fits are recorded by a stand-in for `mixer sweep point`."""
-    stub, calls = recording_mixer(tmp_path)
     recorded = tmp_path / "fig5_runs.csv"
     recorded.write_text(
         "sweep,item,family,omega_exp,point,seed,epochs,final\n"
@@ -356,14 +357,7 @@ def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_pat
         "paper_2p14_fig5_rp_s_mixer,fig5,rp_s_mixer,14,C60_S8,0,200,0.4216\n"
         "paper_2p14_fig5_s_mixer,fig5,s_mixer,14,C25_S26,1,163,\n"  # stopped at epoch 163: trains again
     )
-    env = os.environ | {
-        "REPRO_DIR": str(tmp_path / "runs"),
-        "MIXER": str(stub),
-        "PYTHON": sys.executable,
-        "SEEDS": "0,1",
-        "LANES": "1",
-        "RECORDED": str(recorded),
-    }
+    env, calls = recording_queue(tmp_path, str(recorded))
     script = ROOT / "docs" / "reproductions" / "run_cpu.sh"
     queued = subprocess.run(["bash", script, "paper_fig5"], env=env, capture_output=True, text=True, timeout=300)
     assert queued.returncode == 0, queued.stderr[-2000:]
@@ -396,14 +390,7 @@ def test_d5_trains_the_fig7_runs_its_table_compares_with_and_no_other_depth(tmp_
     own eight (seed 0 of all before seed 1), so that D.5 is whole without Fig. 7's L = 8 and 16 (before, its
     table had no "none" or "all" unless paper_fig7 had run); `paper_fig7` still asks for every depth (the real
     `mixer sweep point` skips a finished run, whichever item trained it)."""
-    stub, calls = recording_mixer(tmp_path)
-    env = os.environ | {
-        "REPRO_DIR": str(tmp_path / "runs"),
-        "MIXER": str(stub),
-        "PYTHON": sys.executable,
-        "LANES": "1",
-        "RECORDED": "",
-    }
+    env, calls = recording_queue(tmp_path, "")
     script = ROOT / "docs" / "reproductions" / "run_cpu.sh"
     queued = subprocess.run(["bash", script, "paper_d5"], env=env, capture_output=True, text=True, timeout=300)
     assert queued.returncode == 0, queued.stderr[-2000:]
