@@ -87,6 +87,25 @@ def test_the_claims_on_a_whole_grid_at_two_seeds(schedule) -> None:
     assert (mean, n) == (pytest.approx(0.365), 2) and sd == pytest.approx(math.sqrt(2) * 0.005)
 
 
+def test_the_claims_after_every_epoch_are_over_the_finished_runs(schedule, tmp_path: Path) -> None:
+    """Item 5 (at which epoch a claim appears): the statistics after every epoch that every finished run
+    logged; a seed still running stays out (its curve would change the mean's make-up part way)."""
+    normal = {(8, 60): 0.41, (16, 38): 0.38, (25, 26): 0.36, (38, 16): 0.37, (60, 8): 0.39}
+    runs = [
+        run("s_mixer", C, S, {1: 0.6, 2: 0.5 + e / 10, 3: e}, final=e) | {"seed": 0} for (C, S), e in normal.items()
+    ]
+    runs += [run("rp_s_mixer", C, S, {1: 0.6, 2: 0.6, 3: e + 0.05}, final=e + 0.05) for (C, S), e in normal.items()]
+    runs.append(run("s_mixer", 25, 26, {1: 0.9, 2: 0.9}, seed=1))  # running: not counted
+    rows = schedule.claims_by_epoch(runs)
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+    assert [row["seeds"] for row in rows] == [1, 1, 1]
+    assert [row["best_C"] for row in rows] == [8, 25, 25]  # epoch 1: all tied, the first C
+    assert [row["rp_minus_normal_mean_pts"] for row in rows] == [0.0, 6.18, 5.0]  # 0.6 − (0.5 + 0.0382)
+    assert rows[2]["centre_minus_best_extreme_pts"] == pytest.approx(-3.0)
+    schedule.plot_claims(rows, 14, tmp_path)
+    assert (tmp_path / "fig5_claims_2p14.png").stat().st_size > 0
+
+
 def test_the_points_table_marks_what_has_not_been_reached(schedule) -> None:
     runs = [run("s_mixer", 8, 60, {10: 0.5, 20: 0.45}), run("s_mixer", 8, 60, {10: 0.52}, seed=1)]
     (row,) = schedule.points_table(runs, [10, 20, 50, None])

@@ -20,6 +20,9 @@ final figure. Writes into --out:
 - ``fig5_curves_2p<E>.png``: test error against the epoch, one line per C (S-Mixer solid, RP dashed);
 - ``claims.csv`` and ``claims.md``: at chosen epochs, each claim's statistic (below), so the budget question
   of the 10-epoch sections is answered from the same runs;
+- ``claims_by_epoch.csv`` and ``fig5_claims_2p<E>.png``: the same statistics after every epoch, over the
+  finished runs only (a seed still running would change the mean's make-up part way), so that the epoch at
+  which a claim appears (or stops holding) can be read off (issue 24, item 5);
 - ``third_seed.csv`` / ``third_seed.md``: the pairs of points closer than twice their seeds' spread, which
   need a third seed (issue 24's rule; `third_seed_points`), and ``third_seed_runs.csv``, those points once
   each, which `run_cpu.sh paper_third_seed` trains at seed 2;
@@ -317,6 +320,18 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     return rows
 
 
+def claims_by_epoch(runs: list[dict]) -> list[dict]:
+    """`fig5_claims` after every epoch that every finished Fig. 5 run of its Ω has logged (item 5: at which
+    epoch each claim appears). Finished runs only, so each epoch's means are over the same seeds."""
+    rows = []
+    for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
+        finished = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["final"] is not None]
+        curves = [set(r["error_curve"]) for r in finished if r["family"] != "sw_mlp"]
+        if curves:
+            rows += fig5_claims(finished, sorted(set.intersection(*curves)))
+    return rows
+
+
 def close_pairs(runs: list[dict]) -> list[tuple]:
     """Issue 24's rule, "2 seeds, a third where two points differ by less than twice their spread": each
     pair of neighbouring points of a family's grid (along C for the Mixers, along m for the SW-MLP) and
@@ -512,6 +527,43 @@ def plot_curves(runs: list[dict], exponent: int, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_claims(rows: list[dict], exponent: int, out: Path) -> None:
+    """`claims_by_epoch` at one Ω against the epoch: Fig. 5's rank correlations, Fig. 6's S = C against the
+    better end of the grid and RP − normal (points), and the C of the lowest error."""
+    rows = [r for r in rows if r["omega"] == f"2^{exponent}" and r["epoch"] != "final"]
+    if not rows:
+        return
+    plt = pyplot()
+    fig, (ax_rho, ax_pts, ax_best) = plt.subplots(3, 1, figsize=(7.5, 8.4), sharex=True)
+    epochs = [r["epoch"] for r in rows]
+
+    def line(ax, key, label, style):
+        values = [math.nan if r[key] is None else r[key] for r in rows]
+        if not all(math.isnan(v) for v in values):
+            ax.plot(epochs, values, style, lw=1.2, label=label)
+
+    line(ax_rho, "spearman_m_error", "the whole grid", "-")
+    line(ax_rho, "spearman_C_le_S", "C ≤ S", "--")
+    line(ax_rho, "spearman_C_ge_S", "C ≥ S", ":")
+    ax_rho.set(ylabel="Spearman ρ(m, error)", ylim=(-1.05, 1.05))
+    ax_rho.set_title(f"The claims after every epoch, Ω = 2^{exponent} (finished runs; below 0: Fig. 5's direction)")
+    line(ax_pts, "rp_minus_normal_mean_pts", "RP − normal, mean over C", "-")
+    line(ax_pts, "centre_minus_best_extreme_pts", "S = C − the better end of the grid (below 0: S = C wins)", "--")
+    ax_pts.axhline(0, color="k", lw=0.8)
+    ax_pts.set(ylabel="test error difference (points)")
+    ax_best.plot(epochs, [r["best_C"] for r in rows], "o", ms=2)
+    ax_best.axhline(2 ** (exponent / 3), color="k", lw=0.8, ls="--", label="S = C (C = Ω^(1/3))")
+    ax_best.set(yscale="log", xlabel="epoch", ylabel="C of the lowest error")
+    grid_ticks(ax_best.yaxis, [*(r["best_C"] for r in rows), round(2 ** (exponent / 3))], log=True, slant=False)
+    for ax in (ax_rho, ax_pts, ax_best):
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out / f"fig5_claims_2p{exponent}.png", dpi=120)
+    plt.close(fig)
+
+
 def fig7_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     rows = []
     fig7 = [r for r in runs if r["item"] == "fig7"]
@@ -651,9 +703,12 @@ def main() -> None:
     claims = fig5_claims(runs, epochs)
     write_csv(out / "claims.csv", claims)
     (out / "claims.md").write_text(markdown(claims) or "No Fig. 5 grid has three points at any epoch yet.\n")
+    every_epoch = claims_by_epoch(runs)
+    write_csv(out / "claims_by_epoch.csv", every_epoch)
     plot_fig5(runs, out)
     for exponent in sorted({r["omega_exp"] for r in runs}):
         plot_curves(runs, exponent, out)
+        plot_claims(every_epoch, exponent, out)
     points = points_table(runs, [10, 20, 50, 100, 150, None])
     write_csv(out / "points.csv", points)
     (out / "points.md").write_text(markdown(points))
