@@ -279,11 +279,15 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
         schedule.main()
 
 
-def finish(entry: dict, final: float) -> None:
-    """One emitted run as if trained to the end: its test_metrics.json (the final figure the report reads)."""
+def finish(entry: dict, final: float, curve: dict[int, float] | None = None) -> None:
+    """One emitted run as if trained to the end: its test_metrics.json (the final figure the report reads)
+    and, given a curve (epoch -> test error, from 1), its metrics.csv as Lightning's CSVLogger writes it."""
     run_dir = Path(entry["run_dir"])
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "test_metrics.json").write_text(json.dumps({"test/acc1": 1.0 - final}))
+    if curve:
+        lines = [f"{epoch - 1},{100 * epoch},{1.0 - error}" for epoch, error in sorted(curve.items())]
+        (run_dir / "metrics.csv").write_text("epoch,step,val/acc1\n" + "\n".join(lines) + "\n")
 
 
 @pytest.mark.slow  # ~15 s: `mixer sweep --emit` of the real sweeps through run_cpu.sh
@@ -311,7 +315,9 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
         for entry in json.loads((runs_root / f"paper_2p14_fig7_{family}" / "sweep.json").read_text())["runs"]:
             depth = entry["axes"]["num_blocks"]
             gap = gap_by_depth[depth] if family == "rp_s_mixer" else 0.0
-            finish(entry, normal_by_depth[depth] + gap + 0.01 * entry["seed"])
+            final = normal_by_depth[depth] + gap + 0.01 * entry["seed"]
+            # the gap opens over the first two epochs: 0 after one, half after two, whole after three
+            finish(entry, final, {1: 0.9, 2: 0.6 + gap / 2, 3: final})
     d5 = json.loads((runs_root / "paper_2p14_d5_s_mixer" / "sweep.json").read_text())["runs"]
     assert len(d5) == 8  # four positions, seeds 0 and 1
     for entry in d5:
@@ -326,6 +332,18 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
             ("4", "40.50 ± 0.71 (2)", "8.0"),
             ("8", "37.50 ± 0.71 (2)", "4.0"),
             ("16", "36.50 ± 0.71 (2)", "1.0"),
+        ]
+        with (out / "fig7_by_epoch.csv").open(newline="") as file:
+            every_epoch = [(row["L"], row["epoch"], row["rp_minus_normal_pts"]) for row in csv.DictReader(file)]
+        # RP − normal after every epoch, per depth (the same read back: --recorded keeps the curves)
+        assert every_epoch == [
+            (depth, str(epoch), gap)
+            for depth, gaps in (
+                ("4", ("0.0", "4.0", "8.0")),
+                ("8", ("0.0", "2.0", "4.0")),
+                ("16", ("0.0", "0.5", "1.0")),
+            )
+            for epoch, gap in zip((1, 2, 3), gaps, strict=True)
         ]
         with (out / "d5.csv").open(newline="") as file:
             rows = list(csv.DictReader(file))

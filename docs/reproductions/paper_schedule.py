@@ -26,7 +26,8 @@ final figure. Writes into --out:
 - ``third_seed.csv`` / ``third_seed.md``: the pairs of points closer than twice their seeds' spread, which
   need a third seed (issue 24's rule; `third_seed_points`), and ``third_seed_runs.csv``, those points once
   each, which `run_cpu.sh paper_third_seed` trains at seed 2;
-- ``fig7_gap.png`` / ``fig7.csv``: RP − normal against depth L (final, and at chosen epochs);
+- ``fig7_gap.png`` / ``fig7.csv`` / ``fig7_by_epoch.csv``: RP − normal against depth L (final, and at chosen
+  epochs), and per L after every epoch (finished runs only);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
   L = 4 runs), and each one's final error minus none's.
 
@@ -638,11 +639,18 @@ def d5_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     return rows
 
 
-def plot_fig7(rows: list[dict], out: Path) -> None:
+def fig7_by_epoch(runs: list[dict]) -> list[dict]:
+    """`fig7_rows` after every epoch, over the finished runs only (item 5: when RP's gap opens or closes)."""
+    finished = [r for r in runs if r["item"] == "fig7" and r["final"] is not None]
+    return fig7_rows(finished, sorted({epoch for r in finished for epoch in r["error_curve"]}))
+
+
+def plot_fig7(rows: list[dict], every_epoch: list[dict], out: Path) -> None:
+    """RP − normal against depth at a few epochs (left) and, per depth, after every epoch (right)."""
     if not rows:
         return
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, (ax, ax_epoch) = plt.subplots(1, 2, figsize=(11, 4.2))
     for i, epoch in enumerate(["final", 20, 50, 100]):
         part = [r for r in rows if r["epoch"] == epoch]
         if part:
@@ -653,12 +661,19 @@ def plot_fig7(rows: list[dict], out: Path) -> None:
                 color=f"C{i}",
                 label=f"epoch {epoch}",
             )
-    ax.axhline(0, color="k", lw=0.8)
+    for depth in sorted({r["L"] for r in every_epoch}):
+        part = [r for r in every_epoch if r["L"] == depth and r["epoch"] != "final"]
+        ax_epoch.plot([r["epoch"] for r in part], [r["rp_minus_normal_pts"] for r in part], lw=1, label=f"L = {depth}")
     ax.set(xlabel="depth L (blocks)", ylabel="RP − normal test error (points)")
     ax.set_xticks(sorted({r["L"] for r in rows}))
     ax.set_title("Fig. 7 at S = C: does RP catch up with depth?")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax_epoch.set(xlabel="epoch", ylabel="RP − normal test error (points)")
+    ax_epoch.set_title("… after every epoch (finished runs)")
+    for axis in (ax, ax_epoch):
+        axis.axhline(0, color="k", lw=0.8)
+        axis.grid(alpha=0.3)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out / "fig7_gap.png", dpi=120)
     plt.close(fig)
@@ -724,7 +739,9 @@ def main() -> None:
         writer.writerows(third_seed_runs(runs))
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
-    plot_fig7(sevens, out)
+    sevens_every_epoch = fig7_by_epoch(runs)
+    write_csv(out / "fig7_by_epoch.csv", sevens_every_epoch)
+    plot_fig7(sevens, sevens_every_epoch, out)
     fives = d5_rows(runs, [20, 50, 100, 150, None])
     write_csv(out / "d5.csv", fives)
     (out / "d5.md").write_text(markdown(fives) or "No App. D.5 run has logged an epoch yet.\n")
