@@ -11,6 +11,11 @@ STAMP  := $(VENV)/.installed
 MIN_VENV ?= .venv-min
 MIN_STAMP := $(MIN_VENV)/.installed
 
+# The fast suite runs on one pytest-xdist worker per core, each on one thread (tests/conftest.py); the
+# next free worker takes the next test (worksteal: a few tests take a minute). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= auto
+PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
+
 .PHONY: install quickstart test test-min test-slow test-gpu lint reproduce-cpu clean
 
 $(STAMP): pyproject.toml
@@ -31,7 +36,7 @@ quickstart: $(STAMP)
 	$(BIN)/mixer test --ckpt_path $$best
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 $(MIN_STAMP): pyproject.toml constraints/minimum.txt
 	test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
@@ -42,7 +47,7 @@ $(MIN_STAMP): pyproject.toml constraints/minimum.txt
 # The fast suite on the lowest releases we claim (lightning, jsonargparse, timm, torchmetrics, datasets:
 # constraints/minimum.txt); `make test` runs it on the newest. CI runs both (.ci/run).
 test-min: $(MIN_STAMP)
-	$(MIN_VENV)/bin/python -m pytest -q
+	$(MIN_VENV)/bin/python -m pytest -q $(PARALLEL)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -266,23 +266,49 @@ def _copy_of(error: Exception) -> Exception:
     return copied
 
 
+def _shorter_paths(text: str, excess: int) -> str:
+    """`text` up to `excess` characters shorter where its quoted paths allow: from the longest, each loses
+    folders after its first, as few as it takes (``'/scratch/.../shards/train-0002.tar'`` at the most),
+    and keeps its first folder and its last two parts (the folder and the file the user looks for). A
+    path is also cut to `LONG_WORD` characters this way, not as an echoed value is (`_echo`)."""
+    quoted = re.findall(r"'([^'\s]*/[^'\s]*)'|\"([^\"\s]*/[^\"\s]*)\"", text)
+    for path in sorted({single or double for single, double in quoted}, key=len, reverse=True):
+        parts, need = path.split("/"), max(excess, len(path) - LONG_WORD)
+        if need <= 0 or len(parts) <= 4:
+            continue
+        middle = parts[2:-2]
+        while middle and len(path) - len("/".join([*parts[:2], "...", *middle, *parts[-2:]])) < need:
+            middle.pop(0)
+        shorter = "/".join([*parts[:2], "...", *middle, *parts[-2:]])
+        if len(shorter) < len(path):
+            excess -= (len(path) - len(shorter)) * text.count(path)
+            text = text.replace(path, shorter)
+    return text
+
+
 def bounded_line(error: Exception) -> Exception:
-    """`error` with a message of at most `LINE_LIMIT` characters. Above it, each word longer than
-    `LONG_WORD` (an echoed value: a 5,000-character flag, a name over 255 bytes) is cut as `_echo` cuts
-    it; a message still too long keeps its field, gives the problem up to two thirds of what is left
-    and the fix the rest, each cut at its end. The error is copied, so the original keeps its message."""
+    """`error` with a message of at most `LINE_LIMIT` characters. Above it, quoted paths lose folders
+    from their middle, as many as it takes (`_shorter_paths`: the path gives way, not the problem after
+    it), each word longer than `LONG_WORD` (an echoed value: a 5,000-character flag, a name over 255
+    bytes) is cut as `_echo` cuts it; a message still too long keeps its field, gives the problem up to
+    two thirds of what is left and the fix the rest, each cut at its end. The error is copied, so the
+    original keeps its message."""
     if len(str(error)) <= LINE_LIMIT:
         return error
 
-    def words(part: str) -> str:
-        return re.sub(rf"[^\s'\"]{{{LONG_WORD + 1},}}", lambda word: _echo(word.group()), " ".join(part.split()))
+    def words(part: str, excess: int) -> str:
+        part = _shorter_paths(" ".join(part.split()), excess)
+        return re.sub(rf"[^\s'\"]{{{LONG_WORD + 1},}}", lambda word: _echo(word.group()), part)
 
     bounded = _copy_of(error)
     if not isinstance(error, (ConfigError, ResourceError)):
-        bounded.args = (_one_line(words(str(error)), LINE_LIMIT),)
+        text = " ".join(str(error).split())
+        bounded.args = (_one_line(words(text, len(text) - LINE_LIMIT), LINE_LIMIT),)
         return bounded
-    field, problem, fix = words(error.field), words(error.problem or ""), words(error.fix or "")
+    field, problem, fix = (" ".join((part or "").split()) for part in (error.field, error.problem, error.fix))
     budget = LINE_LIMIT - len(field) - 2 - (2 if fix else 0)
+    problem = words(problem, len(problem) + len(fix) - budget)
+    field, fix = words(field, 0), words(fix, len(problem) + len(fix) - budget)
     if len(problem) + len(fix) > budget:
         problem = _one_line(problem, max(min(len(problem), max(budget - len(fix), 2 * budget // 3)), 20))
         fix = _one_line(fix, max(budget - len(problem), 20)) if fix else fix

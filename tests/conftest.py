@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+
+# Under pytest-xdist (`make test` runs one worker per core) each worker, and each `mixer` it starts, takes
+# one thread (set before torch is imported): at torch's default of one thread per core, N workers ran N²
+# threads, which spun against each other (a third of the CPU time in the kernel on 2 cores).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import lightning.pytorch  # noqa: F401  (first import here: its log handlers bind to pytest's session stream,
 import pytest  #             not to the stream of the first test that imports it, closed after that test)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -194,12 +195,25 @@ def test_a_bad_shard_is_one_line_naming_the_shard_and_the_sample(case: str, caps
         main(["fit", "--config", WDS, "--data.root", "shards"])
     assert exit_info.value.code == 2
     line = last_error(capsys)
-    where = f"shard '{(root / f'imagenet1k-{shard}.tar').resolve()}'" + (f", sample '{sample}'" if sample else "")
+    path = str((root / f"imagenet1k-{shard}.tar").resolve())
+    named = re.match(r"mixer: error: data\.root: shard '([^']+)'", line)
+    assert named and same_path_or_its_ends(named.group(1), path), line
+    where = f"shard '{named.group(1)}'" + (f", sample '{sample}'" if sample else "")
     assert line.startswith(f"mixer: error: data.root: {where}: "), line
     assert problem in line and line.endswith(
         "; re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
     )
     assert not Path("runs").exists()
+
+
+def same_path_or_its_ends(shown: str, path: str) -> bool:
+    """Whether an error line's `shown` path is `path`, or `path` without folders after its first where
+    the line had to give way (a deep temporary folder: pytest-xdist's, a long TMPDIR): its first folder,
+    "...", and a tail of at least its last two parts."""
+    head, dots, tail = shown.partition("/.../")
+    return shown == path or (
+        bool(dots) and path.startswith(head + "/") and path.endswith("/" + tail) and tail.count("/") >= 1
+    )
 
 
 def test_a_bad_shard_under_a_long_path_is_still_one_line(capsys: pytest.CaptureFixture) -> None:
@@ -215,6 +229,31 @@ def test_a_bad_shard_under_a_long_path_is_still_one_line(capsys: pytest.CaptureF
     assert line.startswith("mixer: error: data.root: shard '") and "sample 'train_00009'" in line, line
     assert "out of range" in line and line.endswith("leave it out of data.root"), line
     assert not Path("runs").exists()
+
+
+def test_a_long_shard_path_gives_way_to_the_problem(capsys: pytest.CaptureFixture) -> None:
+    """A path that makes the line too long keeps its ends (first folder, the shards' folder, the file)
+    and the problem stays whole: the path was kept whole and the problem cut from its end, so a shard
+    ~110 characters deep (pytest-xdist's temporary folders; a cluster's scratch) said only "truncated:
+    the file ends without the tar's end-of-arc...". A path short enough for the line stays whole (above)."""
+    root = write_wds(Path("d" * 20) / "shards")
+    _truncate_after_a_member(root / "imagenet1k-train-0002.tar")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", WDS, "--data.root", str(root)])
+    assert exit_info.value.code == 2
+    line = last_error(capsys)
+    path = str((root / "imagenet1k-train-0002.tar").resolve())
+    named = re.match(r"mixer: error: data\.root: shard '([^']+)', sample 'train_00022': ", line)
+    assert named and named.group(1) != path and same_path_or_its_ends(named.group(1), path), line
+    tail = named.group(1).partition("/.../")[2]
+    last_left_out = path[: -len(tail) - 1].rsplit("/", 1)[1]
+    assert len(line) <= 300 and len(line.replace("/.../", f"/.../{last_left_out}/", 1)) > 300, (
+        line
+    )  # as few as it takes
+    assert line.endswith(
+        ": truncated: the file ends without the tar's end-of-archive marker; re-download or re-pack that shard"
+        " (mixer data pack), or leave it out of data.root"
+    ), line
 
 
 def test_an_image_that_does_not_decode_names_its_shard_and_sample(capsys: pytest.CaptureFixture) -> None:

@@ -11,6 +11,8 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -941,19 +943,23 @@ CATALOGUE = [
 
 
 @pytest.fixture(scope="module")
-def catalogue_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    tmp = tmp_path_factory.mktemp("catalogue")
-    cwd = os.getcwd()
-    os.chdir(tmp)
-    try:
-        files = _checkpoint_files(tmp)
-        write_hf(tmp / "hf3", train=12, test=6, size=8, classes=3)
-        import numpy as np
+def catalogue_files() -> Iterator[dict[str, str]]:
+    """The catalogue's files, in a short folder of their own (``$TMPDIR/catalogue-XXXX``): its lines hold
+    these paths whole, and under pytest's deeper folders (pytest-xdist adds ``popen-gwN/``) two of them grew
+    past the line limit, where a path gives way to the problem (`errors.bounded_line`)."""
+    with tempfile.TemporaryDirectory(prefix="catalogue-") as folder:
+        tmp = Path(folder)
+        cwd = os.getcwd()
+        os.chdir(tmp)
+        try:
+            files = _checkpoint_files(tmp)
+            write_hf(tmp / "hf3", train=12, test=6, size=8, classes=3)
+            import numpy as np
 
-        np.savez(tmp / "broken.npz", **{"stem/kernel": np.zeros((2, 2, 3, 8), dtype=np.float32)})
-    finally:
-        os.chdir(cwd)
-    return {**files, "tmp": str(tmp)}
+            np.savez(tmp / "broken.npz", **{"stem/kernel": np.zeros((2, 2, 3, 8), dtype=np.float32)})
+        finally:
+            os.chdir(cwd)
+        yield {**files, "tmp": str(tmp)}
 
 
 def _fill(items: list[str], files: dict[str, str]) -> list[str]:
