@@ -24,8 +24,9 @@ final figure. Writes into --out:
   finished runs only (a seed still running would change the mean's make-up part way), so that the epoch at
   which a claim appears (or stops holding) can be read off (issue 24, item 5);
 - ``third_seed.csv`` / ``third_seed.md``: the pairs of points closer than twice their seeds' spread, which
-  need a third seed (issue 24's rule; `third_seed_points`), and ``third_seed_runs.csv``, those points once
-  each, which `run_cpu.sh paper_third_seed` trains at seed 2;
+  need a third seed (issue 24's rule; `third_seed_points`), or have it and are still that close, and
+  ``third_seed_runs.csv``, those of their points with fewer than three seeds, once each, which
+  `run_cpu.sh paper_third_seed` trains at seed 2;
 - ``fig7_gap.png`` / ``fig7.csv`` / ``fig7_by_epoch.csv``: RP − normal against depth L (final, and at chosen
   epochs), and per L after every epoch (finished runs only);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
@@ -337,8 +338,9 @@ def close_pairs(runs: list[dict]) -> list[tuple]:
     """Issue 24's rule, "2 seeds, a third where two points differ by less than twice their spread": each
     pair of neighbouring points of a family's grid (along C for the Mixers, along m for the SW-MLP) and
     each normal/RP pair at one C, both finished at two or more seeds, whose final means differ by less
-    than twice the larger of their two seed sds. One tuple (Ω exponent, (family, point run), twice,
-    difference, spread) per pair; a point run is a finished run of that point (its C and p)."""
+    than twice the larger of their two seed sds. One tuple (Ω exponent, (family, the point's finished
+    runs), (family, runs), difference, spread) per pair; a pair stays listed once both have their third
+    seed (the order between the two is then not settled by the seeds the issue asks for)."""
     finished = [r for r in runs if r["final"] is not None and r["item"] == "fig5"]
     groups: dict[tuple, dict[tuple, list[dict]]] = defaultdict(lambda: defaultdict(list))
     for r in finished:
@@ -362,30 +364,49 @@ def close_pairs(runs: list[dict]) -> list[tuple]:
             runs_a, runs_b = groups[(exponent, family_a)][a], groups[(exponent, family_b)][b]
             found = close(runs_a, runs_b)
             if found is not None:
-                pairs.append((exponent, (family_a, runs_a[0]), (family_b, runs_b[0]), *found))
+                pairs.append((exponent, (family_a, runs_a), (family_b, runs_b), *found))
     return pairs
 
 
+# Issue 24: "2 seeds, a third where two points differ by less than twice their spread": never a fourth
+MOST_SEEDS = 3
+THIRD_SEED_NOTE = """
+Each pair of neighbouring points (along C, or m for the SW-MLP; and normal against RP at one C) whose final
+means differ by less than twice the larger of their seed sds (`difference_pts` < 2 × `spread_pts`), over the
+seeds finished so far (`seeds`). `third_seed`: "due", a point has two seeds and gets a third
+(`third_seed_runs.csv`, `run_cpu.sh paper_third_seed`); "in", both have three and are still this close: the
+order between the two is within the seeds' noise, and no fourth seed follows.
+"""
+
+
 def third_seed_points(runs: list[dict]) -> list[dict]:
-    """The pairs `close_pairs` finds, one row each, naming the two points that need a third seed."""
+    """The pairs `close_pairs` finds, one row each: the two points, their finished seeds, and whether a
+    third seed is still due ("in": both have three and are still this close, so the order between the two
+    is within the noise of the seeds the issue asks for)."""
     return [
         {
             "omega": f"2^{exponent}",
-            "a": f"{FAMILIES[family_a]} {a['point']}",
-            "b": f"{FAMILIES[family_b]} {b['point']}",
+            "a": f"{FAMILIES[family_a]} {a[0]['point']}",
+            "b": f"{FAMILIES[family_b]} {b[0]['point']}",
             "difference_pts": round(100 * diff, 2),
             "spread_pts": round(100 * spread, 2),
+            "seeds": f"{len(a)}, {len(b)}",
+            "third_seed": "due" if min(len(a), len(b)) < MOST_SEEDS else "in",
         }
         for exponent, (family_a, a), (family_b, b), diff, spread in close_pairs(runs)
     ]
 
 
 def third_seed_runs(runs: list[dict]) -> list[dict]:
-    """Each point `close_pairs` names, once: what `run_cpu.sh paper_third_seed` trains at the next seed (its
-    sweep: the family's grid at Ω, --channels C for a Mixer, --densities p for an SW-MLP)."""
+    """Each point `close_pairs` names that has fewer than three finished seeds, once: what `run_cpu.sh
+    paper_third_seed` trains at seed 2 (its sweep: the family's grid at Ω, --channels C for a Mixer,
+    --densities p for an SW-MLP). A point whose third seed is in is not listed again (no fourth)."""
     named = {}
     for exponent, *sides, _, _ in close_pairs(runs):
-        for family, run in sides:
+        for family, point_runs in sides:
+            if len(point_runs) >= MOST_SEEDS:
+                continue
+            run = point_runs[0]
             named[(exponent, family, run["point"])] = {
                 "omega_exp": exponent,
                 "family": family,
@@ -730,7 +751,9 @@ def main() -> None:
     third = third_seed_points(runs)
     write_csv(out / "third_seed.csv", third)
     (out / "third_seed.md").write_text(
-        markdown(third) if third else "No pair of finished two-seed points is closer than twice its spread yet.\n"
+        markdown(third) + THIRD_SEED_NOTE
+        if third
+        else "No pair of finished two-seed points is closer than twice its spread yet.\n"
     )
     # what `run_cpu.sh paper_third_seed` reads (written empty, header only, when no point needs one)
     with (out / "third_seed_runs.csv").open("w", newline="") as file:
