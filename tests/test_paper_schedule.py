@@ -70,6 +70,9 @@ def test_the_claims_on_a_whole_grid_at_two_seeds(schedule) -> None:
         for seed in (0, 1)
     ]
     runs += [run("rp_s_mixer", C, S, {100: e + 0.03, 200: e + 0.04}) for (C, S), e in normal.items()]
+    # the SW-MLP arm (no C, S): better with m at 200 epochs, worse with m at 100
+    for m, e100, e200 in ((135, 0.40, 0.43), (181, 0.41, 0.42), (405, 0.42, 0.41)):
+        runs.append(run("sw_mlp", 0, 0, {100: e100, 200: e200}) | {"C": None, "S": None, "m": m, "point": f"m{m}"})
     at_100, at_200 = schedule.fig5_claims(runs, [100, 200])
     assert schedule.fig5_claims(runs[::-1], [200])[0]["spearman_m_error"] == at_200["spearman_m_error"]
     assert (at_200["points"], at_200["seeds"], at_200["best_C"]) == (5, 2, 25)
@@ -82,6 +85,12 @@ def test_the_claims_on_a_whole_grid_at_two_seeds(schedule) -> None:
     assert at_200["spearman_C_ge_S"] is None  # two points on the C > S side (S = 26 > C = 25): too few
     assert at_200["rp_minus_normal_mean_pts"] == pytest.approx(3.5) and at_200["rp_points"] == 5
     assert at_100["rp_minus_normal_mean_pts"] == pytest.approx(1.0) and at_100["seeds"] == 2
+    # the RP S-Mixer's own width trend (one seed each, in the normal one's order) and the SW-MLP's
+    assert at_200["rp_spearman_m_error"] == pytest.approx(-9 / math.sqrt(90), abs=1e-3)
+    assert (at_200["rp_spearman_C_le_S"], at_200["rp_spearman_C_ge_S"]) == (-1.0, None)
+    assert (at_200["sw_spearman_m_error"], at_100["sw_spearman_m_error"]) == (-1.0, 1.0)
+    # Fig. 6's margin beside its noise: twice the largest seed sd of S = C and the two ends (each √2 · 0.5 points)
+    assert at_200["centre_noise_pts"] == pytest.approx(2 * math.sqrt(2) * 0.5, abs=0.01)
     points = schedule.by_point([r for r in runs if r["family"] == "s_mixer"], 200)
     mean, sd, n = points[(25, 26, 650)]
     assert (mean, n) == (pytest.approx(0.365), 2) and sd == pytest.approx(math.sqrt(2) * 0.005)

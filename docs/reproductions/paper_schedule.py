@@ -36,8 +36,11 @@ Claims and their statistics (H&K 2024):
 - Fig. 5 "error falls as the effective width m grows": Spearman ρ(m, error) over the S-Mixer's points
   (negative: the claim's direction), and the same on each branch (C ≤ S and C ≥ S);
 - Fig. 6 "the lowest error near S = C": the C of the lowest mean error, and error(S ≈ C) minus the lower
-  of the two extremes of the grid (negative: S = C wins);
-- Fig. 5 / Sec. 5.3 "RP tracks the normal Mixer": mean over C of RP − normal;
+  of the two extremes of the grid (negative: S = C wins), beside twice the largest seed sd of those three
+  points (``centre_noise_pts``: a margin below it is within the seeds' noise);
+- Fig. 5 / Sec. 5.3 "RP tracks the normal Mixer": mean over C of RP − normal, and the RP S-Mixer's own
+  ρ(m, error) across its grid and on each branch ("similar tendencies" with m);
+- Fig. 5's SW-MLP arm: ρ(m, error) over its densities;
 - Fig. 7 "RP catches up with depth": RP − normal at each L.
 """
 
@@ -277,22 +280,29 @@ def rounded(value: float, digits: int) -> float | None:
     return None if value is None or math.isnan(value) else round(value, digits)
 
 
+def width_ranks(points: dict[tuple, tuple[float, float, int]]) -> tuple[float, float, float]:
+    """Spearman ρ(m, error) over a Mixer family's points (C, S, m) -> (mean, sd, n): across the grid, along
+    C ≤ S and along C ≥ S (nan where a side has fewer than three points)."""
+    keys = sorted(points, key=lambda k: k[0])
+    left = [k for k in keys if k[0] <= k[1]]
+    right = [k for k in keys if k[0] >= k[1]]
+    return tuple(spearman([k[2] for k in side], [points[k][0] for k in side]) for side in (keys, left, right))
+
+
 def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     rows = []
     for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
-        normal = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] == "s_mixer"]
-        rp = [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] == "rp_s_mixer"]
+        family = {
+            name: [r for r in runs if r["item"] == "fig5" and r["omega_exp"] == exponent and r["family"] == name]
+            for name in FAMILIES
+        }
+        normal, rp = family["s_mixer"], family["rp_s_mixer"]
         for epoch in epochs:
             points = by_point(normal, epoch)
             if len(points) < 3:
                 continue
             keys = sorted(points, key=lambda k: k[0])
-            errors = [points[k][0] for k in keys]
-            rho = spearman([k[2] for k in keys], errors)
-            left = [k for k in keys if k[0] <= k[1]]
-            right = [k for k in keys if k[0] >= k[1]]
-            rho_left = spearman([k[2] for k in left], [points[k][0] for k in left])
-            rho_right = spearman([k[2] for k in right], [points[k][0] for k in right])
+            rho, rho_left, rho_right = width_ranks(points)
             best = min(keys, key=lambda k: points[k][0])
             centre = min(keys, key=lambda k: abs(math.log(k[0] / k[1])))
             extremes = min(points[keys[0]][0], points[keys[-1]][0])
@@ -300,8 +310,15 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
             # unstarted runs included): a grid reached up to C = 32 of 60 has no C > S end yet
             planned = sorted({(r["C"], r["S"], r["m"]) for r in normal}, key=lambda k: k[0])
             two_sided = planned[0] in points and planned[-1] in points and centre not in (planned[0], planned[-1])
+            # Fig. 6's margin: S = C against the ends beyond the seeds' noise (twice the largest sd of the three)
+            noise = [points[k][1] for k in (centre, keys[0], keys[-1]) if not math.isnan(points[k][1])]
             rp_points = by_point(rp, epoch)
             gaps = [rp_points[k][0] - points[k][0] for k in keys if k in rp_points]
+            # Sec. 5.3: "the normal and RP S-Mixers show similar tendencies" with m; the SW-MLP's along its m
+            rp_rho, rp_left, rp_right = width_ranks(rp_points) if len(rp_points) >= 3 else (math.nan,) * 3
+            sw_points = by_point(family["sw_mlp"], epoch)
+            sw_m = sorted(sw_points, key=lambda k: k[2])
+            sw_rho = spearman([k[2] for k in sw_m], [sw_points[k][0] for k in sw_m])
             rows.append(
                 {
                     "omega": f"2^{exponent}",
@@ -315,8 +332,13 @@ def fig5_claims(runs: list[dict], epochs: list[int | None]) -> list[dict]:
                     "centre_minus_best_extreme_pts": round(100 * (points[centre][0] - extremes), 2)
                     if two_sided
                     else None,
+                    "centre_noise_pts": round(200 * max(noise), 2) if two_sided and noise else None,
                     "rp_minus_normal_mean_pts": round(100 * statistics.fmean(gaps), 2) if gaps else None,
                     "rp_points": len(gaps),
+                    "rp_spearman_m_error": rounded(rp_rho, 3),
+                    "rp_spearman_C_le_S": rounded(rp_left, 3),
+                    "rp_spearman_C_ge_S": rounded(rp_right, 3),
+                    "sw_spearman_m_error": rounded(sw_rho, 3),
                 }
             )
     return rows
