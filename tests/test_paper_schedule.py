@@ -478,3 +478,46 @@ def test_d5_trains_the_fig7_runs_its_table_compares_with_and_no_other_depth(tmp_
     depths = subprocess.run(["bash", script, "paper_fig7"], env=env, capture_output=True, text=True, timeout=300)
     assert depths.returncode == 0, depths.stderr[-2000:]
     assert len(calls.read_text().splitlines()) == 12  # 3 depths × 2 families × 2 seeds
+
+
+def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its_folder(
+    schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue asks for the machine time per run: each run's minutes from its epochs' TensorBoard wall
+    times, a stop (the session ended, resumed hours later) counted as one median epoch, in fig5_runs.csv
+    and machine_time.md per family; read back by --recorded when the run folders are gone."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    runs_root = tmp_path / "runs"
+    fake_sweep(runs_root, "paper_2p14_fig5_s_mixer", {(8, 60): [0.40], (25, 26): [0.36], (60, 8): [0.38]}, [0])
+    start = 1795700000.0
+    # C = 25: intervals of 20, 20, 20 s, a 3-hour stop (one median, 20 s), 30 s, and the first epoch (its start
+    # is not logged: one median, 20 s): 130 s; C = 8: three intervals of 60 s and the first, 240 s
+    for C, S, ends in ((25, 26, [0, 20, 40, 60, 10860, 10890]), (8, 60, [0, 60, 120, 180])):
+        writer = SummaryWriter(str(runs_root / "paper_2p14_fig5_s_mixer" / "runs" / f"C{C}_S{S}" / "seed0"))
+        for epoch, after in enumerate(ends):
+            writer.add_scalar("val/acc1", 0.5, global_step=10 * epoch + 9, walltime=start + after)
+            writer.add_scalar("epoch", epoch, global_step=10 * epoch + 9, walltime=start + after)
+        writer.close()
+    out = tmp_path / "paper"
+    monkeypatch.setattr(sys, "argv", ["paper_schedule.py", "--runs", str(runs_root), "--out", str(out)])
+    schedule.main()
+    for recorded in (False, True):
+        with (out / "fig5_runs.csv").open(newline="") as file:
+            minutes = {row["point"]: row["minutes"] for row in csv.DictReader(file)}
+        assert minutes == {"C8_S60": "4.0", "C25_S26": "2.2", "C60_S8": ""}  # C = 60 logged no epochs
+        with (out / "machine_time.csv").open(newline="") as file:
+            (row,) = list(csv.DictReader(file))
+        assert (row["family"], row["finished"], row["timed"], row["median_min"], row["lane_hours"]) == (
+            "S-Mixer",
+            "3",
+            "2",
+            "3",  # the median of 2.17 and 4.0 minutes, rounded
+            "0.1",
+        )
+        if not recorded:  # the run folders gone: the committed report gives the same
+            empty = tmp_path / "empty"
+            empty.mkdir()
+            argv = ["paper_schedule.py", "--runs", str(empty), "--out", str(out), "--recorded", str(out)]
+            monkeypatch.setattr(sys, "argv", argv)
+            schedule.main()

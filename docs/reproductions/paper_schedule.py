@@ -27,6 +27,8 @@ final figure. Writes into --out:
   need a third seed (issue 24's rule; `third_seed_points`), or have it and are still that close, and
   ``third_seed_runs.csv``, those of their points with fewer than three seeds, once each, which
   `run_cpu.sh paper_third_seed` trains at seed 2;
+- ``machine_time.csv`` / ``machine_time.md``: the minutes each family's finished runs took (median,
+  range, lane-hours), from each run's epoch times (``minutes`` in ``fig5_runs.csv``);
 - ``fig7_gap.png`` / ``fig7.csv`` / ``fig7_by_epoch.csv``: RP − normal against depth L (final, and at chosen
   epochs), and per L after every epoch (finished runs only);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
@@ -59,7 +61,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from mixer_lightning.analysis.curves import epoch_curves, has_logs  # noqa: E402
+from mixer_lightning.analysis.curves import epoch_curves, epoch_log, has_logs  # noqa: E402
 from mixer_lightning.commands.sweep.ticks import grid_ticks  # noqa: E402
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
@@ -69,6 +71,57 @@ FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"
 # paper_2p<E>_<item>_<family>[_<suffix>]: run_cpu.sh paper_third_seed adds one sweep per point needing a third
 # seed (paper_2p14_fig5_s_mixer_C25_seed2), whose runs count as more seeds of the family's points
 SWEEP_NAME = re.compile(r"paper_2p(?P<exponent>\d+)_(?P<item>[a-z0-9]+)_(?P<family>rp_s_mixer|s_mixer|sw_mlp)(_.+)?")
+
+
+INTERRUPTED = 5  # an epoch interval over 5× the run's median is a stop (the session ended), not training
+
+
+def run_minutes(times: list[float]) -> float | None:
+    """The machine time a run took, in minutes, from the wall times its epochs were logged at: the sum of
+    the intervals between them (training and the epoch's validation), where an interval over INTERRUPTED×
+    the median (the run stopped and resumed later) counts as a median epoch, plus one median for the first
+    epoch (its start is not logged). None with fewer than two epochs logged."""
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    if not gaps:
+        return None
+    typical = statistics.median(gaps)
+    return (typical + sum(g if g <= INTERRUPTED * typical else typical for g in gaps)) / 60
+
+
+MACHINE_TIME_NOTE = """
+Minutes a finished run took on the machine that trained it (`run_minutes`: the sum of its epoch
+intervals from the TensorBoard wall times, a stop counted as a median epoch), over the finished runs whose
+times are known (`timed`; runs recorded before the report kept times have none). Two runs train side by
+side (two lanes, one thread each), so the machine's wall time is about half the lane-hours.
+"""
+
+
+def machine_time(runs: list[dict]) -> list[dict]:
+    """Per item, Ω, family (and depth): the minutes the finished runs took (`run_minutes`)."""
+    groups: dict[tuple, list[float]] = defaultdict(list)
+    counts: dict[tuple, int] = defaultdict(int)
+    for r in runs:
+        if r["final"] is None:
+            continue
+        key = (r["item"], r["omega_exp"], r["family"], r["L"] or 0)
+        counts[key] += 1
+        if r.get("minutes") is not None:
+            groups[key].append(r["minutes"])
+    return [
+        {
+            "item": item,
+            "omega": f"2^{exponent}",
+            "family": FAMILIES.get(family, family),
+            "L": depth or None,
+            "finished": counts[(item, exponent, family, depth)],
+            "timed": len(minutes),
+            "median_min": round(statistics.median(minutes)),
+            "min_min": round(min(minutes)),
+            "max_min": round(max(minutes)),
+            "lane_hours": round(sum(minutes) / 60, 1),
+        }
+        for (item, exponent, family, depth), minutes in sorted(groups.items())
+    ]
 
 
 def read_runs(runs_root: Path) -> list[dict]:
@@ -83,6 +136,8 @@ def read_runs(runs_root: Path) -> list[dict]:
         for entry in json.loads(manifest.read_text())["runs"]:
             run_dir = Path(entry["run_dir"])  # relative to the checkout the sweep ran in (run from there)
             curve = epoch_curves(run_dir, ["val/acc1"])["val/acc1"] if has_logs(run_dir) else {}
+            logged = epoch_log(run_dir, "val/acc1") if curve else {}
+            minutes = run_minutes([when for _, (when, _) in sorted(logged.items()) if when is not None])
             final = None
             if (run_dir / "test_metrics.json").is_file():
                 metrics = json.loads((run_dir / "test_metrics.json").read_text())
@@ -105,6 +160,7 @@ def read_runs(runs_root: Path) -> list[dict]:
                     "epochs": len(curve),
                     "error_curve": {epoch + 1: 1.0 - acc for epoch, acc in curve.items()},  # epoch 1 = after one epoch
                     "final": final,
+                    "minutes": minutes,
                 }
             )
     return rows
@@ -166,6 +222,7 @@ def read_recorded(folder: Path) -> list[dict]:
                     "epochs": int(row["epochs"]),
                     "error_curve": curves[key],
                     "final": _number(row["final"], float),
+                    "minutes": _number(row.get("minutes", ""), float),  # reports before it had no such column
                 }
             )
     return rows
@@ -743,8 +800,14 @@ def main() -> None:
         [
             {k: v for k, v in r.items() if k != "error_curve"}
             | {"final": None if r["final"] is None else round(r["final"], 4)}
+            | {"minutes": None if r.get("minutes") is None else round(r["minutes"], 1)}
             for r in runs
         ],
+    )
+    timed = machine_time(runs)
+    write_csv(out / "machine_time.csv", timed)
+    (out / "machine_time.md").write_text(
+        (markdown(timed) + MACHINE_TIME_NOTE) if timed else "No finished run has its epoch times logged yet.\n"
     )
     # Every run's test error after every epoch: the curves outlive the run directories (which stay on the
     # machine that trained them), so the figures above can be checked against the data behind them.
