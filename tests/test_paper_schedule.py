@@ -304,6 +304,23 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
     }
     with (out / "points.csv").open(newline="") as file:
         assert [(row["point"], row["runs"]) for row in csv.DictReader(file)] == [("C8_S60", "2"), ("C25_S26", "2")]
+    # a hand edit that is not a number: one line naming the file, its line and the column, whichever file
+    runs_text, curves_text = (out / "fig5_runs.csv").read_text(), (out / "curves.csv").read_text()
+    lines = runs_text.splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    for column, bad in (("minutes", "about an hour"), ("C", "C25"), ("epochs", ""), ("permute", "maybe")):
+        cells = lines[2].rstrip("\n").split(",")
+        cells[header.index(column)] = bad
+        (out / "fig5_runs.csv").write_text("".join([*lines[:2], ",".join(cells) + "\n", *lines[3:]]))
+        with pytest.raises(SystemExit, match=rf"fig5_runs.csv line 3: column {column} is '{bad}', not ") as refused:
+            schedule.main()
+        assert "\n" not in str(refused.value) and "git checkout" in str(refused.value)
+    (out / "fig5_runs.csv").write_text(runs_text)
+    (out / "curves.csv").write_text(
+        curves_text + "paper_2p14_fig5_s_mixer,C25_S26,1,1,0.5\n" + "paper_2p14_fig5_s_mixer,C25_S26,1,2,half\n"
+    )
+    with pytest.raises(SystemExit, match=r"curves.csv line 3: column test_error is 'half', not a number"):
+        schedule.main()
     (out / "curves.csv").write_text("sweep,point\n")  # not what --out writes: one line naming the columns
     with pytest.raises(SystemExit, match=r"curves.csv: no column epoch, seed, test_error; give a folder"):
         schedule.main()

@@ -57,6 +57,7 @@ import re
 import statistics
 import sys
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,6 +181,23 @@ def _number(text: str, kind: type) -> int | float | None:
     return kind(text) if text != "" else None
 
 
+def _recorded_value(path: Path, line: int, row: dict, column: str, kind: type, optional: bool = True):
+    """One cell of a recorded report, or a one-line error naming the file, line and column (a hand edit)."""
+    text = row.get(column) or ""
+    try:
+        if column == "permute":
+            return ast.literal_eval(text) if text else None  # as written: True, False or a list of blocks
+        if text == "" and not optional:
+            raise ValueError
+        return _number(text, kind)
+    except (ValueError, SyntaxError):
+        raise SystemExit(
+            f"paper_schedule.py: --recorded {path} line {line}: column {column} is {text!r}, not "
+            f"{'a number' if kind is not bool else 'True, False or a list'}; "
+            "restore it (git checkout) or give a folder paper_schedule.py --out wrote"
+        ) from None
+
+
 def read_recorded(folder: Path) -> list[dict]:
     """The runs an earlier report wrote into `folder` (fig5_runs.csv and curves.csv, committed with the
     docs), as `read_runs` gives them: the figures of runs whose directories are gone (another machine, a
@@ -202,28 +220,21 @@ def read_recorded(folder: Path) -> list[dict]:
             )
     curves: dict[tuple, dict[int, float]] = defaultdict(dict)
     with curves_csv.open(newline="") as file:
-        for row in csv.DictReader(file):
-            curves[(row["sweep"], row["point"], int(row["seed"]))][int(row["epoch"])] = float(row["test_error"])
+        for line, row in enumerate(csv.DictReader(file), start=2):
+            cell = partial(_recorded_value, curves_csv, line, row, optional=False)
+            key = (row["sweep"], row["point"], cell("seed", int))
+            curves[key][cell("epoch", int)] = cell("test_error", float)
     rows = []
     with runs_csv.open(newline="") as file:
-        for row in csv.DictReader(file):
-            key = (row["sweep"], row["point"], int(row["seed"]))
+        for line, row in enumerate(csv.DictReader(file), start=2):
+            cell = partial(_recorded_value, runs_csv, line, row)
+            key = (row["sweep"], row["point"], cell("seed", int, optional=False))
             rows.append(
                 row
-                | {
-                    "omega_exp": int(row["omega_exp"]),
-                    "C": _number(row["C"], int),
-                    "S": _number(row["S"], int),
-                    "m": _number(row["m"], int),
-                    "p": _number(row["p"], float),
-                    "L": _number(row["L"], int),
-                    "permute": ast.literal_eval(row["permute"]) if row["permute"] else None,  # as written
-                    "seed": key[2],
-                    "epochs": int(row["epochs"]),
-                    "error_curve": curves[key],
-                    "final": _number(row["final"], float),
-                    "minutes": _number(row.get("minutes", ""), float),  # reports before it had no such column
-                }
+                | {column: cell(column, int, optional=False) for column in ("omega_exp", "epochs")}
+                | {column: cell(column, int) for column in ("C", "S", "m", "L")}
+                | {column: cell(column, float) for column in ("p", "final", "minutes")}  # reports before had no minutes
+                | {"permute": cell("permute", bool), "seed": key[2], "error_curve": curves[key]}
             )
     return rows
 
