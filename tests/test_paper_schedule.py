@@ -163,6 +163,98 @@ def test_a_point_with_its_third_seed_is_not_listed_for_a_fourth(schedule) -> Non
     assert [(r["point"], r["C"]) for r in schedule.third_seed_runs(runs)] == [("C25_S26", 25)]
 
 
+# a grid with three points on each side of S = C (the rules read ρ along C ≤ S and along C ≥ S)
+GRID7 = [(8, 60), (12, 47), (16, 38), (25, 26), (38, 16), (47, 12), (60, 8)]
+
+
+def two_seeds(family: str, finals: dict, **fields) -> list[dict]:
+    """Each point finished at seeds 0 and 1, 0.1 points either side of its mean (sd 0.14 points)."""
+    return [
+        run(family, C, S, {200: e + d}, seed=seed, final=e + d) | fields
+        for (C, S), e in finals.items()
+        for seed, d in ((0, -0.001), (1, 0.001))
+    ]
+
+
+def verdict_of(schedule, runs: list[dict]) -> dict[str, tuple[str, str, int]]:
+    return {row["claim"]: (row["verdict"], row["status"], row["runs_to_go"]) for row in schedule.verdicts(runs)}
+
+
+def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedule) -> None:
+    """docs/reproductions.md, "How the verdicts are read": Fig. 5 per family (ρ(m, error) ≤ −0.8 across and
+    along both branches: reproduced; one branch: partly), Fig. 6 (lowest at S = C or a neighbour, S = C ahead
+    of both ends by more than twice the largest sd: reproduced; within it: partly; lowest at an end: not),
+    Fig. 7 (RP − normal shrinks with L, within the margin at the deepest: reproduced; beyond: partly; not
+    shrinking: not), App. D.5 (block 1 costliest beyond the margin: reproduced; within: partly; else not)."""
+    centre = {
+        (8, 60): 0.42,
+        (12, 47): 0.40,
+        (16, 38): 0.38,
+        (25, 26): 0.35,
+        (38, 16): 0.37,
+        (47, 12): 0.39,
+        (60, 8): 0.41,
+    }
+    sw = [
+        run("sw_mlp", 0, 0, {200: e}, seed=seed, final=e) | {"C": None, "S": None, "m": m, "point": f"m{m}"}
+        for m, e in ((135, 0.45), (181, 0.43), (405, 0.41))
+        for seed in (0, 1)
+    ]
+    runs = two_seeds("s_mixer", centre) + sw
+    assert verdict_of(schedule, runs) == {
+        "Fig. 5, S-Mixer": ("reproduced", "final", 0),
+        "Fig. 5, SW-MLP": ("reproduced", "final", 0),
+        "Fig. 6, S-Mixer": ("reproduced", "final", 0),
+    }
+    # the C = 60 end lowest: Fig. 6 not; the C ≥ S side no longer falls with m (ρ +0.5): Fig. 5 partly
+    verdicts = verdict_of(schedule, two_seeds("s_mixer", centre | {(60, 8): 0.345}))
+    assert verdicts["Fig. 6, S-Mixer"][0] == "not" and verdicts["Fig. 5, S-Mixer"][0] == "partly"
+    # S = C lowest but only 0.2 points ahead of the C = 60 end, within the margin (2 × 0.14 points): partly
+    (row,) = [
+        r for r in schedule.verdicts(two_seeds("s_mixer", centre | {(60, 8): 0.352})) if r["claim"].startswith("Fig. 6")
+    ]
+    assert row["verdict"] == "partly" and "S = C minus the better end −0.20 points, margin 0.28" in row["reading"]
+    # the RP S-Mixer flat in m: not; and a run still going or a third seed due keeps a verdict provisional
+    flat = two_seeds("rp_s_mixer", {k: 0.43 + 0.001 * (i % 2) for i, k in enumerate(GRID7)})
+    unfinished = run("s_mixer", 25, 26, {50: 0.5}, seed=2)
+    verdicts = verdict_of(schedule, runs + flat + [unfinished])
+    assert verdicts["Fig. 5, RP S-Mixer"][0] == "not"
+    assert verdicts["Fig. 5, S-Mixer"] == verdicts["Fig. 6, S-Mixer"] == ("reproduced", "provisional", 1)
+    close = two_seeds("s_mixer", centre | {(12, 47): 0.4195})  # 0.05 points from C = 8: a third seed each
+    assert verdict_of(schedule, close)["Fig. 5, S-Mixer"] == ("reproduced", "provisional", 2)
+
+    def fig7(rp_by_depth: dict[int, float]) -> list[dict]:
+        runs = []
+        for depth, (normal, rp) in zip(
+            (4, 8, 16), zip((0.40, 0.38, 0.37), rp_by_depth.values(), strict=True), strict=True
+        ):
+            for family, e in (("s_mixer", normal), ("rp_s_mixer", rp)):
+                runs += two_seeds(family, {(25, 26): e}, item="fig7", L=depth)
+        return runs
+
+    claim = "Fig. 7, RP catches up with depth"
+    assert verdict_of(schedule, fig7({4: 0.46, 8: 0.42, 16: 0.372}))[claim] == ("reproduced", "final", 0)
+    (row,) = [r for r in schedule.verdicts(fig7({4: 0.46, 8: 0.42, 16: 0.39})) if r["claim"] == claim]
+    assert (
+        row["verdict"] == "partly"
+        and row["reading"] == "RP − normal +6.00, +4.00, +2.00 points at L = 4, 8, 16; margin at L = 16: 0.28"
+    )
+    assert verdict_of(schedule, fig7({4: 0.46, 8: 0.47, 16: 0.372}))[claim][0] == "not"
+
+    def d5(first: float) -> list[dict]:
+        blocks = {0: first, 1: 0.42, 2: 0.41, 3: 0.41}
+        return [
+            r
+            for block, e in blocks.items()
+            for r in two_seeds("s_mixer", {(25, 26): e}, item="d5", L=4, permute=[i == block for i in range(4)])
+        ]
+
+    claim = "App. D.5, the first block matters most"
+    assert verdict_of(schedule, d5(0.45))[claim] == ("reproduced", "final", 0)
+    assert verdict_of(schedule, d5(0.4215))[claim][0] == "partly"  # 0.15 points over block 2: within 0.28
+    assert verdict_of(schedule, d5(0.40))[claim][0] == "not"
+
+
 def fake_sweep(root: Path, name: str, points: dict[tuple[int, int], list[float]], seeds: list[int]) -> None:
     """A finished paper-schedule sweep as run_cpu.sh leaves it: sweep.json and each run's test_metrics.json."""
     entries = []
@@ -304,6 +396,8 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
     }
     with (out / "points.csv").open(newline="") as file:
         assert [(row["point"], row["runs"]) for row in csv.DictReader(file)] == [("C8_S60", "2"), ("C25_S26", "2")]
+    # two points are no grid: no claim is read yet, and verdicts.md says so
+    assert (out / "verdicts.md").read_text() == "No claim has the runs its rule reads yet.\n"
     # a hand edit that is not a number: one line naming the file, its line and the column, whichever file
     runs_text, curves_text = (out / "fig5_runs.csv").read_text(), (out / "curves.csv").read_text()
     lines = runs_text.splitlines(keepends=True)

@@ -33,6 +33,8 @@ final figure. Writes into --out:
   epochs), and per L after every epoch (finished runs only);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
   L = 4 runs), and each one's final error minus none's.
+- ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
+  (`verdicts`): reproduced, partly or not, "final" once the runs it reads are all in, else "provisional".
 
 Claims and their statistics (H&K 2024):
 - Fig. 5 "error falls as the effective width m grows": Spearman ρ(m, error) over the S-Mixer's points
@@ -507,6 +509,159 @@ def third_seed_runs(runs: list[dict]) -> list[dict]:
     return list(named.values())
 
 
+# Section 0's rules for the verdicts (docs/reproductions.md, "How the verdicts are read", fixed on 2026-11-27
+# before any third seed, Fig. 7 or D.5 run finished): a rank correlation counts from -0.8, a margin is twice
+# the larger (largest) seed sd of the points compared.
+RANK_HOLDS = -0.8
+MARGIN_SDS = 2
+VERDICTS_NOTE = """
+Each claim read by section 0's rules ("How the verdicts are read", fixed before the third seeds, Fig. 7 and
+D.5 finished) on the final test error, mean over the finished seeds. `status`: "final" once every run the
+claim reads is finished and no third seed is due for it; "provisional" with `runs_to_go` (its unfinished
+runs and due third seeds) until then: the verdict as the runs stand, which a third seed can still move.
+"""
+
+
+def _runs_to_go(runs: list[dict], exponent: int, item: str, families: set[str], due: list[dict]) -> int:
+    """The unfinished runs of a claim and the third seeds due for its points that have not started."""
+    unfinished = [
+        r
+        for r in runs
+        if r["item"] == item and r["omega_exp"] == exponent and r["family"] in families and r["final"] is None
+    ]
+    started = {(r["family"], r["point"]) for r in unfinished}
+    thirds = [
+        d
+        for d in due
+        if d["omega_exp"] == exponent and d["family"] in families and (d["family"], d["point"]) not in started
+    ]
+    return len(unfinished) + (len(thirds) if item == "fig5" else 0)
+
+
+def _verdict_row(exponent: int, claim: str, reading: str, verdict: str, to_go: int) -> dict:
+    return {
+        "omega": f"2^{exponent}",
+        "claim": claim,
+        "reading": reading,
+        "verdict": verdict,
+        "status": "final" if to_go == 0 else "provisional",
+        "runs_to_go": to_go,
+    }
+
+
+def _rank_verdict(across: float, branches: tuple[float, ...]) -> str:
+    """Fig. 5's rule: reproduced if ρ(m, error) holds across the grid and along both branches, partly if it
+    holds along one branch (or both but not across), not otherwise (nan, an undefined ρ, never holds)."""
+    held = [round(rho, 3) <= RANK_HOLDS for rho in branches]  # at claims.csv's rounding: -0.8 on 4 points holds
+    if all(held) and round(across, 3) <= RANK_HOLDS:
+        return "reproduced"
+    return "partly" if any(held) and len(branches) > 1 else "not"
+
+
+def _rho(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:+.2f}".replace("-", "−")
+
+
+def verdicts(runs: list[dict]) -> list[dict]:
+    """One row per claim and Ω: the statistic section 0's rule reads, the verdict it gives, and whether the
+    runs it reads are all in (`VERDICTS_NOTE`). Fig. 5 per family, Fig. 6, Fig. 7 and App. D.5."""
+    rows, due = [], third_seed_runs(runs)
+    finished = [r for r in runs if r["final"] is not None]
+    for exponent in sorted({r["omega_exp"] for r in runs}):
+        at = [r for r in finished if r["omega_exp"] == exponent]
+        fig5 = {name: [r for r in at if r["item"] == "fig5" and r["family"] == name] for name in FAMILIES}
+        for family in ("s_mixer", "rp_s_mixer"):
+            points = by_point(fig5[family], None)
+            if len(points) >= 3:
+                across, left, right = width_ranks(points)
+                reading = f"ρ(m, error) {_rho(across)} across, {_rho(left)} along C ≤ S, {_rho(right)} along C ≥ S"
+                go = _runs_to_go(runs, exponent, "fig5", {family}, due)
+                rows.append(
+                    _verdict_row(
+                        exponent, f"Fig. 5, {FAMILIES[family]}", reading, _rank_verdict(across, (left, right)), go
+                    )
+                )
+        sw = by_point(fig5["sw_mlp"], None)
+        if len(sw) >= 3:
+            ms = sorted(sw, key=lambda k: k[2])
+            rho = spearman([k[2] for k in ms], [sw[k][0] for k in ms])
+            go = _runs_to_go(runs, exponent, "fig5", {"sw_mlp"}, due)
+            rows.append(
+                _verdict_row(
+                    exponent,
+                    "Fig. 5, SW-MLP",
+                    f"ρ(m, error) {_rho(rho)} over its densities",
+                    _rank_verdict(rho, (rho,)),
+                    go,
+                )
+            )
+        # Fig. 6 on the S-Mixer's grid as the sweep plans it (its unstarted runs included)
+        planned = sorted(
+            {
+                (r["C"], r["S"], r["m"])
+                for r in runs
+                if r["item"] == "fig5" and r["family"] == "s_mixer" and r["omega_exp"] == exponent
+            }
+        )
+        points = by_point(fig5["s_mixer"], None)
+        if len(planned) >= 3:
+            centre = min(planned, key=lambda k: abs(math.log(k[0] / k[1])))
+            i = planned.index(centre)
+            near, ends = set(planned[max(i - 1, 0) : i + 2]), (planned[0], planned[-1])
+            if all(k in points for k in (centre, *ends)):
+                best = min(points, key=lambda k: points[k][0])
+                behind = 100 * (points[centre][0] - min(points[k][0] for k in ends))
+                sds = [points[k][1] for k in (centre, *ends) if not math.isnan(points[k][1])]
+                margin = 100 * MARGIN_SDS * max(sds) if sds else math.nan
+                if best in near:
+                    verdict = "reproduced" if behind < -margin else "partly"
+                else:  # an end, or neither an end nor next to S = C: the optimum is not at S = C
+                    verdict = "not"
+                reading = (
+                    f"lowest at C = {best[0]} (S = C is C = {centre[0]}, its neighbours C = "
+                    f"{', '.join(str(k[0]) for k in sorted(near - {centre}))}); S = C minus the better end "
+                    f"{behind:+.2f} points, margin {margin:.2f}"
+                ).replace("-", "−")
+                go = _runs_to_go(runs, exponent, "fig5", {"s_mixer"}, due)
+                rows.append(_verdict_row(exponent, "Fig. 6, S-Mixer", reading, verdict, go))
+        # Fig. 7: RP − normal shrinks at every step of L and ends within the margin (or negative)
+        fig7 = [r for r in at if r["item"] == "fig7"]
+        gaps = []
+        for depth in sorted({r["L"] for r in fig7}):
+            normal = mean_sd([r["final"] for r in fig7 if r["L"] == depth and r["family"] == "s_mixer"])
+            rp = mean_sd([r["final"] for r in fig7 if r["L"] == depth and r["family"] == "rp_s_mixer"])
+            if normal[2] and rp[2]:
+                gaps.append((depth, 100 * (rp[0] - normal[0]), 100 * MARGIN_SDS * max(normal[1], rp[1])))
+        if len(gaps) >= 2:
+            shrinks = all(b[1] < a[1] for a, b in zip(gaps, gaps[1:], strict=False))
+            depth, gap, margin = gaps[-1]
+            verdict = ("reproduced" if gap <= margin else "partly") if shrinks else "not"
+            reading = (
+                f"RP − normal {', '.join(f'{g:+.2f}' for _, g, _ in gaps)} points at L = "
+                f"{', '.join(str(d) for d, _, _ in gaps)}; margin at L = {depth}: {margin:.2f}"
+            ).replace("-", "−")
+            go = _runs_to_go(runs, exponent, "fig7", {"s_mixer", "rp_s_mixer"}, due)
+            rows.append(_verdict_row(exponent, "Fig. 7, RP catches up with depth", reading, verdict, go))
+        # App. D.5: the RP block in position 1 costs the most, beyond the margin over the runner-up
+        blocks = {}
+        for r in at:
+            if r["item"] == "d5" and rp_blocks(r["permute"]).startswith("block "):
+                blocks.setdefault(rp_blocks(r["permute"]), []).append(r["final"])
+        errors = {label: mean_sd(values) for label, values in blocks.items()}
+        if "block 1" in errors and len(errors) >= 2:
+            first = errors["block 1"]
+            label, runner = max(((k, v) for k, v in errors.items() if k != "block 1"), key=lambda kv: kv[1][0])
+            margin = 100 * MARGIN_SDS * max(first[1], runner[1])
+            lead = 100 * (first[0] - runner[0])
+            verdict = ("reproduced" if lead > margin else "partly") if lead > 0 else "not"
+            reading = f"RP in block 1 minus the costliest other ({label}) {lead:+.2f} points, margin {margin:.2f}"
+            go = _runs_to_go(runs, exponent, "d5", set(FAMILIES), due)
+            rows.append(
+                _verdict_row(exponent, "App. D.5, the first block matters most", reading.replace("-", "−"), verdict, go)
+            )
+    return rows
+
+
 def write_csv(path: Path, rows: list[dict], keys: list[str] | None = None) -> None:
     """`rows` as CSV; with no rows, only `keys` as the header (nothing without them)."""
     keys = list(dict.fromkeys(k for row in rows for k in row)) or keys
@@ -856,6 +1011,11 @@ def main() -> None:
         writer = csv.DictWriter(file, fieldnames=["omega_exp", "family", "point", "C", "p"])
         writer.writeheader()
         writer.writerows(third_seed_runs(runs))
+    judged = verdicts(runs)
+    write_csv(out / "verdicts.csv", judged)
+    (out / "verdicts.md").write_text(
+        markdown(judged) + VERDICTS_NOTE if judged else "No claim has the runs its rule reads yet.\n"
+    )
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
     sevens_every_epoch = fig7_by_epoch(runs)
