@@ -423,6 +423,78 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
         schedule.main()
 
 
+def test_doc_gets_the_report_tables_between_its_markers(
+    schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--doc: each `<!-- paper_schedule.py NAME.md -->` block of the page becomes --out's table of that name
+    (its prose, markers and everything outside the blocks kept); a misplaced marker is one line naming the
+    page's line and the fix, and then neither the page nor --out is written."""
+    fake_sweep(tmp_path / "runs", "paper_2p14_fig5_s_mixer", {(8, 60): [0.40, 0.41], (25, 26): [0.36, 0.38]}, [0, 1])
+    doc, out = tmp_path / "page.md", tmp_path / "paper"
+    page = (
+        "# Results\n\nBefore.\n\n<!-- paper_schedule.py points.md -->\n| stale | table |\n|---|---|\n"
+        "<!-- /paper_schedule.py -->\n\nBetween.\n<!-- paper_schedule.py verdicts.md -->\n<!-- /paper_schedule.py -->\nAfter.\n"
+    )
+    doc.write_text(page)
+    monkeypatch.setattr(
+        sys, "argv", ["paper_schedule.py", "--runs", str(tmp_path / "runs"), "--out", str(out), "--doc", str(doc)]
+    )
+    schedule.main()
+    table = (out / "points.md").read_text()
+    assert table.startswith("| item | omega | family | point |") and "| C25_S26 | 25 | 26 |" in table
+    assert doc.read_text() == page.replace("| stale | table |\n|---|---|\n", table).replace(
+        "verdicts.md -->\n", "verdicts.md -->\nNo claim has the runs its rule reads yet.\n"
+    )
+    filled = doc.read_text()
+    verdicts_line = filled.splitlines().index("<!-- paper_schedule.py verdicts.md -->") + 1
+    schedule.main()  # again: the same page (a block is replaced, never appended to)
+    assert doc.read_text() == filled
+    for broken, refusal in (
+        (
+            filled.replace("<!-- /paper_schedule.py -->\n\nBetween", "\nBetween", 1),
+            rf"page.md line {verdicts_line - 1}: '<!-- paper_schedule.py verdicts.md -->' opens a block inside the block "
+            r"of line 5; each ",
+        ),
+        (filled + "<!-- /paper_schedule.py -->\n", r"closes no block: no opening marker before it"),
+        (
+            filled.rsplit("<!-- /paper_schedule.py -->", 1)[0],
+            rf"line {verdicts_line}: the block of verdicts.md is not closed; add '<!-- /paper_schedule.py -->' after its table",
+        ),
+        (
+            filled.replace("paper_schedule.py verdicts.md", "paper_schedule.py verdicts"),
+            r"'<!-- paper_schedule.py verdicts -->' is not a marker; write",
+        ),
+    ):
+        doc.write_text(broken)
+        (out / "points.md").unlink(missing_ok=True)
+        with pytest.raises(SystemExit, match=refusal) as refused:
+            schedule.main()
+        assert "\n" not in str(refused.value) and doc.read_text() == broken
+        assert not (out / "points.md").exists()  # stopped before --out was written
+    doc.write_text(filled.replace("verdicts.md", "fig7.md"))
+    with pytest.raises(
+        SystemExit, match=rf"line {verdicts_line}: the block names fig7.md, which --out .* does not hold; name one of"
+    ):
+        schedule.main()
+    assert doc.read_text() == filled.replace("verdicts.md", "fig7.md")  # no block filled when one cannot be
+    monkeypatch.setattr(sys, "argv", [*sys.argv[:-1], str(tmp_path / "no_page.md")])
+    with pytest.raises(SystemExit, match=r"--doc .*no_page.md: no such file; give the page to fill"):
+        schedule.main()
+
+
+def test_the_pages_tables_are_the_committed_reports(schedule, tmp_path: Path) -> None:
+    """docs/reproductions.md's generated blocks hold docs/reproductions/paper's tables as committed: a
+    report regenerated without --doc docs/reproductions.md (or a table edited by hand) fails here."""
+    page = tmp_path / "reproductions.md"
+    text = (ROOT / "docs" / "reproductions.md").read_text()
+    page.write_text(text)
+    assert schedule.fill_doc(page, ROOT / "docs" / "reproductions" / "paper") >= 3
+    assert page.read_text() == text, (
+        "docs/reproductions.md's tables differ from docs/reproductions/paper's: run docs/reproductions/"
+        "paper_schedule.py --recorded docs/reproductions/paper --doc docs/reproductions.md"
+    )
+
+
 def finish(entry: dict, final: float, curve: dict[int, float] | None = None) -> None:
     """One emitted run as if trained to the end: its test_metrics.json (the final figure the report reads)
     and, given a curve (epoch -> test error, from 1), its metrics.csv as Lightning's CSVLogger writes it."""

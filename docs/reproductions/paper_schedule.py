@@ -36,6 +36,11 @@ final figure. Writes into --out:
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
   (`verdicts`): reproduced, partly or not, "final" once the runs it reads are all in, else "provisional".
 
+--doc docs/reproductions.md then copies these tables into the page (`fill_doc`): each block between
+``<!-- paper_schedule.py NAME.md -->`` and ``<!-- /paper_schedule.py -->`` becomes the table of --out's NAME.md,
+so the page's tables are written by the run that writes the report, not by hand (a machine-local script did
+this until the machine was renewed and took it along).
+
 Claims and their statistics (H&K 2024):
 - Fig. 5 "error falls as the effective width m grows": Spearman ρ(m, error) over the S-Mixer's points
   (negative: the claim's direction), and the same on each branch (C ≤ S and C ≥ S);
@@ -945,6 +950,65 @@ def plot_fig7(rows: list[dict], every_epoch: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+DOC_OPEN = re.compile(r"<!-- paper_schedule\.py (?P<name>[A-Za-z0-9_]+\.md) -->")
+DOC_CLOSE = "<!-- /paper_schedule.py -->"
+
+
+def doc_blocks(doc: Path) -> list[tuple[int, int, str]]:
+    """The generated blocks of DOC: (line of the opening marker, line of the closing one, file named), 0-based;
+    a marker out of place is one line naming the line and the fix (before --out is written)."""
+    if not doc.is_file():
+        raise SystemExit(f"paper_schedule.py: --doc {doc}: no such file; give the page to fill (docs/reproductions.md)")
+    blocks, opened = [], None
+    for number, line in enumerate(doc.read_text().splitlines()):
+        match = DOC_OPEN.fullmatch(line.strip())
+        if match or line.strip() == DOC_CLOSE:
+            if (match is None) == (opened is None):
+                what = "opens a block inside the block of line" if match else "closes no block: no opening marker"
+                where = f" {opened[0] + 1}" if match else " before it"
+                raise SystemExit(
+                    f"paper_schedule.py: --doc {doc} line {number + 1}: '{line.strip()}' {what}{where}; each "
+                    f"'<!-- paper_schedule.py NAME.md -->' is closed by '{DOC_CLOSE}' before the next opens"
+                )
+            if match:
+                opened = (number, match["name"])
+            else:
+                blocks.append((opened[0], number, opened[1]))
+                opened = None
+        elif line.lstrip().startswith("<!-- paper_schedule.py"):
+            raise SystemExit(
+                f"paper_schedule.py: --doc {doc} line {number + 1}: '{line.strip()}' is not a marker; write "
+                f"'<!-- paper_schedule.py NAME.md -->' (NAME.md a table --out writes, e.g. points.md) or '{DOC_CLOSE}'"
+            )
+    if opened is not None:
+        raise SystemExit(
+            f"paper_schedule.py: --doc {doc} line {opened[0] + 1}: the block of {opened[1]} is not closed; "
+            f"add '{DOC_CLOSE}' after its table"
+        )
+    return blocks
+
+
+def fill_doc(doc: Path, out: Path) -> int:
+    """Each block of DOC (`doc_blocks`) becomes the table of OUT/NAME.md (its lines that start with "|"; the
+    whole text where the file has no table yet, e.g. "No claim has the runs its rule reads yet."). The page
+    is written once, after every block is known: a block naming a file --out lacks leaves it as it was.
+    Returns the number of blocks."""
+    blocks = doc_blocks(doc)
+    lines = doc.read_text().splitlines(keepends=True)
+    for start, end, name in reversed(blocks):
+        source = out / name
+        if not source.is_file():
+            raise SystemExit(
+                f"paper_schedule.py: --doc {doc} line {start + 1}: the block names {name}, which --out {out} does "
+                f"not hold; name one of {', '.join(sorted(p.name for p in out.glob('*.md')))}"
+            )
+        text = source.read_text()
+        table = [line for line in text.splitlines(keepends=True) if line.startswith("|")] or [text]
+        lines[start + 1 : end] = table
+    doc.write_text("".join(lines))
+    return len(blocks)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default="runs/repro")
@@ -953,7 +1017,13 @@ def main() -> None:
         "--recorded",
         help="a folder an earlier report wrote (e.g. docs/reproductions/paper): its runs count beside --runs'",
     )
+    parser.add_argument(
+        "--doc",
+        help="a page (docs/reproductions.md) whose '<!-- paper_schedule.py NAME.md -->' blocks get --out's tables",
+    )
     args = parser.parse_args()
+    if args.doc:
+        doc_blocks(Path(args.doc))  # a misplaced marker stops the run before --out is written
     runs = read_runs(Path(args.runs))
     if args.recorded:
         runs = merge_runs(runs, read_recorded(Path(args.recorded)))
@@ -1032,6 +1102,8 @@ def main() -> None:
     finished = sum(r["final"] is not None for r in runs)
     print(f"{len(runs)} runs in the sweeps; {finished} finished; {len(unfinished)} running or stopped ({partial})")
     print(f"written: {', '.join(sorted(p.name for p in out.iterdir()))}")
+    if args.doc:
+        print(f"{args.doc}: {fill_doc(Path(args.doc), out)} tables from {out}")
 
 
 if __name__ == "__main__":
