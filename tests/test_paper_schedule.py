@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
+from helpers.fakedata import write_hf
 
 
 @pytest.fixture(scope="module")
@@ -661,6 +662,46 @@ def test_d5_trains_the_fig7_runs_its_table_compares_with_and_no_other_depth(tmp_
     depths = subprocess.run(["bash", script, "paper_fig7"], env=env, capture_output=True, text=True, timeout=300)
     assert depths.returncode == 0, depths.stderr[-2000:]
     assert len(calls.read_text().splitlines()) == 12  # 3 depths × 2 families × 2 seeds
+
+
+@pytest.mark.slow  # ~40 s: the real sweeps' emit, then one real fit (one batch) of each sweep's first run
+def test_the_fig7_and_d5_runs_run_cpu_emits_train(tmp_path: Path) -> None:
+    """`run_cpu.sh paper_fig7` and `paper_d5` set S = C = 25 on top of the Ω = 2^14 overlay, which also sets
+    omega: every one of their runs stopped at once ("model.tokens: tokens=25 contradicts omega=16384"), and the
+    tests above only emitted them. Now the first run of each of the three sweeps trains through the real
+    `mixer sweep point` (one batch of a tiny dataset in the hub's layout) at S = C = 25 and its depth."""
+    write_hf(tmp_path / "data" / "cifar10", train=8, test=4)
+    env, calls = recording_queue(tmp_path, "")
+    env |= {"MIXER_DATA_ROOT": str(tmp_path / "data")}
+    script = ROOT / "docs" / "reproductions" / "run_cpu.sh"
+    queued = subprocess.run(
+        ["bash", script, "paper_fig7", "paper_d5"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert queued.returncode == 0, queued.stderr[-2000:]
+    first: dict[str, str] = {}
+    for line in calls.read_text().splitlines():
+        folder, name = line.split()
+        first.setdefault(folder, name)
+    assert sorted(Path(folder).name for folder in first) == [
+        "paper_2p14_d5_s_mixer",
+        "paper_2p14_fig7_rp_s_mixer",
+        "paper_2p14_fig7_s_mixer",
+    ]
+    short = "--trainer.max_epochs 1 --trainer.limit_train_batches 1 --trainer.limit_val_batches 1 --trainer.limit_test_batches 1"
+    fit_env = env | {
+        "MIXER_ARGS": f"--data.root {tmp_path / 'data' / 'cifar10'} --trainer.enable_progress_bar false {short}"
+    }
+    mixer = Path(sys.executable).parent / "mixer"
+    for folder, name in first.items():
+        fitted = subprocess.run(
+            [mixer, "sweep", "point", folder, name], env=fit_env, capture_output=True, text=True, timeout=300
+        )
+        assert fitted.returncode == 0, fitted.stderr[-2000:]
+        entry = next(
+            run for run in json.loads((Path(folder) / "sweep.json").read_text())["runs"] if run["name"] == name
+        )
+        assert json.loads((Path(entry["run_dir"]) / "fit_summary.json").read_text())["steps"] == 1
+        assert "S=25, C=25" in fitted.stdout + fitted.stderr
 
 
 def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its_folder(

@@ -152,7 +152,8 @@ gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) b
 }
 
 # At the paper's schedule: the config's 200 epochs, only Ω smaller (configs/budget/omega_2p$OMEGA_EXP.yaml).
-PAPER=(--config "configs/budget/omega_2p$OMEGA_EXP.yaml" --config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")
+SCHEDULE=(--config configs/data/cifar10_hf.yaml --config "$DATA_CONFIG")  # the config's own schedule, as shipped
+PAPER=(--config "configs/budget/omega_2p$OMEGA_EXP.yaml" "${SCHEDULE[@]}")
 
 paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-Mixer and RP over C grids bracketing
   # C* = Ω^(1/3) with mirror pairs (S and C swapped) and S ≈ C, and the SW-MLP arm at the same Ω
@@ -175,8 +176,9 @@ paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-M
   run "${name}_s_mixer" "${name}_rp_s_mixer" "${sw[@]}"
 }
 
-emit_paper_fig7() {  # Fig. 7's sweeps at S = C = round(Ω^(1/3)) (25 at 2^14): depth 4, 8, 16, normal and RP
-  local -a BUDGET=("${PAPER[@]}")
+emit_paper_fig7() {  # Fig. 7's sweeps at S = C = round(Ω^(1/3)) (25 at 2^14): depth 4, 8, 16, normal and RP.
+  # S and C are given, so not the Ω overlay (omega with tokens is refused): Ω = 25³ = 15625 ≈ 2^14 (0.95×)
+  local -a BUDGET=("${SCHEDULE[@]}")
   local width
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
   local axes=(--grid model.init_args.num_blocks=4,8,16 --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width")
@@ -193,7 +195,7 @@ paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one R
   # "all" are paper_fig7's L = 4 runs (the same configs, not trained twice), which this item trains with its own
   # (skipped where paper_fig7 finished them), so that D.5's table is whole without the rest of Fig. 7
   emit_paper_fig7
-  local -a BUDGET=("${PAPER[@]}")
+  local -a BUDGET=("${SCHEDULE[@]}")  # S = C given, as in emit_paper_fig7
   local width
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
   emit "paper_2p${OMEGA_EXP}_d5_s_mixer" configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" \
