@@ -550,6 +550,7 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
             ("8", "37.50 ± 0.71 (2)", "4.0"),
             ("16", "36.50 ± 0.71 (2)", "1.0"),
         ]
+        assert "| 16 | final | 36.50 ± 0.71 (2) | 37.50 ± 0.71 (2) | 1.0 |" in (out / "fig7.md").read_text()
         with (out / "fig7_by_epoch.csv").open(newline="") as file:
             every_epoch = [(row["L"], row["epoch"], row["rp_minus_normal_pts"]) for row in csv.DictReader(file)]
         # RP − normal after every epoch, per depth (the same read back: --recorded keeps the curves)

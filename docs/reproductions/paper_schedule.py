@@ -29,8 +29,8 @@ final figure. Writes into --out:
   `run_cpu.sh paper_third_seed` trains at seed 2;
 - ``machine_time.csv`` / ``machine_time.md``: the minutes each family's finished runs took (median,
   range, lane-hours), from each run's epoch times (``minutes`` in ``fig5_runs.csv``);
-- ``fig7_gap.png`` / ``fig7.csv`` / ``fig7_by_epoch.csv``: RP − normal against depth L (final, and at chosen
-  epochs), and per L after every epoch (finished runs only);
+- ``fig7_gap.png`` / ``fig7.csv`` / ``fig7.md`` / ``fig7_by_epoch.csv``: RP − normal against depth L (final, and
+  at chosen epochs), and per L after every epoch (finished runs only);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
   L = 4 runs), and each one's final error minus none's.
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
@@ -1088,6 +1088,7 @@ def main() -> None:
     )
     sevens = fig7_rows(runs, epochs)
     write_csv(out / "fig7.csv", sevens)
+    (out / "fig7.md").write_text(markdown(sevens) or "No depth has both a normal and an RP run logged yet.\n")
     sevens_every_epoch = fig7_by_epoch(runs)
     write_csv(out / "fig7_by_epoch.csv", sevens_every_epoch)
     plot_fig7(sevens, sevens_every_epoch, out)
