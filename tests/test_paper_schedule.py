@@ -472,12 +472,12 @@ def test_doc_gets_the_report_tables_between_its_markers(
             schedule.main()
         assert "\n" not in str(refused.value) and doc.read_text() == broken
         assert not (out / "points.md").exists()  # stopped before --out was written
-    doc.write_text(filled.replace("verdicts.md", "fig7.md"))
+    doc.write_text(filled.replace("verdicts.md", "fig8.md"))
     with pytest.raises(
-        SystemExit, match=rf"line {verdicts_line}: the block names fig7.md, which --out .* does not hold; name one of"
+        SystemExit, match=rf"line {verdicts_line}: the block names fig8.md, which --out .* does not hold; name one of"
     ):
         schedule.main()
-    assert doc.read_text() == filled.replace("verdicts.md", "fig7.md")  # no block filled when one cannot be
+    assert doc.read_text() == filled.replace("verdicts.md", "fig8.md")  # no block filled when one cannot be
     monkeypatch.setattr(sys, "argv", [*sys.argv[:-1], str(tmp_path / "no_page.md")])
     with pytest.raises(SystemExit, match=r"--doc .*no_page.md: no such file; give the page to fill"):
         schedule.main()
