@@ -254,6 +254,9 @@ def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedul
     assert verdict_of(schedule, d5(0.45))[claim] == ("reproduced", "final", 0)
     assert verdict_of(schedule, d5(0.4215))[claim][0] == "partly"  # 0.15 points over block 2: within 0.28
     assert verdict_of(schedule, d5(0.40))[claim][0] == "not"
+    # seed 0 alone (as while the second seeds train): the margin is undefined, said so, never "nan"
+    (row,) = [row for row in schedule.verdicts([r for r in d5(0.45) if r["seed"] == 0]) if row["claim"] == claim]
+    assert row["reading"].endswith("+3.00 points, margin – (one seed: no spread yet)") and row["verdict"] == "partly"
 
 
 def fake_sweep(root: Path, name: str, points: dict[tuple[int, int], list[float]], seeds: list[int]) -> None:

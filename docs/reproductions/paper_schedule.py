@@ -625,7 +625,7 @@ def verdicts(runs: list[dict]) -> list[dict]:
                 reading = (
                     f"lowest at C = {best[0]} (S = C is C = {centre[0]}, its neighbours C = "
                     f"{', '.join(str(k[0]) for k in sorted(near - {centre}))}); S = C minus the better end "
-                    f"{behind:+.2f} points, margin {margin:.2f}"
+                    f"{behind:+.2f} points, margin {_margin(margin)}"
                 ).replace("-", "−")
                 go = _runs_to_go(runs, exponent, "fig5", {"s_mixer"}, due)
                 rows.append(_verdict_row(exponent, "Fig. 6, S-Mixer", reading, verdict, go))
@@ -643,7 +643,7 @@ def verdicts(runs: list[dict]) -> list[dict]:
             verdict = ("reproduced" if gap <= margin else "partly") if shrinks else "not"
             reading = (
                 f"RP − normal {', '.join(f'{g:+.2f}' for _, g, _ in gaps)} points at L = "
-                f"{', '.join(str(d) for d, _, _ in gaps)}; margin at L = {depth}: {margin:.2f}"
+                f"{', '.join(str(d) for d, _, _ in gaps)}; margin at L = {depth}: {_margin(margin)}"
             ).replace("-", "−")
             go = _runs_to_go(runs, exponent, "fig7", {"s_mixer", "rp_s_mixer"}, due)
             rows.append(_verdict_row(exponent, "Fig. 7, RP catches up with depth", reading, verdict, go))
@@ -659,12 +659,17 @@ def verdicts(runs: list[dict]) -> list[dict]:
             margin = 100 * MARGIN_SDS * max(first[1], runner[1])
             lead = 100 * (first[0] - runner[0])
             verdict = ("reproduced" if lead > margin else "partly") if lead > 0 else "not"
-            reading = f"RP in block 1 minus the costliest other ({label}) {lead:+.2f} points, margin {margin:.2f}"
+            reading = f"RP in block 1 minus the costliest other ({label}) {lead:+.2f} points, margin {_margin(margin)}"
             go = _runs_to_go(runs, exponent, "d5", set(FAMILIES), due)
             rows.append(
                 _verdict_row(exponent, "App. D.5, the first block matters most", reading.replace("-", "−"), verdict, go)
             )
     return rows
+
+
+def _margin(margin: float) -> str:
+    """A verdict's margin as its reading prints it: undefined (not "nan") while its points have one seed each."""
+    return "– (one seed: no spread yet)" if math.isnan(margin) else f"{margin:.2f}"
 
 
 def write_csv(path: Path, rows: list[dict], keys: list[str] | None = None) -> None:
