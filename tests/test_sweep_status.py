@@ -61,7 +61,7 @@ def test_every_state_of_a_sweeps_runs_and_the_time_left(capsys: pytest.CaptureFi
     (the point's lock held by a live process here, or by one on another host, which cannot be checked);
     stopped (a lock left by a process that is gone: not running); not started. Epochs from the logs of
     the config's max_epochs, the pace the median epoch time, the time left at that pace, and a run not
-    started priced at the sweep's median pace."""
+    started priced at the median pace of its point's other seeds, or the sweep's where they have none."""
     main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--seeds", "0,1,2", "--emit", "s"])
     capsys.readouterr()
     runs = {entry["name"]: Path(entry["run_dir"]) for entry in json.loads(Path("s/sweep.json").read_text())["runs"]}
@@ -110,15 +110,15 @@ def test_every_state_of_a_sweeps_runs_and_the_time_left(capsys: pytest.CaptureFi
     }
     assert got["C8_S12_seed0"]["running"]["host"] == "another-node" and not got["C8_S12_seed0"]["running"]["checked"]
     assert got["C8_S12_seed1"]["running"] is None and got["C8_S12_seed1"]["seconds_per_epoch"] == pytest.approx(12.0)
-    # the sweep's pace is the median of 10, 10 and 12 s, for the runs without their own: the running ones,
-    # one not started (2 epochs)
+    # the sweep's pace is the median of 10, 10 and 12 s; a run without its own is priced at its point's
+    # other seeds (C4_S20: 10 s; C8_S12: 12 s), the sweep's pace only where they have none
     assert sweep["pace_s"] == pytest.approx(10.0)
     assert got["C4_S20_seed2"]["max_epochs"] == 3
     assert (got["C4_S20_seed2"]["left_s"], got["C4_S20_seed2"]["left_estimated"]) == (pytest.approx(20.0), True)
     assert got["C8_S12_seed1"]["left_s"] == 0  # every epoch logged: nothing left to train
-    assert (got["C8_S12_seed2"]["left_s"], got["C8_S12_seed2"]["left_estimated"]) == (pytest.approx(20.0), True)
-    assert got["C8_S12_seed0"]["left_s"] == pytest.approx(10.0)
-    assert sweep["left_s"] == pytest.approx(20.0 + 10.0 + 20.0)
+    assert (got["C8_S12_seed2"]["left_s"], got["C8_S12_seed2"]["left_estimated"]) == (pytest.approx(24.0), True)
+    assert got["C8_S12_seed0"]["left_s"] == pytest.approx(12.0)
+    assert sweep["left_s"] == pytest.approx(20.0 + 12.0 + 24.0)
     assert sorted(str(p) for p in Path("s").rglob("*")) == before  # read only: nothing written, no lock taken
 
     main(["sweep", "status", "s"])

@@ -7,8 +7,11 @@ live process holds the point's lock (`PointLock`) or the run's own (`RunLock`: a
 started by hand), the epochs its logs reached of ``trainer.max_epochs`` (as the run was last started), its last
 validation error (``val/acc1``; the paper configs validate on the test split), its test error, the
 seconds an epoch took (the median over its last epochs, from the TensorBoard event times, so the gap of
-an interruption does not count) and the time it has left at that pace. Runs not started are priced at
-the median pace of the sweep's runs, which at a fixed Ω cost about the same (H&K 2024, App. C).
+an interruption does not count) and the time it has left at that pace. A run without a pace of its own
+(not started, or one epoch in) is priced at the median pace of its point's other seeds, which train the same
+model; where none has one, at the median pace of the sweep's runs, which at a fixed Ω cost about the same
+(H&K 2024, App. C), but not across the grid of a sweep over depth or Ω (Fig. 7: an epoch at L = 16 takes
+twice one at L = 8).
 
 It only reads: no lock is taken (a probe of a lock could refuse a point starting at that moment) and
 nothing is written. A lock held on another host cannot be checked from here: it is shown as running
@@ -112,16 +115,22 @@ def run_status(entry: dict) -> dict:
 
 def sweep_status(directory: str) -> dict:
     """The status of every run of a sweep, each with the seconds it has left (``left_s``; ``left_estimated``
-    where the pace is the sweep's median, not the run's own), and the sweep's counts and total."""
+    where the pace is its point's or the sweep's median, not the run's own), and the sweep's counts and
+    total."""
     runs = [run_status(entry) for entry in read_manifest(directory, "directories")["runs"]]
     paces = [r["seconds_per_epoch"] for r in runs if r["seconds_per_epoch"]]
     typical = statistics.median(paces) if paces else None
+    by_point: dict[str, list[float]] = {}
+    for r in runs:
+        if r["seconds_per_epoch"] and r["point"] is not None:
+            by_point.setdefault(r["point"], []).append(r["seconds_per_epoch"])
     for r in runs:
         r["left_s"], r["left_estimated"] = None, False
         if r["state"] in (TESTED, FITTED):
             r["left_s"] = 0.0
         elif r["max_epochs"] is not None:
-            pace = r["seconds_per_epoch"] or typical
+            same_point = by_point.get(r["point"])
+            pace = r["seconds_per_epoch"] or (statistics.median(same_point) if same_point else typical)
             r["left_estimated"] = r["seconds_per_epoch"] is None
             r["left_s"] = None if pace is None else max(r["max_epochs"] - r["epochs"], 0) * pace
     counts = {phase: sum(r["phase"] == phase for r in runs) for phase in PHASES}
