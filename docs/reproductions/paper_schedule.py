@@ -630,13 +630,10 @@ def verdicts(runs: list[dict]) -> list[dict]:
                 go = _runs_to_go(runs, exponent, "fig5", {"s_mixer"}, due)
                 rows.append(_verdict_row(exponent, "Fig. 6, S-Mixer", reading, verdict, go))
         # Fig. 7: RP − normal shrinks at every step of L and ends within the margin (or negative)
-        fig7 = [r for r in at if r["item"] == "fig7"]
-        gaps = []
-        for depth in sorted({r["L"] for r in fig7}):
-            normal = mean_sd([r["final"] for r in fig7 if r["L"] == depth and r["family"] == "s_mixer"])
-            rp = mean_sd([r["final"] for r in fig7 if r["L"] == depth and r["family"] == "rp_s_mixer"])
-            if normal[2] and rp[2]:
-                gaps.append((depth, 100 * (rp[0] - normal[0]), 100 * MARGIN_SDS * max(normal[1], rp[1])))
+        gaps = [
+            (depth, 100 * (rp[0] - normal[0]), 100 * MARGIN_SDS * max(normal[1], rp[1]))
+            for depth, normal, rp in fig7_depths(at, None)
+        ]
         if len(gaps) >= 2:
             shrinks = all(b[1] < a[1] for a, b in zip(gaps, gaps[1:], strict=False))
             depth, gap, margin = gaps[-1]
@@ -841,25 +838,32 @@ def plot_claims(rows: list[dict], exponent: int, out: Path) -> None:
     plt.close(fig)
 
 
-def fig7_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
-    rows = []
+def fig7_depths(runs: list[dict], epoch: int | None) -> list[tuple[int, tuple, tuple]]:
+    """Fig. 7's runs per depth L, where both families have one: (L, normal, RP), each the (mean, sd, n) of the
+    error after `epoch` (None: the final test error). Read by the table (`fig7_rows`) and the verdict."""
     fig7 = [r for r in runs if r["item"] == "fig7"]
+    rows = []
     for depth in sorted({r["L"] for r in fig7}):
-        for epoch in epochs:
-            normal = mean_sd([error_at(r, epoch) for r in fig7 if r["L"] == depth and r["family"] == "s_mixer"])
-            rp = mean_sd([error_at(r, epoch) for r in fig7 if r["L"] == depth and r["family"] == "rp_s_mixer"])
-            if normal[2] == 0 or rp[2] == 0:
-                continue
-            rows.append(
-                {
-                    "L": depth,
-                    "epoch": "final" if epoch is None else epoch,
-                    "normal": fmt(*normal),
-                    "rp": fmt(*rp),
-                    "rp_minus_normal_pts": round(100 * (rp[0] - normal[0]), 2),
-                }
-            )
+        normal = mean_sd([error_at(r, epoch) for r in fig7 if r["L"] == depth and r["family"] == "s_mixer"])
+        rp = mean_sd([error_at(r, epoch) for r in fig7 if r["L"] == depth and r["family"] == "rp_s_mixer"])
+        if normal[2] and rp[2]:
+            rows.append((depth, normal, rp))
     return rows
+
+
+def fig7_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
+    rows = [
+        {
+            "L": depth,
+            "epoch": "final" if epoch is None else epoch,
+            "normal": fmt(*normal),
+            "rp": fmt(*rp),
+            "rp_minus_normal_pts": round(100 * (rp[0] - normal[0]), 2),
+        }
+        for epoch in epochs
+        for depth, normal, rp in fig7_depths(runs, epoch)
+    ]
+    return sorted(rows, key=lambda row: row["L"])  # per depth, in the order of `epochs` (a stable sort)
 
 
 def rp_blocks(permute) -> str:
