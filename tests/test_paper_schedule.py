@@ -241,6 +241,14 @@ def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedul
         and row["reading"] == "RP − normal +6.00, +4.00, +2.00 points at L = 4, 8, 16; margin at L = 16: 0.28"
     )
     assert verdict_of(schedule, fig7({4: 0.46, 8: 0.47, 16: 0.372}))[claim][0] == "not"
+    # L = 20 (run_cpu.sh paper_fig7_l20, added after the rule) is shown beside it, not graded: RP 10 points
+    # behind there, and a run of it still going, leave the verdict reproduced and final
+    deeper = two_seeds("s_mixer", {(25, 26): 0.36}, item="fig7", L=20)
+    deeper += two_seeds("rp_s_mixer", {(25, 26): 0.46}, item="fig7", L=20)
+    deeper.append(run("rp_s_mixer", 25, 26, {50: 0.5}, seed=2) | {"item": "fig7", "L": 20})
+    (row,) = [r for r in schedule.verdicts(fig7({4: 0.46, 8: 0.42, 16: 0.372}) + deeper) if r["claim"] == claim]
+    assert (row["verdict"], row["status"], row["runs_to_go"]) == ("reproduced", "final", 0)
+    assert row["reading"].endswith("at L = 4, 8, 16; margin at L = 16: 0.28; L = 20 (beside the rule): +10.00")
 
     def d5(first: float) -> list[dict]:
         blocks = {0: first, 1: 0.42, 2: 0.41, 3: 0.41}
@@ -527,12 +535,18 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
     }
     script = ROOT / "docs" / "reproductions"
     emitted = subprocess.run(
-        ["bash", script / "run_cpu.sh", "paper_fig7", "paper_d5"], env=env, capture_output=True, text=True, timeout=300
+        ["bash", script / "run_cpu.sh", "paper_fig7", "paper_d5", "paper_fig7_l20"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert emitted.returncode == 0, emitted.stderr[-2000:]
-    normal_by_depth, gap_by_depth = {4: 0.40, 8: 0.37, 16: 0.36}, {4: 0.08, 8: 0.04, 16: 0.01}
-    for family in ("s_mixer", "rp_s_mixer"):
-        for entry in json.loads((runs_root / f"paper_2p14_fig7_{family}" / "sweep.json").read_text())["runs"]:
+    normal_by_depth, gap_by_depth = {4: 0.40, 8: 0.37, 16: 0.36, 20: 0.355}, {4: 0.08, 8: 0.04, 16: 0.01, 20: 0.02}
+    for family, sweep in [
+        (f, f"paper_2p14_fig7_{f}{suffix}") for f in ("s_mixer", "rp_s_mixer") for suffix in ("", "_L20")
+    ]:
+        for entry in json.loads((runs_root / sweep / "sweep.json").read_text())["runs"]:
             depth = entry["axes"]["num_blocks"]
             gap = gap_by_depth[depth] if family == "rp_s_mixer" else 0.0
             final = normal_by_depth[depth] + gap + 0.01 * entry["seed"]
@@ -552,6 +566,7 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
             ("4", "40.50 ± 0.71 (2)", "8.0"),
             ("8", "37.50 ± 0.71 (2)", "4.0"),
             ("16", "36.50 ± 0.71 (2)", "1.0"),
+            ("20", "36.00 ± 0.71 (2)", "2.0"),  # paper_fig7_l20's own sweeps, read as one more depth
         ]
         assert "| 16 | final | 36.50 ± 0.71 (2) | 37.50 ± 0.71 (2) | 1.0 |" in (out / "fig7.md").read_text()
         with (out / "fig7_by_epoch.csv").open(newline="") as file:
@@ -563,6 +578,7 @@ def test_fig7_and_d5_as_run_cpu_emits_them_are_read_by_depth_and_by_the_rp_block
                 ("4", ("0.0", "4.0", "8.0")),
                 ("8", ("0.0", "2.0", "4.0")),
                 ("16", ("0.0", "0.5", "1.0")),
+                ("20", ("0.0", "1.0", "2.0")),
             )
             for epoch, gap in zip((1, 2, 3), gaps, strict=True)
         ]
@@ -668,18 +684,23 @@ def test_d5_trains_the_fig7_runs_its_table_compares_with_and_no_other_depth(tmp_
     assert len(calls.read_text().splitlines()) == 12  # 3 depths × 2 families × 2 seeds
 
 
-@pytest.mark.slow  # ~40 s: the real sweeps' emit, then one real fit (one batch) of each sweep's first run
+@pytest.mark.slow  # ~50 s: the real sweeps' emit, then one real fit (one batch) of each sweep's first run
 def test_the_fig7_and_d5_runs_run_cpu_emits_train(tmp_path: Path) -> None:
     """`run_cpu.sh paper_fig7` and `paper_d5` set S = C = 25 on top of the Ω = 2^14 overlay, which also sets
     omega: every one of their runs stopped at once ("model.tokens: tokens=25 contradicts omega=16384"), and the
-    tests above only emitted them. Now the first run of each of the three sweeps trains through the real
-    `mixer sweep point` (one batch of a tiny dataset in the hub's layout) at S = C = 25 and its depth."""
+    tests above only emitted them. Now the first run of each of the five sweeps (paper_fig7_l20's two at L = 20
+    included) trains through the real `mixer sweep point` (one batch of a tiny dataset in the hub's layout) at
+    S = C = 25 and its depth."""
     write_hf(tmp_path / "data" / "cifar10", train=8, test=4)
     env, calls = recording_queue(tmp_path, "")
     env |= {"MIXER_DATA_ROOT": str(tmp_path / "data")}
     script = ROOT / "docs" / "reproductions" / "run_cpu.sh"
     queued = subprocess.run(
-        ["bash", script, "paper_fig7", "paper_d5"], env=env, capture_output=True, text=True, timeout=300
+        ["bash", script, "paper_fig7", "paper_d5", "paper_fig7_l20"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert queued.returncode == 0, queued.stderr[-2000:]
     first: dict[str, str] = {}
@@ -689,7 +710,9 @@ def test_the_fig7_and_d5_runs_run_cpu_emits_train(tmp_path: Path) -> None:
     assert sorted(Path(folder).name for folder in first) == [
         "paper_2p14_d5_s_mixer",
         "paper_2p14_fig7_rp_s_mixer",
+        "paper_2p14_fig7_rp_s_mixer_L20",
         "paper_2p14_fig7_s_mixer",
+        "paper_2p14_fig7_s_mixer_L20",
     ]
     short = "--trainer.max_epochs 1 --trainer.limit_train_batches 1 --trainer.limit_val_batches 1 --trainer.limit_test_batches 1"
     fit_env = env | {
@@ -706,6 +729,7 @@ def test_the_fig7_and_d5_runs_run_cpu_emits_train(tmp_path: Path) -> None:
         )
         assert json.loads((Path(entry["run_dir"]) / "fit_summary.json").read_text())["steps"] == 1
         assert "S=25, C=25" in fitted.stdout + fitted.stderr
+        assert f"num_blocks={20 if folder.endswith('_L20') else 4}," in fitted.stdout + fitted.stderr
 
 
 def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its_folder(

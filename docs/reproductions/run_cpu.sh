@@ -6,7 +6,7 @@
 #   docs/reproductions/run_cpu.sh [ITEM ...]      items: fig5 fig7 d5 table1 fig2 budget gap (default: all)
 #
 # At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
-# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_d5 paper_third_seed (not in the default set; measured:
+# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed (not in the default set; measured:
 # an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points.
 #
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
@@ -176,19 +176,27 @@ paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-M
   run "${name}_s_mixer" "${name}_rp_s_mixer" "${sw[@]}"
 }
 
-emit_paper_fig7() {  # Fig. 7's sweeps at S = C = round(Ω^(1/3)) (25 at 2^14): depth 4, 8, 16, normal and RP.
+emit_paper_fig7() {  # emit_paper_fig7 [DEPTHS [SUFFIX]]: Fig. 7's sweeps at S = C = round(Ω^(1/3)) (25 at 2^14),
+  # normal and RP, at depths DEPTHS (default 4,8,16), named paper_2p<EXP>_fig7_{s_mixer,rp_s_mixer}<SUFFIX>.
   # S and C are given, so not the Ω overlay (omega with tokens is refused): Ω = 25³ = 15625 ≈ 2^14 (0.95×)
   local -a BUDGET=("${SCHEDULE[@]}")
-  local width
+  local width depths=${1:-4,8,16} suffix=${2:-}
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
-  local axes=(--grid model.init_args.num_blocks=4,8,16 --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width")
-  emit "paper_2p${OMEGA_EXP}_fig7_s_mixer" configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
-  emit "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer" configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+  local axes=(--grid "model.init_args.num_blocks=$depths" --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width")
+  emit "paper_2p${OMEGA_EXP}_fig7_s_mixer$suffix" configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
+  emit "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer$suffix" configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
 }
 
 paper_fig7() {  # Fig. 7 at 200 epochs: every depth (the L = 4 runs that paper_d5 trained are skipped as finished)
   emit_paper_fig7
   run "paper_2p${OMEGA_EXP}_fig7_s_mixer" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer"
+}
+
+paper_fig7_l20() {  # Fig. 7's deepest point, L = 20 (the paper's Fig. 7 runs L = 4 … 20; issue 24: "20 if it
+  # fits"): two sweeps of their own beside paper_fig7's (a started sweep is never rewritten), which
+  # paper_schedule.py reads as one more depth of Fig. 7, shown beside the verdict (its rule reads L = 4, 8, 16)
+  emit_paper_fig7 20 _L20
+  run "paper_2p${OMEGA_EXP}_fig7_s_mixer_L20" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer_L20"
 }
 
 paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one RP block per position; "none" and
@@ -251,7 +259,7 @@ items=("$@")
 [ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 gap budget fig2 table1)
 for item in "${items[@]}"; do
   case "$item" in
-    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_d5 | paper_third_seed) "$item" ;;
-    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_d5 paper_third_seed" >&2; exit 2 ;;
+    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5 | paper_third_seed) "$item" ;;
+    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed" >&2; exit 2 ;;
   esac
 done
