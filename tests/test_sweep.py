@@ -524,6 +524,45 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
 
 
+def test_a_sweep_run_here_lets_go_of_each_run_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mixer sweep --run DIR` fits and tests its points one after another in this process (`main` per fit
+    and per test). jsonargparse's `subclass_arg_context` leaves a ContextVar on the subcommand's parser,
+    which holds LightningCLI's instantiator, so the CLI, its Trainer, model, optimizer state and data stayed
+    alive after `main` returned, until the next call: each point's fit started with the last test's model in
+    memory (and a fit's while its test ran; a test worker grew to 19 GB over the configs' one-batch fits).
+    Now nothing a run made is alive when the next starts, nor after the sweep."""
+    import gc
+    import warnings
+    import weakref
+
+    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+    from lightning.pytorch.cli import LightningCLI
+
+    def instances() -> list:
+        gc.collect()
+        with warnings.catch_warnings():  # isinstance on every object touches torch's deprecated aliases
+            warnings.simplefilter("ignore")
+            kinds = (Trainer, LightningModule, LightningDataModule, LightningCLI)
+            return [o for o in gc.get_objects() if isinstance(o, kinds)]
+
+    before = weakref.WeakSet(instances())
+
+    def alive() -> list[str]:
+        return sorted(type(o).__name__ for o in instances() if o not in before)
+
+    seen, real = [], sweep_runs.run_mixer
+
+    def run_mixer(arguments: list[str]) -> None:
+        seen.append((arguments[0], alive()))
+        real(arguments)
+
+    monkeypatch.setattr(sweep_runs, "run_mixer", run_mixer)
+    monkeypatch.setenv("MIXER_ARGS", SHORT)
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--run", "sweeps/tiny"])
+    assert seen == [("fit", []), ("test", []), ("fit", []), ("test", [])]
+    assert alive() == []
+
+
 def test_points_side_by_side_through_the_sweep_and_its_script(
     capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -13,6 +13,7 @@ SIGTERM/SIGINT one line with status 143/130 (`mixer_lightning.errors.translate_l
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import os
 import signal
@@ -170,7 +171,12 @@ def main(args: list[str] | None = None) -> None:
         from mixer_lightning.cli.lightning import run  # Lightning is imported only for its subcommands
 
         with parser_cache.recording_help(argv, console=args is None):
-            run(argv)
+            # In a context of its own: jsonargparse's `subclass_arg_context` sets a ContextVar to the
+            # subcommand's parser and never resets it, so after `main` returned, that parser (and through
+            # LightningCLI's instantiator the CLI, its Trainer, model, optimizer state and data) stayed alive
+            # until the next call: an in-process sweep (`mixer sweep --run`) held one point's model while the
+            # next one trained, and a fit's while its test ran.
+            contextvars.copy_context().run(run, argv)
     except BrokenPipeError:  # `mixer width --json | head`: the reader left; not an error of ours
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (Stopped, Interrupted) as raised:
