@@ -773,3 +773,49 @@ def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its
             argv = ["paper_schedule.py", "--runs", str(empty), "--out", str(out), "--recorded", str(out)]
             monkeypatch.setattr(sys, "argv", argv)
             schedule.main()
+
+
+def test_fig7_fit_puts_each_depths_training_loss_beside_its_test_loss(
+    schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fig7_fit.md`: per L and family, the last epoch's `train/loss_epoch` (from the run's logs) and the
+    test loss of `mixer test` (test_metrics.json), mean ± sd over the finished runs, and test − train: the
+    overfitting that the paper's explanation of RP catching up with depth (Sec. 5.4) needs. Read again from
+    the committed report (--recorded) when the run folders are gone."""
+    runs_root = tmp_path / "runs"
+    entries = []
+    losses = {("s_mixer", 4): (1.0, 1.02), ("rp_s_mixer", 4): (1.2, 1.21), ("s_mixer", 8): (0.9, 0.95)}
+    for (family, depth), (train, test) in losses.items():
+        for seed in (0, 1):
+            run_dir = runs_root / f"paper_2p14_fig7_{family}" / "runs" / f"L{depth}" / f"seed{seed}"
+            run_dir.mkdir(parents=True)
+            (run_dir / "metrics.csv").write_text(
+                "epoch,step,val/acc1,train/loss_epoch\n"
+                f"0,99,0.5,{train + 0.3}\n"
+                f"1,199,0.6,{train + 0.01 * seed}\n"  # the last epoch's counts
+            )
+            (run_dir / "test_metrics.json").write_text(json.dumps({"test/acc1": 0.6, "test/loss": test}))
+            entry = {"point": f"L{depth}", "axes": {"num_blocks": depth}, "seed": seed, "run_dir": str(run_dir)}
+            entries.append((family, entry | {"name": f"L{depth}_seed{seed}"}))
+    unfinished = runs_root / "paper_2p14_fig7_rp_s_mixer" / "runs" / "L8" / "seed0"  # logs, no test: not read
+    unfinished.mkdir(parents=True)
+    (unfinished / "metrics.csv").write_text("epoch,step,val/acc1,train/loss_epoch\n0,99,0.5,1.5\n")
+    entries.append(("rp_s_mixer", {"point": "L8", "axes": {"num_blocks": 8}, "seed": 0, "run_dir": str(unfinished)}))
+    for family in ("s_mixer", "rp_s_mixer"):
+        runs = [entry | {"name": f"{entry['point']}_seed{entry['seed']}"} for f, entry in entries if f == family]
+        (runs_root / f"paper_2p14_fig7_{family}" / "sweep.json").write_text(json.dumps({"runs": runs}))
+    out = tmp_path / "paper"
+    expected = [
+        "| 4 | S-Mixer | 1.00 ± 0.01 (2) | 1.02 ± 0.00 (2) | 0.015 | 40.00 ± 0.00 (2) |",
+        "| 4 | RP S-Mixer | 1.21 ± 0.01 (2) | 1.21 ± 0.00 (2) | 0.005 | 40.00 ± 0.00 (2) |",
+        "| 8 | S-Mixer | 0.91 ± 0.01 (2) | 0.95 ± 0.00 (2) | 0.045 | 40.00 ± 0.00 (2) |",
+    ]
+    monkeypatch.setattr(sys, "argv", ["paper_schedule.py", "--runs", str(runs_root), "--out", str(out)])
+    schedule.main()
+    assert (out / "fig7_fit.md").read_text().splitlines()[2:] == expected
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["paper_schedule.py", "--runs", str(empty), "--out", str(tmp_path / "again"), "--recorded", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    schedule.main()
+    assert (tmp_path / "again" / "fig7_fit.md").read_text().splitlines()[2:] == expected

@@ -13,7 +13,8 @@ the test error at every epoch; the final figure is `mixer test` of `last.ckpt` (
 paper's "last checkpoint". Unfinished runs contribute their curves up to where they are (marked), never a
 final figure. Writes into --out:
 
-- ``fig5_runs.csv``: one row per run (sweep, family, Ω, C, S, m, p, seed, epochs logged, final test error);
+- ``fig5_runs.csv``: one row per run (sweep, family, Ω, C, S, m, p, seed, epochs logged, final test error,
+  minutes, a finished run's last training loss and its test loss);
 - ``curves.csv``: every run's test error after every epoch (the data behind the curves and claims);
 - ``points.csv`` / ``points.md``: each point's test error at epochs 10–150 and final, mean ± sd (seeds);
 - ``fig5_error.png``: test error against m and against C, one line per (family, Ω), mean ± sd over seeds;
@@ -31,6 +32,8 @@ final figure. Writes into --out:
   range, lane-hours), from each run's epoch times (``minutes`` in ``fig5_runs.csv``);
 - ``fig7_gap.png`` / ``fig7.csv`` / ``fig7.md`` / ``fig7_by_epoch.csv``: RP − normal against depth L (final, and
   at chosen epochs), and per L after every epoch (finished runs only);
+- ``fig7_fit.csv`` / ``fig7_fit.md``: per L and family, the last epoch's training loss beside the test loss
+  (`fig7_fit`: does anything overfit, which the paper's explanation of RP catching up needs);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
   L = 4 runs), and each one's final error minus none's.
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
@@ -143,13 +146,14 @@ def read_runs(runs_root: Path) -> list[dict]:
         exponent, item, family = int(named["exponent"]), named["item"], named["family"]
         for entry in json.loads(manifest.read_text())["runs"]:
             run_dir = Path(entry["run_dir"])  # relative to the checkout the sweep ran in (run from there)
-            curve = epoch_curves(run_dir, ["val/acc1"])["val/acc1"] if has_logs(run_dir) else {}
+            logs = epoch_curves(run_dir, ["val/acc1", "train/loss_epoch"]) if has_logs(run_dir) else {}
+            curve, train_loss = logs.get("val/acc1", {}), logs.get("train/loss_epoch", {})
             logged = epoch_log(run_dir, "val/acc1") if curve else {}
             minutes = run_minutes([when for _, (when, _) in sorted(logged.items()) if when is not None])
-            final = None
+            final = test_loss = None
             if (run_dir / "test_metrics.json").is_file():
                 metrics = json.loads((run_dir / "test_metrics.json").read_text())
-                final = 1.0 - metrics["test/acc1"]
+                final, test_loss = 1.0 - metrics["test/acc1"], metrics.get("test/loss")
             axes = entry.get("axes") or {}
             rows.append(
                 {
@@ -169,6 +173,10 @@ def read_runs(runs_root: Path) -> list[dict]:
                     "error_curve": {epoch + 1: 1.0 - acc for epoch, acc in curve.items()},  # epoch 1 = after one epoch
                     "final": final,
                     "minutes": minutes,
+                    # the last epoch's mean training loss (augmented images, train mode) and the test loss of
+                    # `mixer test`: a finished run's fit of the training data beside its test figure
+                    "train_loss": train_loss[max(train_loss)] if final is not None and train_loss else None,
+                    "test_loss": test_loss,
                 }
             )
     return rows
@@ -240,7 +248,8 @@ def read_recorded(folder: Path) -> list[dict]:
                 row
                 | {column: cell(column, int, optional=False) for column in ("omega_exp", "epochs")}
                 | {column: cell(column, int) for column in ("C", "S", "m", "L")}
-                | {column: cell(column, float) for column in ("p", "final", "minutes")}  # reports before had no minutes
+                # reports before had no minutes, and no losses
+                | {column: cell(column, float) for column in ("p", "final", "minutes", "train_loss", "test_loss")}
                 | {"permute": cell("permute", bool), "seed": key[2], "error_curve": curves[key]}
             )
     return rows
@@ -932,6 +941,32 @@ def d5_rows(runs: list[dict], epochs: list[int | None]) -> list[dict]:
     return rows
 
 
+def fig7_fit(runs: list[dict]) -> list[dict]:
+    """Per depth L and family, over Fig. 7's finished runs: the last epoch's training loss, the test loss and
+    their difference, beside the final test error. The paper explains RP's catching up by "deep RP-Mixer's
+    resistance to overfitting or shallow RP-Mixer's small receptive fields" (Sec. 5.4, remark on depth):
+    a test loss well above the training loss is the overfitting that explanation needs."""
+    rows = []
+    finished = [r for r in runs if r["item"] == "fig7" and r["final"] is not None and r.get("train_loss") is not None]
+    for depth in sorted({r["L"] for r in finished}):
+        for family in ("s_mixer", "rp_s_mixer"):
+            part = [r for r in finished if r["L"] == depth and r["family"] == family and r.get("test_loss") is not None]
+            if not part:
+                continue
+            train, test = mean_sd([r["train_loss"] for r in part]), mean_sd([r["test_loss"] for r in part])
+            rows.append(
+                {
+                    "L": depth,
+                    "family": FAMILIES[family],
+                    "train_loss": fmt(*train, scale=1.0),
+                    "test_loss": fmt(*test, scale=1.0),
+                    "test_minus_train": round(statistics.fmean(r["test_loss"] - r["train_loss"] for r in part), 3),
+                    "final_error": fmt(*mean_sd([r["final"] for r in part])),
+                }
+            )
+    return rows
+
+
 def fig7_by_epoch(runs: list[dict]) -> list[dict]:
     """`fig7_rows` after every epoch, over the finished runs only (item 5: when RP's gap opens or closes)."""
     finished = [r for r in runs if r["item"] == "fig7" and r["final"] is not None]
@@ -1059,6 +1094,7 @@ def main() -> None:
             {k: v for k, v in r.items() if k != "error_curve"}
             | {"final": None if r["final"] is None else round(r["final"], 4)}
             | {"minutes": None if r.get("minutes") is None else round(r["minutes"], 1)}
+            | {k: None if r.get(k) is None else round(r[k], 4) for k in ("train_loss", "test_loss")}
             for r in runs
         ],
     )
@@ -1114,6 +1150,9 @@ def main() -> None:
     sevens_every_epoch = fig7_by_epoch(runs)
     write_csv(out / "fig7_by_epoch.csv", sevens_every_epoch)
     plot_fig7(sevens, sevens_every_epoch, out)
+    fits = fig7_fit(runs)
+    write_csv(out / "fig7_fit.csv", fits)
+    (out / "fig7_fit.md").write_text(markdown(fits) or "No Fig. 7 run has finished with its losses logged yet.\n")
     fives = d5_rows(runs, [20, 50, 100, 150, None])
     write_csv(out / "d5.csv", fives)
     (out / "d5.md").write_text(markdown(fives) or "No App. D.5 run has logged an epoch yet.\n")
