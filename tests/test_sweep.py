@@ -248,18 +248,23 @@ def test_mirror_points_are_drawn_as_two_branches_against_the_width(monkeypatch: 
 
 def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     """Fig. S.3 (left): γ varied at a fixed Mixer (S = C = 16 here), no width grid; the report plots
-    the error against γ and names the best."""
-    main(["sweep", "--config", TINY_MIXER, "--grid", "model.init_args.gamma=1,2,4", "--seeds", "0,1", "--emit", "g"])
+    the error against γ and names the best, and lists the points in the axis's order (1, 2, 16; their
+    names sorted as text put gamma16 before gamma2)."""
+    main(["sweep", "--config", TINY_MIXER, "--grid", "model.init_args.gamma=1,2,16", "--seeds", "0,1", "--emit", "g"])
     data = manifest("g")
     assert data["kind"] == "base" and [r["name"] for r in data["runs"]][:2] == ["gamma1_seed0", "gamma1_seed1"]
-    assert yaml.safe_load(Path("g/configs/gamma4_seed1.yaml").read_text())["model"]["init_args"]["gamma"] == 4
+    assert yaml.safe_load(Path("g/configs/gamma16_seed1.yaml").read_text())["model"]["init_args"]["gamma"] == 16
     for run in data["runs"]:
         Path(run["run_dir"]).mkdir(parents=True)
-        acc = {1: 0.5, 2: 0.6, 4: 0.7}[run["axes"]["gamma"]]
+        acc = {1: 0.5, 2: 0.6, 16: 0.7}[run["axes"]["gamma"]]
         Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": acc}))
     main(["sweep", "report", "g"])
     out = capsys.readouterr().out
-    assert "best for g base: gamma = 4" in out and Path("g/error_vs_gamma.png").stat().st_size > 5000
+    assert "best for g base: gamma = 16" in out and Path("g/error_vs_gamma.png").stat().st_size > 5000
+    with open("g/summary.csv") as f:
+        assert [row["gamma"] for row in csv.DictReader(f)] == ["1", "2", "16"]
+    main(["sweep", "report", "g", "--json"])
+    assert [row["gamma"] for row in json.loads(capsys.readouterr().out)["summary"]] == [1, 2, 16]
     err = one_line_error(
         capsys, ["sweep", "--config", TINY_S_MIXER, "--grid", "model.optimizer.init_args.lr=0.1", "--emit", "x"]
     )

@@ -121,7 +121,23 @@ def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
         if "train_loss" in first:
             entry["train_loss_mean"] = statistics.fmean(losses) if losses else None
         summary.append(entry)
-    return sorted(summary, key=lambda r: (r["series"], r["m"] if r["m"] is not None else 0, r["point"]))
+    return sorted(
+        summary,
+        key=lambda r: (
+            r["series"],
+            r["m"] if r["m"] is not None else 0,
+            *(_value_key(r.get(name)) for name in axis_names),  # a depth grid 4, 8, 16 in that order
+            r["point"],
+        ),
+    )
+
+
+def _value_key(value) -> tuple:
+    """An axis value's place in the summary: numbers by value (8 before 16, which their point names,
+    "num_blocks16" before "num_blocks8", do not give), anything else by its text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
 
 
 def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
