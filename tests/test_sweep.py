@@ -548,7 +548,8 @@ def test_a_sweep_run_here_lets_go_of_each_run_before_the_next(monkeypatch: pytes
         with warnings.catch_warnings():  # isinstance on every object touches torch's deprecated aliases
             warnings.simplefilter("ignore")
             kinds = (Trainer, LightningModule, LightningDataModule, LightningCLI)
-            return [o for o in gc.get_objects() if isinstance(o, kinds)]
+            # not weakref proxies, which pass isinstance for their referent and cannot be weakly referenced
+            return [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, weakref.ProxyTypes)]
 
     before = weakref.WeakSet(instances())
 
