@@ -24,6 +24,7 @@ from helpers.killer import kill_and_resume
 from helpers.recorder import record_one_and_two_processes
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
+from mixer_lightning.data.sampling import fork_may_deadlock
 from mixer_lightning.data.shard_order import ShardOrder
 from mixer_lightning.data.shards import expand_braces
 
@@ -564,6 +565,60 @@ def test_ddp_ranks_train_on_disjoint_samples_that_cover_the_epoch(source: str, t
         labels = sorted(line.rsplit(":", 1)[1] for line in seen[0] | seen[1])
         assert labels == sorted(line.rsplit(":", 1)[1] for line in one if line.startswith(epoch + ":"))
     assert read_json(tmp_path / "runs" / "two" / "version_0" / "fit_summary.json")["steps"] == 2 * 6
+    if source == "hf_streaming":  # its workers start every epoch: by spawn under DDP where a fork can deadlock
+        ddp = "spawn" if fork_may_deadlock() else "default"
+        assert (tmp_path / "one" / "workers0.txt").read_text().split() == ["default"] * 2
+        assert [(tmp_path / "two" / f"workers{r}.txt").read_text().split() for r in (0, 1)] == [[ddp] * 2] * 2
+
+
+def test_workers_start_by_spawn_in_a_run_of_several_processes_where_a_fork_can_deadlock() -> None:
+    """CPython before 3.11.10 (3.10.15, 3.9.20; gh-112275): a child forked while another thread holds the
+    interpreter's thread-list lock deadlocks; under DDP the process group's threads take it, and a two-process
+    streaming run hung for good at an epoch's start (its loader forks workers every epoch). There, and only
+    there, the loaders start their workers by spawn."""
+    from mixer_lightning.data.sampling import leave_stops_to_the_run, worker_options
+
+    assert all(fork_may_deadlock(v) for v in [(3, 11, 7), (3, 11, 9), (3, 10, 13), (3, 10, 14), (3, 9, 19)])
+    assert not any(fork_may_deadlock(v) for v in [(3, 11, 10), (3, 10, 15), (3, 9, 20), (3, 12, 0), (3, 13, 1)])
+
+    class Ranks:
+        world_size = 2
+
+    spawn = "spawn" if fork_may_deadlock() else None
+    assert worker_options(2, Ranks()) == {"worker_init_fn": leave_stops_to_the_run, "multiprocessing_context": spawn}
+    for trainer in (None, type("One", (), {"world_size": 1})()):
+        assert worker_options(2, trainer)["multiprocessing_context"] is None
+    assert worker_options(0, Ranks()) == {"worker_init_fn": None, "multiprocessing_context": None}
+
+
+@pytest.mark.slow  # ~1 min: six spawned workers, each importing torch
+@pytest.mark.parametrize("source", ["folder", "hf", "wds"])
+def test_every_sources_loaders_give_the_same_batches_from_spawned_workers(source: str, tmp_path: Path) -> None:
+    """Spawned workers (a run of several processes where a fork can deadlock) get their dataset, sampler and
+    collate function pickled: each source's training and validation loaders give the same first batch
+    from a spawned worker as from a forked one (the augmentation is keyed by seed, epoch and image)."""
+    from helpers.fakedata import write_hf, write_image_folder
+
+    common = dict(num_workers=1, image_size=16, batch_size=4)
+    if source == "folder":
+        data = ImageDataModule("folder", root=str(write_image_folder(tmp_path / "d")), val_split=0.25, **common)
+    elif source == "hf":
+        data = ImageDataModule("hf", root=str(write_hf(tmp_path / "d")), val_split=0.25, pipeline="pil", **common)
+    else:
+        data = ImageDataModule("wds", root=str(write_wds(tmp_path / "d", train=16, per_shard=8)), **common)
+    data.setup("fit")
+    for made in (data.train_dataloader(), data.val_dataloader()):
+        assert made.multiprocessing_context is None  # one process: the platform's start (fork on Linux)
+        spawned = torch.utils.data.DataLoader(
+            made.dataset,
+            batch_sampler=made.batch_sampler,
+            collate_fn=made.collate_fn,
+            num_workers=1,
+            worker_init_fn=made.worker_init_fn,
+            multiprocessing_context="spawn",
+        )
+        (x, y), (xs, ys) = next(iter(made)), next(iter(spawned))
+        assert torch.equal(x, xs) and torch.equal(y, ys)
 
 
 # ----------------------------------------------------------------------------------------- bench

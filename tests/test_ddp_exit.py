@@ -58,3 +58,26 @@ def test_a_ddp_run_stopped_on_every_rank_says_so_once(tmp_path: Path) -> None:
     assert stops[0] == "mixer: SIGTERM received: stopping at the next resumable point (saving last.ckpt)"
     assert stops[1].startswith("mixer: stopped by SIGTERM at step 2"), result.stderr[-3000:]
     assert (tmp_path / "runs" / "digits_mixer" / "version_0" / "checkpoints" / "last.ckpt").is_file()
+
+
+def test_a_hung_command_fails_with_each_of_its_processes_stacks_whole() -> None:
+    """`run_with_stacks_on_timeout`, the DDP tests' runner: a command past its timeout fails the test with
+    every process's stacks, each process's whole (the CI log of a hung two-rank run had them interleaved,
+    line by line, and cut), and ends with one line a process saying where its main thread waits."""
+    script = (
+        "import multiprocessing, time\n"
+        "def wait_in_the_child():\n"
+        "    time.sleep(600)\n"
+        "if __name__ == '__main__':\n"
+        "    multiprocessing.get_context('fork').Process(target=wait_in_the_child).start()\n"
+        "    time.sleep(600)\n"
+    )
+    with pytest.raises(pytest.fail.Exception) as failure:
+        run_with_stacks_on_timeout([sys.executable, "-c", script], timeout=3)
+    report = str(failure.value)
+    last = report.splitlines()[-2:]
+    assert [line.split(" waits in: ")[1] for line in last] == ['File "<string>", line 6 in <module>'] + [
+        'File "<string>", line 3 in wait_in_the_child'
+    ]
+    sections = report.split("--- process ")[1:]
+    assert len(sections) == 2 and all(s.count("Current thread") == 1 for s in sections)

@@ -33,13 +33,13 @@ from torchvision import transforms as T
 from mixer_lightning.data.mixup import MixupMode, build_mixup
 from mixer_lightning.data.pil_path import TransformedDataset
 from mixer_lightning.data.sampling import (
-    leave_stops_to_the_run,
     mix,
     seeded,
     split_train,
     train_subset,
     training_loader,
     training_seed,
+    worker_options,
 )
 from mixer_lightning.data.sources import DatasetInfo, get_source
 from mixer_lightning.data.tensor_path import (
@@ -443,7 +443,7 @@ class ImageDataModule(LightningDataModule):
             pin_memory=self.pin_memory,
             persistent_workers=self._persistent_workers and workers > 0,
             prefetch_factor=self._prefetch_factor if workers > 0 else None,
-            worker_init_fn=leave_stops_to_the_run if workers > 0 else None,
+            **worker_options(workers, self.trainer),
         )
         length = len(dataset)
         if tensor:

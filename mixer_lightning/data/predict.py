@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 from mixer_lightning.data.pil_path import to_mode
-from mixer_lightning.data.sampling import leave_stops_to_the_run
+from mixer_lightning.data.sampling import worker_options
 from mixer_lightning.data.transforms import INTERPOLATIONS, EvalCrop, InputPermutation, PermutationMode, eval_transform
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.config_files import special_file_kind
@@ -218,7 +218,7 @@ def files_loader(datamodule: Any, root: str | Sequence[str]) -> DataLoader:
         shuffle=False,
         num_workers=workers,
         pin_memory=bool(getattr(datamodule, "pin_memory", False)),
-        worker_init_fn=leave_stops_to_the_run if workers > 0 else None,
+        **worker_options(workers, getattr(datamodule, "trainer", None)),
     )
 
 
@@ -340,7 +340,7 @@ class PredictionData(LightningDataModule):
             batch_size=self.batch_size,
             shuffle=False,
             num_workers=self.num_workers,
-            worker_init_fn=leave_stops_to_the_run if self.num_workers else None,
+            **worker_options(self.num_workers, self.trainer),
         )
 
     @staticmethod

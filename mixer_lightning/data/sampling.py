@@ -199,6 +199,37 @@ def leave_stops_to_the_run(worker_id: int) -> None:
     _end_with_the_run()
 
 
+# CPython releases whose fork can deadlock the child (gh-112275, fixed in 3.9.20, 3.10.15 and 3.11.10; 3.12
+# was never affected): `os.fork` re-initialises the interpreter's thread-list lock only after it has taken it,
+# so a child forked while another thread holds it waits for it forever, before running any Python code.
+FORK_DEADLOCK_FIXED_IN = {(3, 8): 20, (3, 9): 20, (3, 10): 15, (3, 11): 10}
+
+
+def fork_may_deadlock(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> bool:
+    """Whether this Python's `os.fork` can deadlock its child (`FORK_DEADLOCK_FIXED_IN`)."""
+    fixed = FORK_DEADLOCK_FIXED_IN.get(tuple(version[:2]))
+    return tuple(version[:2]) < (3, 12) and (fixed is None or version[2] < fixed)
+
+
+def worker_options(workers: int, trainer: Any) -> dict[str, Any]:
+    """The DataLoader options of a loader's `workers`: `leave_stops_to_the_run`, and how they start.
+
+    Workers start by spawn (a fresh interpreter, started by fork + exec) in a run of several processes
+    on a Python whose fork can deadlock (`fork_may_deadlock`), else as the platform starts them (fork on
+    Linux). Under DDP the process group's threads (gloo's run loop, NCCL's watchdog) enter Python at
+    moments of their own, to drop the tensors a collective held, and take the interpreter's thread-list
+    lock as they do: a worker forked then hangs before its first batch, its rank waits for that batch and
+    the other ranks wait for it in the next collective, for good. Seen in 2 of 34 two-process runs of
+    ``tests/test_cluster_data.py``'s streaming case on Python 3.11.7, whose loader starts its workers every
+    epoch (docs/notes/cluster-data.md). The cost of spawn: each worker imports torch and unpickles its
+    dataset, once a run with persistent workers, once a pass for a streamed dataset."""
+    if workers <= 0:
+        return {"worker_init_fn": None, "multiprocessing_context": None}
+    world = getattr(trainer, "world_size", 1) if trainer is not None else 1
+    spawn = world > 1 and fork_may_deadlock()
+    return {"worker_init_fn": leave_stops_to_the_run, "multiprocessing_context": "spawn" if spawn else None}
+
+
 def _quiet_when_the_run_hangs_up(
     shown: Callable[..., Any], kind: type[BaseException], error: BaseException, trace: Any
 ) -> None:

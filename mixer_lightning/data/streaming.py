@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from mixer_lightning.data.sampling import leave_stops_to_the_run, mix, seeded, training_seed
+from mixer_lightning.data.sampling import mix, seeded, training_seed, worker_options
 from mixer_lightning.data.sources.folder import _decompression_bomb
 from mixer_lightning.errors import ConfigError, require
 
@@ -247,8 +247,11 @@ def stream_loader(
     # Lightning's warning that an iterable's length may be wrong with workers: here it is the batches each
     # rank yields, whatever the workers (module docstring).
     warnings.filterwarnings("ignore", message=r".*`IterableDataset` has `__len__` defined")
-    if workers == 0:
-        options["prefetch_factor"] = None
+    # And its advice to keep spawned workers (`worker_options`) alive between epochs: a pass's workers take its
+    # epoch here, by design (above).
+    warnings.filterwarnings("ignore", message=r"Consider setting `persistent_workers=True`")
+    if workers == 0:  # (the data files fewer than the workers asked for: none)
+        options.update(prefetch_factor=None, **worker_options(0, trainer))
 
     def epoch() -> int:
         return trainer.fit_loop.epoch_progress.current.processed if trainer is not None and train else 0
@@ -297,7 +300,7 @@ def datamodule_loader(datamodule: Any, dataset: StreamImages, train: bool) -> St
         num_workers=workers,
         pin_memory=datamodule.pin_memory,
         prefetch_factor=datamodule._prefetch_factor if workers > 0 else None,
-        worker_init_fn=leave_stops_to_the_run if workers > 0 else None,
+        **worker_options(workers, trainer),
     )
     hparams = datamodule.hparams
     loader = stream_loader(

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -61,22 +62,60 @@ def one_line_error(capsys: Any, args: list[str], code: int = 2) -> str:
 def run_with_stacks_on_timeout(command: list[str], timeout: float, **kwargs: Any) -> subprocess.CompletedProcess:
     """``subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)``, except that a
     command still running after `timeout` seconds fails the test with the Python stack of every thread of
-    every process it started (DDP ranks, DataLoader workers): they run with faulthandler on and get SIGABRT,
-    so a hang that CI meets once in many runs is a report of where each process waits, not a bare timeout."""
+    every process it started (DDP ranks, DataLoader workers), so a hang that CI meets once in many runs is a
+    report of where each process waits, not a bare timeout. They run with faulthandler on; all are stopped
+    (SIGSTOP), then each in turn gets SIGABRT and SIGCONT, so that each one's stacks come whole (not
+    interleaved with the others') and none reacts to another's end. The report ends with one line a process
+    (its main thread's innermost frame): what a truncated CI log still shows."""
     import pytest
 
     env = {**kwargs.pop("env", os.environ), "PYTHONFAULTHANDLER": "1"}
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, start_new_session=True, **kwargs
-    )
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGABRT)  # the whole session: the ranks Lightning started and their workers
+    with tempfile.TemporaryFile("w+") as stderr:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, start_new_session=True, **kwargs
+        )
         try:
-            out, err = process.communicate(timeout=60)
+            out, _ = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            report = _stacks_of_the_session(process.pid, stderr)
             os.killpg(process.pid, signal.SIGKILL)
-            out, err = process.communicate()
-        pytest.fail(f"{' '.join(command[:3])} ran past {timeout} s; its processes' stacks:\n{err[-30000:]}")
+            process.communicate()
+            pytest.fail(f"{' '.join(command[:3])} ran past {timeout} s; its processes' stacks:\n{report}")
+        stderr.seek(0)
+        err = stderr.read()
     return subprocess.CompletedProcess(command, process.returncode, out, err)
+
+
+def _session_processes(session: int) -> list[tuple[int, int, str]]:
+    """(pid, parent pid, state) of the processes of `session` (Linux's /proc), in the order they started."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError, ValueError):  # not a process, or one that just ended
+            continue
+        if entry.name.isdigit() and int(fields[3]) == session:
+            found.append((int(entry.name), int(fields[1]), fields[0]))
+    return sorted(found)
+
+
+def _stacks_of_the_session(session: int, stderr: Any) -> str:
+    """Each process of `session`'s faulthandler stacks, one process at a time (`run_with_stacks_on_timeout`)."""
+    import time
+
+    os.killpg(session, signal.SIGSTOP)
+    whole, last = [], []
+    for pid, parent, _ in _session_processes(session):
+        start = stderr.seek(0, os.SEEK_END)
+        os.kill(pid, signal.SIGABRT)
+        os.kill(pid, signal.SIGCONT)
+        for _ in range(100):  # up to 10 s for it to write its stacks and end (a zombie until its parent runs)
+            if all(p != pid or state == "Z" for p, _, state in _session_processes(session)):
+                break
+            time.sleep(0.1)
+        stderr.seek(start)
+        stacks = stderr.read()
+        whole.append(f"--- process {pid} (parent {parent}):\n{stacks[-8000:]}")
+        main = stacks.split("Current thread", 1)[-1].splitlines()[1:2] or ["(no stack)"]
+        last.append(f"process {pid} (parent {parent}) waits in: {main[0].strip()}")
+    return "\n".join(whole)[-24000:] + "\n" + "\n".join(last)

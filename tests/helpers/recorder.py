@@ -1,5 +1,7 @@
 """A test callback that writes, for every training image a process trains on, ``epoch:hash:label`` to
-``<folder>/rank<r>.txt``: which augmented images each DDP rank saw (tests/test_data_tensor.py)."""
+``<folder>/rank<r>.txt``: which augmented images each DDP rank saw (tests/test_data_tensor.py); and, to
+``<folder>/workers<r>.txt``, how each epoch's training loader starts its workers (``none`` without workers,
+``default`` as the platform does, else the start method asked for)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,14 @@ from lightning.pytorch import Callback
 class ImageRecorder(Callback):
     def __init__(self, folder: str):
         self.folder = Path(folder)
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        loader = trainer.train_dataloader
+        context = loader.multiprocessing_context
+        started = "none" if not loader.num_workers else "default" if context is None else context.get_start_method()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(self.folder / f"workers{trainer.global_rank}.txt", "a") as f:
+            f.write(f"{started}\n")
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         x, y = batch
