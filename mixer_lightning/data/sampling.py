@@ -216,10 +216,10 @@ def worker_options(workers: int, trainer: Any) -> dict[str, Any]:
 
     Workers start by spawn (a fresh interpreter, started by fork + exec) in a run of several processes
     on a Python whose fork can deadlock (`fork_may_deadlock`), else as the platform starts them (fork on
-    Linux). Under DDP the process group's threads (gloo's run loop, NCCL's watchdog) enter Python at
+    Linux). Under DDP the process group's threads (gloo's run loop, seen here) enter Python at
     moments of their own, to drop the tensors a collective held, and take the interpreter's thread-list
     lock as they do: a worker forked then hangs before its first batch, its rank waits for that batch and
-    the other ranks wait for it in the next collective, for good. Seen in 2 of 34 two-process runs of
+    the other ranks wait for it in the next collective, for good. Seen in 2 of 56 two-process runs of
     ``tests/test_cluster_data.py``'s streaming case on Python 3.11.7, whose loader starts its workers every
     epoch (docs/notes/cluster-data.md). The cost of spawn: each worker imports torch and unpickles its
     dataset, once a run with persistent workers, once a pass for a streamed dataset."""
