@@ -37,23 +37,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-FIT = [
-    "fit",
-    "--config",
-    str(ROOT / "configs" / "quickstart.yaml"),
-    "--model.init_args.channels",
-    "512",
-    "--model.init_args.num_blocks",
-    "8",
-    "--trainer.max_epochs",
-    "1",
-    "--trainer.limit_train_batches",
-    "2",
-    "--trainer.limit_val_batches",
-    "1",
-    "--trainer.enable_progress_bar",
-    "false",
-]
+FIT = ["fit", "--config", str(ROOT / "configs" / "quickstart.yaml")] + (
+    "--model.init_args.channels 512 --model.init_args.num_blocks 8 --trainer.max_epochs 1 "
+    "--trainer.limit_train_batches 2 --trainer.limit_val_batches 1 --trainer.enable_progress_bar false"
+).split()
 
 
 class CallersContext:
