@@ -250,7 +250,7 @@ def stream_loader(
     # And its advice to keep spawned workers (`worker_options`) alive between epochs: a pass's workers take its
     # epoch here, by design (above).
     warnings.filterwarnings("ignore", message=r"Consider setting `persistent_workers=True`")
-    if workers == 0:  # (the data files fewer than the workers asked for: none)
+    if workers == 0:  # none asked for, or no data files to give them
         options.update(prefetch_factor=None, **worker_options(0, trainer))
 
     def epoch() -> int:
