@@ -7,7 +7,8 @@
 #
 # At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
 # configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed (not in the default set; measured:
-# an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points.
+# an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points,
+# OMEGA_EXP=18 the paper's own Ω at S = C and its widest pairs (issue 45). POINTS=C64_ trains only the points whose name starts so.
 #
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
 # relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
@@ -163,17 +164,18 @@ paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-M
     14) channels=8,12,16,20,25,32,38,47,60 ;;  # S = 60, 47, 38, 32, 26, 20, 16, 12, 8; C* = 25.4
     12) channels=4,6,8,10,16,24,28,34,43 ;;    # S = 43, 34, 28, 24, 16, 10, 8, 6, 4; C* = 16
     16) channels=16,40,83 ;;                   # S = 83, 41, 16 (C = S and the two extremes); C* = 40.3
-    *) echo "run_cpu.sh: no paper_fig5 grid for OMEGA_EXP=$OMEGA_EXP; choose 12, 14 or 16" >&2; exit 2 ;;
+    18) channels=48,64,83 ;;                   # S = 83, 64, 48: the paper's own Ω, S = C and its widest pairs; C* = 64
+    *) echo "run_cpu.sh: no paper_fig5 grid for OMEGA_EXP=$OMEGA_EXP; choose 12, 14, 16 or 18" >&2; exit 2 ;;
   esac
   local omega="2**$OMEGA_EXP" name="paper_2p${OMEGA_EXP}_fig5"
   emit "${name}_s_mixer" configs/cifar10_fig5_s_mixer.yaml --omega "$omega" --channels "$channels" --seeds "$SEEDS"
   emit "${name}_rp_s_mixer" configs/cifar10_fig5_rp_s_mixer.yaml --omega "$omega" --channels "$channels" --seeds "$SEEDS"
   local sw=()
-  if [ "$OMEGA_EXP" != 16 ]; then
+  if [ "$OMEGA_EXP" -lt 16 ]; then
     emit "${name}_sw_mlp" configs/cifar10_fig5_sw_mlp.yaml --omega "$omega" --seeds "$SEEDS" --grid model.init_args.impl=dense
     sw=("${name}_sw_mlp")
   fi
-  run "${name}_s_mixer" "${name}_rp_s_mixer" "${sw[@]}"
+  run "${name}_s_mixer${POINTS:+:$POINTS}" "${name}_rp_s_mixer${POINTS:+:$POINTS}" "${sw[@]/%/${POINTS:+:$POINTS}}"
 }
 
 emit_paper_fig7() {  # emit_paper_fig7 [DEPTHS [SUFFIX]]: Fig. 7's sweeps at S = C = round(Ω^(1/3)) (25 at 2^14),
