@@ -119,3 +119,24 @@ def _stacks_of_the_session(session: int, stderr: Any) -> str:
         main = stacks.split("Current thread", 1)[-1].splitlines()[1:2] or ["(no stack)"]
         last.append(f"process {pid} (parent {parent}) waits in: {main[0].strip()}")
     return "\n".join(whole)[-24000:] + "\n" + "\n".join(last)
+
+
+def error_field(capsys: Any, args: list[str], code: int = 2) -> str:
+    """Run ``mixer args`` in this process, check that it exits with `code`, and return the field its error
+    names: the last stderr line is ``mixer: error: FIELD: problem[; fix]``. Tests assert the exit code and
+    the field, never the sentence."""
+    import pytest
+
+    from mixer_lightning.cli.entry import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == code, capsys.readouterr().err
+    return field_of(capsys.readouterr().err)
+
+
+def field_of(stderr: str) -> str:
+    """The field named by the ``mixer: error: FIELD: ...`` line of `stderr` (the last such line)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("mixer: error")]
+    assert lines, stderr[-2000:]
+    return lines[-1].split(": ", 2)[1].strip() if lines[-1].count(": ") >= 2 else ""
