@@ -139,4 +139,5 @@ def field_of(stderr: str) -> str:
     """The field named by the ``mixer: error: FIELD: ...`` line of `stderr` (the last such line)."""
     lines = [line for line in stderr.splitlines() if line.startswith("mixer: error")]
     assert lines, stderr[-2000:]
-    return lines[-1].split(": ", 2)[1].strip() if lines[-1].count(": ") >= 2 else ""
+    rest = lines[-1].split(":", 2)[-1]  # after "mixer: error:" (or "mixer: error (rank 1):")
+    return rest.split(": ", 1)[0].strip()
