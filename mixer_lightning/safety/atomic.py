@@ -289,3 +289,14 @@ def remove_orphans(directory: str | Path, only: str | None = None) -> list[Path]
             entry.unlink(missing_ok=True)
             removed.append(entry)
     return removed
+
+
+def sha256_file(path: str | Path) -> str:
+    """The sha256 of the file at `path`, read in 1 MiB blocks (hashlib.file_digest needs Python 3.11)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
