@@ -6,6 +6,13 @@ imported inside the functions, so this module sits beneath everything."""
 
 from __future__ import annotations
 
+# Each private name used below, by the object that has it ("module:Class"); tests/test_seam.py checks that
+# each still exists in the installed releases and that this table lists every one the module uses.
+PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
+    "lightning.pytorch.cli:LightningCLI": ("_parse_ckpt_path", "_subcommand_parsers"),
+    "argparse:ArgumentParser": ("_actions",),
+}
+
 from pathlib import Path
 from typing import Any
 
