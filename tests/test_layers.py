@@ -13,8 +13,8 @@ PACKAGE = Path(mixer_lightning.__file__).parent
 # line is reached from below only by name, as a shell reaches it: `mixer_lightning.run_mixer` (a sweep
 # point, a benchmarked fit: the `mixer` command itself, run in-process).
 LAYERS = [
-    {"errors"},
-    {"safety", "width", "hub"},
+    {"errors", "seam"},
+    {"safety", "width"},
     {"models"},
     {"weights", "data", "optim"},
     {"tasks"},
@@ -86,6 +86,11 @@ def test_no_import_circle() -> None:
         if module not in state:
             visit(module, [module])
     assert not circles, circles
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > 400}
+    assert not long, long
 
 
 def test_the_parts_of_the_root_import_downwards() -> None:
