@@ -6,15 +6,16 @@ imported inside the functions, so this module sits beneath everything."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 # Each private name used below, by the object that has it ("module:Class"); tests/test_seam.py checks that
 # each still exists in the installed releases and that this table lists every one the module uses.
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.cli:LightningCLI": ("_parse_ckpt_path", "_subcommand_parsers"),
     "argparse:ArgumentParser": ("_actions",),
+    "jsonargparse._typehints:ActionTypeHint": ("_typehint",),
 }
-
-from pathlib import Path
-from typing import Any
 
 
 def lightning_cli_with_checkpoint_hparams(upgrade: Any) -> type:
@@ -49,3 +50,29 @@ def option_names(cli: Any, subcommand: str) -> list[str]:
     actions = cli._subcommand_parsers[subcommand]._actions
     names = [s[2:] for action in actions for s in action.option_strings if s.startswith("--")]
     return [name for name in names if not name.endswith(".help") and name != "help"]
+
+
+# Trainer arguments where an int counts batches and a float is a fraction of the epoch.
+BATCH_COUNTS = (
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "overfit_batches",
+    "val_check_interval",
+)
+
+
+def batch_counts_as_ints(parser: Any) -> None:
+    """Make ``--trainer.limit_train_batches 1`` one batch (Lightning's meaning), not 1.0, the whole epoch.
+
+    jsonargparse: an argument from a type hint is an ``ActionTypeHint`` trying the members of its
+    ``_typehint`` union in order; Lightning annotates ``Optional[Union[int, float]]``, but typing caches unions
+    as equal whatever their order, so the hint may come back as ``Union[float, int, None]`` (float first)."""
+    from typing import Union
+
+    for action in parser._actions:
+        hint = getattr(action, "_typehint", None)
+        members = getattr(hint, "__args__", None)
+        if action.dest.split(".")[-1] in BATCH_COUNTS and isinstance(members, tuple) and {int, float} <= set(members):
+            action._typehint = Union[tuple([int, float, *(m for m in members if m not in (int, float))])]  # noqa: UP007

@@ -39,7 +39,7 @@ from mixer_lightning.errors import argument_error as one_line_argument_error
 from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.atomic import remove_orphans
 from mixer_lightning.safety.distributed import end_process_group
-from mixer_lightning.seam import lightning_cli_with_checkpoint_hparams, option_names
+from mixer_lightning.seam import batch_counts_as_ints, lightning_cli_with_checkpoint_hparams, option_names
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import read_checkpoint
 
@@ -63,6 +63,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
+        batch_counts_as_ints(parser)  # --trainer.limit_train_batches 1 is one batch, as in Lightning
         # best.ckpt by val/acc1 (top-k: k files, best.ckpt the best); last.ckpt is step_checkpoint's, written only
         # where a resumed run continues exactly, and on SIGTERM: `mixer fit ... --ckpt_path last` goes on.
         parser.add_class_arguments(BestCheckpoint, "checkpoint")
