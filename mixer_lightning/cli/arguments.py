@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
+from mixer_lightning.callbacks.checkpoints import SPECIAL_CKPT_PATHS
 from mixer_lightning.cli.rundirs import run_dir_of_checkpoint
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.config_files import load_configs, special_file_kind, yaml_bounds_problem
 from mixer_lightning.safety.trust import check_class_paths
 from mixer_lightning.tasks.loading import read_checkpoint

@@ -9,11 +9,10 @@ from typing import Any
 import torch
 
 from mixer_lightning.callbacks import PredictionWriter
+from mixer_lightning.callbacks.checkpoints import BEST_NAME, SPECIAL_CKPT_PATHS
 from mixer_lightning.commands.lists import SEED_LIMIT
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.loggers import check_logger_available
 from mixer_lightning.safety.atomic import check_output_file
-from mixer_lightning.safety.checkpoints import BEST_NAME, SPECIAL_CKPT_PATHS
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import check_checkpoint
 
@@ -78,7 +77,6 @@ def check_trainer_settings(config: Any) -> None:
         checkpoint.save_last = False
     if checkpoint is not None:
         check_top_k_filename(checkpoint)
-    check_logger_available(trainer.get("logger"))
 
 
 def check_top_k_filename(checkpoint: Any) -> None:

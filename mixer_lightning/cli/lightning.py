@@ -28,12 +28,19 @@ from typing import Any, Literal
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Callback, LightningDataModule
-from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.callbacks import Checkpoint, LearningRateMonitor
 from lightning.pytorch.callbacks.progress import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
-from mixer_lightning.callbacks.throughput import ThroughputMonitor
+from mixer_lightning.callbacks.checkpoints import (
+    SPECIAL_CKPT_PATHS,
+    AtomicCheckpointIO,
+    BestCheckpoint,
+    ResumeCheckpoint,
+)
+from mixer_lightning.callbacks.slurm import SlurmRequeue
+from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import carried_over, checks, parser_cache, results
 from mixer_lightning.cli.adapter import LightningAdapter, SaveConfig, batch_counts_as_ints, subcommand_parser
 from mixer_lightning.cli.arguments import (
@@ -60,14 +67,7 @@ from mixer_lightning.cli.suggestions import suggest_argument
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (registers the data module for short class names)
 from mixer_lightning.errors import ConfigError, Interrupted, Stopped, error_summary
-from mixer_lightning.safety.checkpoints import (
-    SPECIAL_CKPT_PATHS,
-    AtomicCheckpointIO,
-    BestCheckpoint,
-    ResumeCheckpoint,
-)
 from mixer_lightning.safety.distributed import end_process_group
-from mixer_lightning.safety.slurm import SlurmRequeue
 from mixer_lightning.tasks import ClassifierModule
 
 TRAINER_DEFAULTS = {
@@ -122,18 +122,10 @@ class MixerCLI(LightningAdapter):
         # last.ckpt every N optimiser steps, at every epoch boundary and on SIGTERM/SIGINT (atomically), so
         # that a killed run loses at most N steps: `mixer fit ... --ckpt_path last` continues it exactly.
         parser.add_lightning_class_args(ResumeCheckpoint, "step_checkpoint")
-        parser.set_defaults(
-            {
-                "step_checkpoint.every_n_train_steps": 500,
-                "step_checkpoint.save_top_k": 0,
-                "step_checkpoint.save_last": True,
-                "step_checkpoint.enable_version_counter": False,
-            }
-        )
         parser.add_lightning_class_args(LearningRateMonitor, "lr_monitor")
         # images/s, MFU and the data-wait fraction (`mixer_lightning.callbacks.throughput`); --throughput.peak_flops
         # for MFU on a GPU the built-in table does not know.
-        parser.add_lightning_class_args(ThroughputMonitor, "throughput")
+        parser.add_lightning_class_args(SpeedMonitor, "throughput")
         parser.add_lightning_class_args(PredictionWriter, "prediction_writer")
         # Progress: Lightning's bar in a terminal, a plain line every N steps in a log (`mixer_lightning.cli.console`).
         parser.add_argument(
@@ -220,10 +212,10 @@ class MixerCLI(LightningAdapter):
             # --trainer.logger false: nothing to log the learning rate to (Lightning refuses the monitor then).
             callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
         if command in EVALUATIONS:
-            callbacks = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+            callbacks = [c for c in callbacks if not isinstance(c, Checkpoint)]
             given = config.get("callbacks")
             given = given if isinstance(given, list) else [] if given is None else [given]
-            config["callbacks"] = [c for c in given if not isinstance(c, ModelCheckpoint)]
+            config["callbacks"] = [c for c in given if not isinstance(c, Checkpoint)]
             config["enable_checkpointing"] = False
         else:
             seed = settings.get("seed_everything")  # the number Lightning seeded with (false: not seeded)

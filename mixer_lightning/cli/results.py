@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mixer_lightning.callbacks import PredictionWriter
-from mixer_lightning.callbacks.throughput import ThroughputMonitor
+from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli.console import RunHeader, relative
 from mixer_lightning.cli.rundirs import first_process
 from mixer_lightning.loggers import run_directory
@@ -44,7 +44,7 @@ def write_fit_summary(trainer: Any) -> None:
     checkpoint = trainer.checkpoint_callback
     summary: dict = {"epochs": trainer.current_epoch, "steps": trainer.global_step}
     summary.update(stage_metrics(trainer, "val"))
-    monitor = next((c for c in trainer.callbacks if isinstance(c, ThroughputMonitor)), None)
+    monitor = next((c for c in trainer.callbacks if isinstance(c, SpeedMonitor)), None)
     throughput = monitor.summary(trainer.world_size) if monitor is not None else None
     if throughput is not None:  # images/s, data wait, MFU over the fit (`mixer_lightning.callbacks.throughput`)
         summary["throughput"] = throughput

@@ -21,13 +21,14 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from mixer_lightning.callbacks import SEED_KEY
+from mixer_lightning.callbacks.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.callbacks.slurm import job_id, requeued_run, restart_count
 from mixer_lightning.cli.arguments import LINKED_FROM_DATA
 from mixer_lightning.cli.rundirs import first_process, logger_args, run_dir_of_checkpoint
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.safety.checkpoints import SEED_KEY, SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.config_files import load_configs
 from mixer_lightning.safety.rundir import find_last_run
-from mixer_lightning.safety.slurm import job_id, requeued_run, restart_count
 from mixer_lightning.tasks.loading import family_module, read_checkpoint
 
 # Model arguments a resumed run may give differently from its checkpoint: the checkpoint holds the

@@ -21,12 +21,12 @@ from typing import Any
 
 from lightning.pytorch.cli import SaveConfigCallback
 
+from mixer_lightning.callbacks.checkpoints import SPECIAL_CKPT_PATHS
+from mixer_lightning.callbacks.slurm import mark_run
 from mixer_lightning.cli.adapter import logger_version, pin_logger_version, versioned
 from mixer_lightning.errors import ConfigError, ResourceError, process_rank
 from mixer_lightning.safety.atomic import remove_orphans
-from mixer_lightning.safety.checkpoints import SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.rundir import RunLock, create_next_version, holds_a_run, version_number
-from mixer_lightning.safety.slurm import mark_run
 
 
 def first_process() -> bool:

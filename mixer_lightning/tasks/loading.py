@@ -16,8 +16,9 @@ from typing import Any
 import torch
 
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.safety.checkpoints import NON_NETWORK_PREFIXES
 from mixer_lightning.safety.trust import load_torch_file
+
+NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")  # TEMPORARY (house-h1): H2 defines it in tasks
 
 # The families a checkpoint may name as its module class (`family_module`), in the order they join
 # (`family`, on each family's LightningModule class); any other name in a checkpoint is refused.
