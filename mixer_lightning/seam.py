@@ -76,3 +76,49 @@ def batch_counts_as_ints(parser: Any) -> None:
         members = getattr(hint, "__args__", None)
         if action.dest.split(".")[-1] in BATCH_COUNTS and isinstance(members, tuple) and {int, float} <= set(members):
             action._typehint = Union[tuple([int, float, *(m for m in members if m not in (int, float))])]  # noqa: UP007
+
+
+def resumable_after_batch(trainer) -> bool:
+    """Whether Lightning resumes a checkpoint taken now, at ``on_train_batch_end``, exactly: not when the
+    epoch's training is over (Lightning would resume it by skipping the epoch's validation and end),
+    nor when a validation follows inside the epoch (``val_check_interval``: skipped too), nor after a
+    batch that only accumulated gradients (a checkpoint does not hold them). Relies on
+    ``_TrainingEpochLoop._num_ready_batches_reached``, ``._should_accumulate``, ``._should_check_val_fx``
+    and ``_FitLoop._data_fetcher``, which decide the same in Lightning's own loop."""
+    loop = trainer.fit_loop.epoch_loop
+    if loop.batch_progress.is_last_batch or loop._num_ready_batches_reached() or loop._should_accumulate():
+        return False
+    fetcher = trainer.fit_loop._data_fetcher
+    return fetcher is None or not loop._should_check_val_fx(fetcher)
+
+
+def logger_step(trainer) -> int:
+    """The step Lightning logs training figures at: ``_TrainingEpochLoop._batches_that_stepped`` (one per
+    batch that stepped the optimiser; incremented after ``on_train_batch_end``)."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
+
+
+def restart_after_last_batch(loops: dict) -> None:
+    """Rewrite the loop state of a checkpoint taken as an epoch starts, for a trainer that counts steps
+    (``max_steps``): Lightning then always restarts its loops, and starts the next epoch afresh only from
+    the state "saved after the last batch's training step" (``RestartStage.RESTARTED_ON_TRAIN_BATCH_END``,
+    which advances one logger step and marks the batch complete), so the epoch loop is put one step
+    before that. Relies on the checkpoint keys ``fit_loop/epoch_loop.batch_progress``,
+    ``epoch_loop.state_dict/_batches_that_stepped`` and ``epoch_loop.val_loop.batch_progress``."""
+    fit = loops.get("fit_loop", {})
+    batches = fit.get("epoch_loop.batch_progress", {})
+    for key in ("total", "current"):
+        if isinstance(batches.get(key), dict):
+            batches[key]["completed"] = batches[key]["processed"] - 1
+    batches["is_last_batch"] = True
+    fit.get("epoch_loop.state_dict", {})["_batches_that_stepped"] -= 1
+    validation = fit.get("epoch_loop.val_loop.batch_progress")
+    if isinstance(validation, dict):
+        validation["is_last_batch"] = True  # else Lightning counts the epoch complete twice
+
+
+def cluster_environment(trainer) -> object:
+    """The trainer's cluster environment (``SLURMEnvironment`` with its ``auto_requeue``, ``requeue_signal``),
+    from ``Trainer._accelerator_connector.cluster_environment``: single-device strategies do not expose it,
+    and Lightning's signal connector reads it there."""
+    return trainer._accelerator_connector.cluster_environment

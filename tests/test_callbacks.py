@@ -10,7 +10,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from helpers import TEST_CONFIGS, run_dirs
+from helpers import TEST_CONFIGS, error_field, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
 
@@ -89,7 +89,5 @@ def test_bad_monitor_arguments(capsys: pytest.CaptureFixture) -> None:
         "trainer:\n  callbacks:\n    - class_path: mixer_lightning.callbacks.SpectrumMonitor\n"
         "      init_args: {every_n_steps: 0}\n"
     )
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--config", "bad.yaml"])
-    assert exit_info.value.code == 2
-    assert "every_n_steps: must be >= 1, got 0" in capsys.readouterr().err
+    field = error_field(capsys, ["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--config", "bad.yaml"])
+    assert field.startswith("trainer.callbacks")

@@ -21,8 +21,8 @@ import yaml
 
 from helpers import ROOT, TEST_CONFIGS, read_json, run_dirs
 from helpers.fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
+from mixer_lightning.callbacks.checkpoints import AtomicCheckpointIO
 from mixer_lightning.cli import main
-from mixer_lightning.safety.checkpoints import AtomicCheckpointIO
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
 MIXER = str(Path(sys.executable).with_name("mixer"))

@@ -1,4 +1,4 @@
-"""Throughput in `mixer fit` (`mixer_lightning.callbacks.throughput`): images/s, MFU and the data-wait fraction in the
+"""Throughput in `mixer fit` (`mixer_lightning.callbacks.throughput.SpeedMonitor`): images/s, MFU and the data-wait fraction in the
 progress lines, TensorBoard and fit_summary.json; the FLOPs per image it divides by; the table of device
 peaks. No GPU here and no timing asserted: the MFU path runs on the CPU under a device name from the
 table, and the accounting is checked with a clock the test moves."""
@@ -12,7 +12,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers import TEST_CONFIGS, read_json, run_dirs
-from mixer_lightning.callbacks.throughput import ThroughputMonitor
+from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import main
 from mixer_lightning.models import create_model
 from mixer_lightning.models.flops import flops_per_image, peak_flops
@@ -98,7 +98,7 @@ def test_the_accounting_of_waiting_and_working(monkeypatch: pytest.MonkeyPatch) 
     validation, are left out; images/s counts every process."""
     clock = [0.0]
     monkeypatch.setattr("mixer_lightning.callbacks.throughput.time.perf_counter", lambda: clock[0])
-    monitor = ThroughputMonitor(peak_flops=100.0, every_n_steps=1000)
+    monitor = SpeedMonitor(peak_flops=100.0, every_n_steps=1000)
     monitor.peak, monitor.flops_per_image = 100.0, 10.0  # what setup() finds on a GPU
     trainer = SimpleNamespace(global_step=0, log_every_n_steps=50, world_size=2, is_global_zero=True, loggers=[])
     batch = (torch.zeros(4, 1), None)

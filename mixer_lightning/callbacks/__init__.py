@@ -1,5 +1,6 @@
-"""Lightning callbacks of the project: the prediction writer, the data facts a checkpoint carries, the
-weight monitors here; images/s, MFU and the data wait of every fit in `throughput` (`ThroughputMonitor`)."""
+"""Lightning callbacks of the project: the prediction writer, the data facts a checkpoint carries and the
+weight monitors here; images/s, MFU and the data wait in `throughput` (`SpeedMonitor`); checkpoints and
+the resumable stop in `checkpoints`; SLURM's requeue in `slurm`."""
 
 from __future__ import annotations
 
@@ -9,18 +10,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter, Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.safety.atomic import atomic_write
-from mixer_lightning.safety.checkpoints import SEED_KEY
+
+# The seed of the run a checkpoint belongs to (``seed_everything``; None: not seeded), which a resume keeps.
+SEED_KEY = "seed_everything"
 
 
 class PredictionWriter(BasePredictionWriter):
-    """Writes what ``mixer predict`` computes, one file per process under DDP, atomically
-    (`mixer_lightning.safety.atomic`):
+    """Writes what ``mixer predict`` computes, one file per process under DDP, atomically:
 
     - image files (``data.predict_root``): a CSV, one row per file in the order read, with the `topk`
       classes: ``file, class_1, name_1, prob_1, ..., class_k, name_k, prob_k`` (as timm's
@@ -31,27 +34,16 @@ class PredictionWriter(BasePredictionWriter):
     An existing ``output`` is replaced only with ``overwrite: true`` (checked before predicting); the
     default name takes the next free number (``predictions1.csv``, ...) rather than replace one."""
 
-    def __init__(self, output: str | None = None, overwrite: bool = False, topk: int = 5):
+    def __init__(self, output: str | None = None, overwrite: bool = False, topk: PositiveInt = 5):
         super().__init__(write_interval="epoch")
-        if topk < 1:
-            from mixer_lightning.errors import ConfigError
-
-            raise ConfigError("prediction_writer.topk", f"must be >= 1, got {topk}", "give e.g. 5")
-        self.output = output
-        self.overwrite = overwrite
-        self.topk = topk
-        self.resolved: Path | None = None
-
-    @staticmethod
-    def default_name(files: bool) -> str:
-        return "predictions.csv" if files else "predictions.pt"
+        self.output, self.overwrite, self.topk = output, overwrite, topk
+        self.resolved: Path | None = None  # where the CLI decided they go
 
     def target(self, log_dir: str | None, files: bool) -> Path:
         """Where the predictions go: ``output``, else the first free ``predictions[N].csv|pt`` of `log_dir`."""
         if self.output:
             return Path(self.output)
-        name = Path(self.default_name(files))
-        folder = Path(log_dir or ".")
+        name, folder = Path("predictions.csv" if files else "predictions.pt"), Path(log_dir or ".")
         path, number = folder / name, 1
         while path.exists():
             path, number = folder / f"{name.stem}{number}{name.suffix}", number + 1
@@ -76,29 +68,17 @@ class PredictionWriter(BasePredictionWriter):
                 torch.save({"probabilities": probabilities}, f)
             rank_zero_info(f"Predictions ({tuple(probabilities.shape)}) written to {path}")
             return
-        indices = _flat_indices(batch_indices)
+        indices = flat_indices(batch_indices)
         if len(indices) != len(probabilities):  # not tracked: the loader's order
             indices = list(range(len(probabilities)))
-        self._write_csv(path, files, probabilities, indices, self._class_names(datamodule, probabilities.shape[1]))
-        rank_zero_info(
-            f"Predictions of {len(indices)} images (top {min(self.topk, probabilities.shape[1])}) written to {path}"
-        )
+        self.write_csv(path, files, probabilities, indices, datamodule)
+        rank_zero_info(f"Predictions of {len(indices)} images written to {path}")
 
-    @staticmethod
-    def _class_names(datamodule: Any, num_classes: int) -> list[str]:
-        from mixer_lightning.data.predict import class_names
+    def write_csv(self, path: Path, files: Any, probabilities: torch.Tensor, indices: list[int], data: Any) -> None:
+        from mixer_lightning.data.predict import class_names, spreadsheet_text
 
-        try:
-            names = class_names(datamodule)
-        except (AttributeError, TypeError, ValueError):
-            names = []
-        return names if len(names) == num_classes else [str(i) for i in range(num_classes)]
-
-    def _write_csv(
-        self, path: Path, files: Any, probabilities: torch.Tensor, indices: list[int], names: list[str]
-    ) -> None:
-        from mixer_lightning.data.predict import spreadsheet_text
-
+        names = class_names(data)
+        names = names if len(names) == probabilities.shape[1] else [str(i) for i in range(probabilities.shape[1])]
         k = min(self.topk, probabilities.shape[1])
         top = probabilities.topk(k, dim=1)
         header = ["file"] + [f"{what}_{rank}" for rank in range(1, k + 1) for what in ("class", "name", "prob")]
@@ -117,20 +97,18 @@ class PredictionWriter(BasePredictionWriter):
                 writer.writerow(cells)
 
 
-def _flat_indices(batch_indices: Any) -> list[int]:
+def flat_indices(batch_indices: Any) -> list[int]:
     """The dataset indices of the predictions, in order: Lightning gives them per dataloader, per batch."""
     if isinstance(batch_indices, (list, tuple)):
-        return [i for item in batch_indices for i in _flat_indices(item)]
+        return [i for item in batch_indices for i in flat_indices(item)]
     return [int(batch_indices)] if batch_indices is not None else []
 
 
 class DataFacts(Callback):
-    """Writes the facts of the data into every checkpoint, under ``data``: the classes and their names,
-    image size, channels, normalisation, evaluation crop and input permutation
-    (`mixer_lightning.data.predict.data_facts`), so that ``mixer predict --ckpt_path CKPT
-    --data.predict_root DIR`` needs neither a data config nor the training data. Plain values only
-    (read back with ``torch.load(weights_only=True)``). Also the run's seed, under ``seed_everything``
-    (None: not seeded), which a resumed run must keep."""
+    """Writes the facts of the data into every checkpoint, under ``data`` (classes and their names, image
+    size, channels, normalisation, evaluation crop, input permutation: `mixer_lightning.data.predict.data_facts`),
+    so that ``mixer predict --ckpt_path CKPT --data.predict_root DIR`` needs no data config; and the run's
+    seed, under `SEED_KEY`. Plain values, read back with ``torch.load(weights_only=True)``."""
 
     def __init__(self, seed: int | None = None) -> None:
         self.facts: dict[str, Any] | None = None
@@ -154,12 +132,8 @@ class _WeightMonitor(Callback):
     training. Computed on the global-zero process only (the weights are the same on every process;
     not for FSDP, whose processes hold shards)."""
 
-    def __init__(self, every_n_steps: int = 100):
+    def __init__(self, every_n_steps: PositiveInt = 100):
         super().__init__()
-        if every_n_steps < 1:
-            from mixer_lightning.errors import ConfigError
-
-            raise ConfigError("every_n_steps", f"must be >= 1, got {every_n_steps}", "give e.g. 100")
         self.every_n_steps = every_n_steps
         self._last_step: int | None = None
 
@@ -198,15 +172,13 @@ class SpectrumMonitor(_WeightMonitor):
 
     Exact for weights of up to `exact_max_entries` entries; larger ones (an SW-MLP's γm×m) by
     `power_iterations` steps of power iteration on the sparse weight, warm-started from the previous
-    call's vector (the estimate is a lower bound that tightens over training). Use from a config::
-
-        trainer:
-          callbacks:
-            - class_path: mixer_lightning.callbacks.SpectrumMonitor
-              init_args: {every_n_steps: 200}
+    call's vector (the estimate is a lower bound that tightens over training). In a config:
+    ``trainer.callbacks: [{class_path: mixer_lightning.callbacks.SpectrumMonitor}]``.
     """
 
-    def __init__(self, every_n_steps: int = 100, exact_max_entries: int = 2**22, power_iterations: int = 20):
+    def __init__(
+        self, every_n_steps: PositiveInt = 100, exact_max_entries: int = 2**22, power_iterations: PositiveInt = 20
+    ):
         super().__init__(every_n_steps)
         self.exact_max_entries, self.power_iterations = exact_max_entries, power_iterations
         self._vectors: dict[str, dict] = {}
@@ -237,12 +209,8 @@ class SparsityMonitor(_WeightMonitor):
       smaller as the weights concentrate on fewer entries.
     """
 
-    def __init__(self, every_n_steps: int = 100, threshold: float = 0.01):
+    def __init__(self, every_n_steps: PositiveInt = 100, threshold: PositiveFloat = 0.01):
         super().__init__(every_n_steps)
-        if not threshold > 0:
-            from mixer_lightning.errors import ConfigError
-
-            raise ConfigError("threshold", f"must be positive, got {threshold}", "give e.g. 0.01")
         self.threshold = threshold
 
     @torch.no_grad()

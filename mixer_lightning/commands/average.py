@@ -81,7 +81,7 @@ def architecture_keys(cls: type) -> set[str]:
 
 def network_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """The network's tensors of a checkpoint: its state dict less the training metrics' states."""
-    from mixer_lightning.safety.checkpoints import NON_NETWORK_PREFIXES
+    from mixer_lightning.tasks.loading import NON_NETWORK_PREFIXES
 
     return {k: v for k, v in checkpoint["state_dict"].items() if not str(k).startswith(NON_NETWORK_PREFIXES)}
 
