@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mixer_lightning.errors import ConfigError, find_config_error, require
+from mixer_lightning.errors import ConfigError, require
+
+find_config_error = lambda error: error.__cause__ or error.__context__  # TEMPORARY (house-lead): H3 rewrites it
 from mixer_lightning.models.protocols import MixingNetwork, SkipInputs
 from mixer_lightning.safety.config_files import load_configs
 

@@ -29,7 +29,7 @@ from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.callbacks.checkpoints import AtomicCheckpointIO, BestCheckpoint, ResumeCheckpoint
 from mixer_lightning.callbacks.console import RunHeader, line_progress
 from mixer_lightning.callbacks.slurm import SlurmRequeue, job_id, mark_run, requeued_run
-from mixer_lightning.callbacks.throughput import DataWaitMonitor
+from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import runs
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.commands.quiet import quiet_libraries
@@ -70,10 +70,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         parser.set_defaults({"checkpoint.monitor": "val/acc1", "checkpoint.mode": "max", "checkpoint.filename": "best"})
         parser.set_defaults({"checkpoint.enable_version_counter": False})
         parser.add_class_arguments(ResumeCheckpoint, "step_checkpoint")
-        parser.set_defaults({"step_checkpoint.every_n_train_steps": 500, "step_checkpoint.save_top_k": 0})
-        parser.set_defaults({"step_checkpoint.save_last": True, "step_checkpoint.enable_version_counter": False})
         parser.add_class_arguments(LearningRateMonitor, "lr_monitor")
-        parser.add_class_arguments(DataWaitMonitor, "throughput")
+        parser.add_class_arguments(SpeedMonitor, "throughput")
         parser.add_class_arguments(PredictionWriter, "prediction_writer")
         parser.add_argument("--progress.mode", type=Literal["auto", "bar", "lines"], default="auto",
                             help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe")  # fmt: skip
@@ -156,7 +154,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     def after_fit(self) -> None:
         trainer, best = self.trainer, self.trainer.checkpoint_callback
         summary = {"epochs": trainer.current_epoch, "steps": trainer.global_step, **metrics(trainer, "val")}
-        throughput = next((c for c in trainer.callbacks if isinstance(c, DataWaitMonitor)), None)
+        throughput = next((c for c in trainer.callbacks if isinstance(c, SpeedMonitor)), None)
         if throughput is not None and throughput.summary(trainer.world_size) is not None:
             summary["throughput"] = throughput.summary(trainer.world_size)
         if best is not None and best.best_model_path:
@@ -185,7 +183,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         header = next((c for c in self.trainer.callbacks if isinstance(c, RunHeader)), None)
         content = {**metrics(self.trainer, stage), **((header.evaluated or {}) if header else {})}
         saved = self.save_config_kwargs.get("config_filename", "config.yaml") if self.evaluated else None
-        content.update(checkpoint=self.record, config=saved, partial=content.get("partial") or self.limited or None)
+        content.update(checkpoint=self.record, config=saved)
+        content["partial"] = self.limited if content.get("partial") is None else content["partial"]
         if self.trainer.is_global_zero and not self.trainer.fast_dev_run:
             runs.write_json(self.results, content)
             print(f"{'Validation' if stage == 'val' else 'Test'} metrics: {self.results}", flush=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import count
+from itertools import chain, count
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +102,7 @@ def results_name(run_dir: Path, command: str, record: dict | None, limited: bool
     only partial ones), else ``test_metrics.<checkpoint stem>[.<n>].json``."""
     base = RESULTS[command][: -len(".json")]
     stem = Path(record["path"]).stem if record else "nockpt"
-    for name in (f"{base}.json", f"{base}.{stem}.json", *(f"{base}.{stem}.{n}.json" for n in count(1))):
+    for name in chain([f"{base}.json", f"{base}.{stem}.json"], (f"{base}.{stem}.{n}.json" for n in count(1))):
         path = run_dir / name
         if not path.exists():
             return name
