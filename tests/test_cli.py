@@ -89,10 +89,12 @@ def test_ckpt_path_last_resumes_the_latest_run_in_its_own_directory() -> None:
 def test_a_second_writer_of_a_run_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     from filelock import FileLock
 
-    run = Path("runs/digits_mixer/version_0")
+    run = Path("runs/digits_mixer/fixed")
     run.mkdir(parents=True)
     with FileLock(run / ".mixer.lock"):  # another process's fit of this run
-        assert error_field(capsys, ["fit", "--config", TINY, *ONE_EPOCH], code=1) == "trainer.logger"
+        args = ["fit", "--config", TINY, *ONE_EPOCH, "--trainer.logger.init_args.version", "fixed"]
+        assert error_field(capsys, args, code=1) == "trainer.logger"
+    assert not (run / "config.yaml").exists()
 
 
 @pytest.mark.parametrize(
@@ -119,7 +121,9 @@ def test_a_mistake_is_one_line_naming_the_field_and_writes_nothing(
         ("--model.net.chanels", "model.net.chanels", "channels"),
     ],
 )
-def test_a_misspelt_key_gets_a_did_you_mean(capsys: pytest.CaptureFixture[str], flag: str, field: str, meant: str) -> None:
+def test_a_misspelt_key_gets_a_did_you_mean(
+    capsys: pytest.CaptureFixture[str], flag: str, field: str, meant: str
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", TINY, flag, "3"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
@@ -139,7 +143,7 @@ def test_an_optimiser_switched_by_a_flag_takes_its_own_defaults() -> None:
     main(["fit", "--config", TINY, *ONE_EPOCH, "--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.1"])
     states = torch.load(run_dirs("digits_mixer")[0] / "checkpoints" / "last.ckpt", weights_only=True)
     group = states["optimizer_states"][0]["param_groups"][0]
-    assert "nesterov" in group and group["momentum"] == 0 and group["lr"] == pytest.approx(0.1)
+    assert "nesterov" in group and group["momentum"] == 0 and group["initial_lr"] == pytest.approx(0.1)
     assert {g["weight_decay"] for g in states["optimizer_states"][0]["param_groups"]} == {0}  # SGD's own, not AdamW's
 
 

@@ -102,6 +102,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             config.weights_only = True  # a checkpoint is data: tensors and plain containers, never code
         ckpt = config.get("ckpt_path")
         evaluated = runs.run_dir_of_checkpoint(ckpt) if ckpt and command in EVALUATIONS else None
+        if command in EVALUATIONS:  # weights only: the callbacks that wrote the checkpoint are a fit's business
+            warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint need to be provided")
         if evaluated is not None:  # the results go into the checkpoint's own run
             config.trainer.logger, config.trainer.default_root_dir = False, str(evaluated)
             self.save_config_kwargs["config_filename"] = runs.config_name(evaluated, command)
@@ -118,7 +120,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         command, config = self.subcommand, self.config_init[self.subcommand]
         given = config.trainer.get("callbacks") or []
-        ours = [RunHeader(command, ckpt_path=config.get("ckpt_path")), *line_progress(config.progress)]
+        ours = [RunHeader(command, ckpt_path=config.get("ckpt_path"))]
+        if config.trainer.get("enable_progress_bar") is not False:
+            ours += line_progress(config.progress)
         if command == "fit":
             ours += [config.checkpoint, config.step_checkpoint, config.throughput, DataFacts(), SlurmRequeue()]
             ours += [config.lr_monitor] if config.trainer.get("logger") not in (False, None, []) else []
