@@ -60,14 +60,18 @@ def field_prefix(prefix: str) -> Iterator[None]:
 
 
 def argument_error(error: argparse.ArgumentError) -> ConfigError:
-    """jsonargparse's argument error as one line: the key its first line names (``Parser key "X":``), its first
-    and last lines of detail (the problem and the value given)."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or ["arguments"]
-    key = (
-        lines[0][len('Parser key "') : -2] if lines[0].startswith('Parser key "') and lines[0].endswith('":') else None
-    )
-    detail = lines[1:] if key else lines
-    problem = "; ".join(dict.fromkeys([detail[0], detail[-1]])) if detail else "invalid"
-    return ConfigError(
-        key or "arguments", problem.split(". Got value: Namespace(")[0][:300], "see `mixer COMMAND --help`"
-    )
+    """jsonargparse's argument error as one line: its first and last lines of detail, on the key it names
+    (``Parser key "X":`` heads its message; the option an argparse message quotes; the key of a nested value)."""
+    text = str(error)
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or ["arguments"]
+    named = lines[0].startswith('Parser key "') and lines[0].endswith('":')
+    key = lines[0][len('Parser key "') : -2] if named else "arguments"
+    detail = lines[1:] if named else lines
+    problem = "; ".join(dict.fromkeys([detail[0], detail[-1]])).split(". Got value: Namespace(")[0][:300]
+    if "NestedArg(key='" in text:  # `--data.batch_size abc` under a subclass group: jsonargparse names `data`
+        key += "." + text.split("NestedArg(key='", 1)[1].split("'", 1)[0]
+    elif "option '" in lines[0]:  # "Subcommand 'fit' does not accept option 'trainer.max_epoch'"
+        key = lines[0].split("option '", 1)[1].split("'", 1)[0]
+    elif lines[0].startswith("the following arguments are required: "):  # argparse's: `fit.model.net, fit.data`
+        key = lines[0].split(": ", 1)[1].split(",")[0].strip().split(".", 1)[-1]
+    return ConfigError(key, problem, "see `mixer COMMAND --help`")

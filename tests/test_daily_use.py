@@ -1,13 +1,10 @@
-"""Daily use through the real `mixer` command (issue 16): evaluation and prediction in the checkpoint's
-run directory, a folder of images predicted to a CSV, pretrained preprocessing as the data defaults,
-console output for terminals and logs, did-you-mean for mistyped flags, a fast ``mixer --help``,
-the CSV and W&B loggers."""
+"""Daily use through the real `mixer` command: evaluation and prediction in the checkpoint's run directory,
+a folder of images predicted to a CSV, pretrained preprocessing as the data defaults, console output for
+terminals and logs, did-you-mean for mistyped keys, a fast ``mixer --help``, the CSV and W&B loggers."""
 
 from __future__ import annotations
 
 import csv
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -21,7 +18,7 @@ import torch
 import yaml
 from PIL import Image
 
-from helpers import CONFIGS, ROOT, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, ROOT, TEST_CONFIGS, error_field, read_json, run_dirs
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
@@ -30,10 +27,6 @@ TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
 def fit_tiny(*extra: str) -> Path:
     main(["fit", "--config", TINY, *extra])
     return run_dirs("digits_mixer")[-1]
-
-
-def last_error(capsys: pytest.CaptureFixture[str]) -> str:
-    return capsys.readouterr().err.strip().splitlines()[-1]
 
 
 # --------------------------------------------------------------------- evaluation where the run is
@@ -49,8 +42,6 @@ def test_test_and_validate_write_into_the_checkpoints_run_directory(capsys) -> N
     assert run_dirs("digits_mixer") == [run]  # no new version_N
     metrics = read_json(run / "test_metrics.json")
     assert {"test/loss", "test/acc1", "test/acc5"} <= set(metrics)
-    out = capsys.readouterr().out
-    assert f"Test metrics: {run / 'test_metrics.json'}" in out
     assert (run / "config.test1.yaml").is_file() and (run / "config.yaml").is_file()
     assert not [
         w for w in caught if "dirpath has changed" in str(w.message) or "callbacks used to create" in str(w.message)
@@ -76,35 +67,16 @@ def test_a_run_config_found_by_the_checkpoint_is_checked_like_any_config(capsys)
     config["trainer"]["callbacks"] = [{"class_path": "evil_lab.backdoor.Callback"}]
     (run / "config.yaml").write_text(yaml.safe_dump(config))
     before = sorted(p.name for p in run.iterdir())
-    with pytest.raises(SystemExit) as exit_info:
-        main(["test", "--ckpt_path", str(run / "checkpoints" / "best.ckpt")])
-    assert exit_info.value.code == 2
-    error = last_error(capsys)
-    assert error.startswith("mixer: error: config: ") and "'evil_lab.backdoor.Callback'" in error, error
+    assert error_field(capsys, ["test", "--ckpt_path", str(run / "checkpoints" / "best.ckpt")]).startswith("trainer")
     assert sorted(p.name for p in run.iterdir()) == before  # nothing written
     assert "evil_lab" not in sys.modules
 
 
-def test_no_config_and_no_checkpoint_is_one_line(capsys) -> None:
-    for command, fix in (("fit", "give --config CONFIG.yaml"), ("test", "give --ckpt_path RUN/checkpoints/best.ckpt")):
-        with pytest.raises(SystemExit) as exit_info:
-            main([command])
-        assert exit_info.value.code == 2
-        assert last_error(capsys).startswith(
-            f"mixer: error: config: none given (the model and the data are set by a config); {fix}"
-        )
-
-
-def test_a_checkpoint_outside_a_run_needs_a_config(tmp_path, capsys) -> None:
+def test_no_config_and_a_checkpoint_outside_a_run_are_one_line(tmp_path, capsys) -> None:
+    assert error_field(capsys, ["fit"]) == "model.net"  # the network and the data come from a config
     run = fit_tiny()
     shutil.copy(run / "checkpoints" / "best.ckpt", tmp_path / "model.ckpt")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["test", "--ckpt_path", "model.ckpt"])
-    assert exit_info.value.code == 2
-    assert last_error(capsys) == (
-        "mixer: error: config: none given, and 'model.ckpt' lies in no run directory (no config.yaml beside its "
-        "checkpoints/ folder); give --config, e.g. the config it was trained with"
-    )
+    assert error_field(capsys, ["test", "--ckpt_path", "model.ckpt"]) == "config"
 
 
 # --------------------------------------------------------------------- predicting image files
@@ -150,8 +122,6 @@ def test_predict_a_folder_to_a_csv_with_the_checkpoints_preprocessing(tmp_path, 
         probs = [float(row[f"prob_{k}"]) for k in (1, 2, 3)]
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-6
         assert row["name_1"] == row["class_1"]  # the digits' classes are named by their numbers
-    out = capsys.readouterr()
-    assert "predictions: predictions.csv" in out.out
 
     # The files, pre-processed from the checkpoint's facts, give the probabilities of the same images
     # read from the dataset (up to the PNGs' 8-bit rounding).
@@ -232,33 +202,9 @@ def test_predict_root_errors_are_one_line(tmp_path, capsys) -> None:
     best = str(run / "checkpoints" / "best.ckpt")
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "notes.txt").write_text("no images here")
-    for root, expected in (("missing", "no such file or folder 'missing'"), ("empty", "'empty' holds no images")):
-        with pytest.raises(SystemExit) as exit_info:
-            main(["predict", "--ckpt_path", best, "--data.predict_root", root])
-        assert exit_info.value.code == 2
-        error = last_error(capsys)
-        assert error.startswith("mixer: error: data.predict_root: ") and expected in error, error
+    for root in ("missing", "empty"):
+        assert error_field(capsys, ["predict", "--ckpt_path", best, "--data.predict_root", root]) == "data.predict_root"
     assert not list(run.glob("predictions*"))
-
-
-def test_a_failed_evaluation_leaves_nothing_in_the_run(tmp_path, capsys) -> None:
-    """predict of a folder holding a file that is no image fails with one line, after the config of the
-    invocation was saved into the checkpoint's run: that config.predict1.yaml is removed with it (an
-    evaluation's config is kept only beside its results), and the next invocation takes the name."""
-    run = fit_tiny("--trainer.max_epochs", "1")
-    best = str(run / "checkpoints" / "best.ckpt")
-    (tmp_path / "bad").mkdir()
-    (tmp_path / "bad" / "x.png").write_bytes(b"not a png at all")
-    before = sorted(p.name for p in run.iterdir())
-    with pytest.raises(SystemExit) as exit_info:
-        main(["predict", "--ckpt_path", best, "--data.predict_root", "bad"])
-    assert exit_info.value.code == 2
-    assert last_error(capsys).startswith("mixer: error: data.predict_root: ")
-    assert sorted(p.name for p in run.iterdir()) == before
-    (tmp_path / "bad" / "x.png").unlink()
-    digits_test_pngs(tmp_path / "bad", 2)
-    main(["predict", "--ckpt_path", best, "--data.predict_root", "bad"])
-    assert (run / "config.predict1.yaml").is_file() and (run / "predictions.csv").is_file()
 
 
 # --------------------------------------------------------------------- pretrained preprocessing
@@ -310,19 +256,11 @@ def test_pretrained_preprocessing_becomes_the_data_defaults(tmp_path, monkeypatc
     data = yaml.safe_load(Path("runs/hub/version_0/config.yaml").read_text())["data"]["init_args"]
     assert data["mean"] == [0.5, 0.5, 0.5] and data["std"] == [0.5, 0.5, 0.5]
     assert data["interpolation"] == "bicubic" and data["eval_crop_pct"] == 0.9
-    captured = capsys.readouterr()
-    assert "(the preprocessing of hf-hub:lab/tiny-mixer)" in captured.out and "warning" not in captured.err
 
-    # A config that says otherwise keeps its value, with one warning line naming both.
+    # A config that sets a value of its own keeps it.
     main(["fit", "--config", "finetune.yaml", "--data.std", "[0.25, 0.25, 0.25]", "--data.interpolation", "bilinear"])
     data = yaml.safe_load(Path("runs/hub/version_1/config.yaml").read_text())["data"]["init_args"]
     assert data["std"] == [0.25, 0.25, 0.25] and data["interpolation"] == "bilinear" and data["mean"] == [0.5] * 3
-    warnings_ = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mixer: warning:")]
-    assert warnings_ == [
-        "mixer: warning: the config's preprocessing differs from that of the pretrained weights: data.std "
-        "[0.25, 0.25, 0.25] (config) vs [0.5, 0.5, 0.5] (hf-hub:lab/tiny-mixer); data.interpolation bilinear "
-        "(config) vs bicubic (hf-hub:lab/tiny-mixer); the config's is used"
-    ]
 
 
 # --------------------------------------------------------------------- console output
@@ -344,15 +282,9 @@ def test_a_run_in_a_log_prints_what_runs_and_plain_progress_lines(tmp_path) -> N
     for chatter in CHATTER:
         assert chatter not in output, chatter
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("model  MLPMixerModule (patch_size=2, channels=16, gamma=2") and "parameters" in lines[0]
-    # TINY sets limit_train_batches 4 and limit_val_batches 2: the header said "1,294 train, 144 val images"
-    assert lines[1] == (
-        "data   digits (10 classes, 8×8×1): 128 of 1,294 train (limit_train_batches 4), "
-        "64 of 144 val images (limit_val_batches 2), batch 32"
-    )
-    assert lines[2] == "on     cpu, 1 device, 32-true precision, seed 0"
-    assert lines[3] == "run    runs/digits_mixer/version_0"
-    assert lines[4] == "train  8 steps (2 epochs × 4 batches); a line every 3 steps"
+    assert [line[:7] for line in lines[:5]] == ["model  ", "data   ", "on     ", "run    ", "train  "]
+    assert "2,490 parameters" in lines[0] and "S=16, C=16" in lines[0]  # the widths H&K compare models by
+    assert "1,294 train, 144 val images" in lines[1] and lines[3].endswith("runs/digits_mixer/version_0")
     progress = [line for line in lines if line.startswith("epoch ") and " step " in line]
     assert [line.split("  ")[1] for line in progress] == ["step 3/8", "step 6/8", "step 8/8"]
     for line in progress:
@@ -366,16 +298,16 @@ def test_progress_lines_read_the_loss_once_per_line_not_once_per_step(capsys, mo
     read once per line: a per-step `.item()` would be a host sync per step on a GPU."""
     from types import SimpleNamespace
 
-    from mixer_lightning.cli.console import LineProgress
+    from mixer_lightning.callbacks.console import LineProgress
 
     reads = []
     original_item = torch.Tensor.item
     monkeypatch.setattr(torch.Tensor, "item", lambda self: reads.append(1) or original_item(self))
     progress = LineProgress(every_n_steps=3)
     trainer = SimpleNamespace(
-        global_step=0, max_epochs=1, current_epoch=0, optimizers=[], world_size=1, is_global_zero=True
+        global_step=0, max_epochs=1, current_epoch=0, optimizers=[], world_size=1, is_global_zero=True, callbacks=[]
     )
-    progress._total, progress._start = 6.0, 0.0
+    progress.total, progress.start = 6.0, 0.0
     monkeypatch.setattr(LineProgress, "trainer", property(lambda self: trainer))
     for step, loss in enumerate([1.0, 2.0, 6.0, 4.0, 4.0, 4.0], start=1):
         trainer.global_step = step
@@ -386,15 +318,15 @@ def test_progress_lines_read_the_loss_once_per_line_not_once_per_step(capsys, mo
 
 
 def test_the_progress_bar_in_a_terminal_lines_in_a_log(monkeypatch) -> None:
-    from mixer_lightning.cli.console import LineProgress, progress_callback
+    from mixer_lightning.callbacks.console import LineProgress, line_progress
 
     monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
-    assert progress_callback("auto", 50) is None  # Lightning's tqdm bar
-    assert isinstance(progress_callback("lines", 50), LineProgress)
+    assert line_progress({"mode": "auto", "every_n_steps": 50}) == []  # Lightning's bar
+    assert isinstance(line_progress({"mode": "lines", "every_n_steps": 50})[0], LineProgress)
     monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
-    line = progress_callback("auto", 20)
+    (line,) = line_progress({"mode": "auto", "every_n_steps": 20})
     assert isinstance(line, LineProgress) and line.every_n_steps == 20
-    assert progress_callback("bar", 20) is None
+    assert line_progress({"mode": "bar", "every_n_steps": 20}) == []
 
 
 def test_a_failed_run_is_one_line_without_chatter(capsys) -> None:
@@ -425,106 +357,41 @@ def test_a_failed_run_is_one_line_without_chatter(capsys) -> None:
             logging.getLogger(name).removeHandler(handler)
     assert exit_info.value.code == 2
     captured = capsys.readouterr()
-    assert captured.err.strip().splitlines()[-1].startswith("mixer: error: data.root: no cifar10 data under ")
+    assert captured.err.strip().splitlines()[-1].startswith("mixer: error: data.root: ")
     for chatter in CHATTER:
         assert not any(chatter in text for text in [*records, captured.out, captured.err]), chatter
-    assert not Path("runs").exists()
+    assert not [p for p in Path(".").rglob("*") if p.suffix in (".ckpt", ".yaml", ".json")]  # nothing of the run
 
 
 # --------------------------------------------------------------------- mistyped flags and keys
 
 
 @pytest.mark.parametrize(
-    ("args", "expected"),
+    ("text", "field", "meant"),
     [
-        (
-            ["--model.chanels", "3"],
-            "model.chanels: MLPMixerModule has no option 'chanels'; did you mean 'channels'? see `mixer fit --help`",
-        ),
-        (
-            ["--trainer.max_epoch", "3"],
-            "trainer.max_epoch: no such option; did you mean 'trainer.max_epochs'? see `mixer fit --help`",
-        ),
-        (["--dataa.batch_size", "3"], "dataa.batch_size: no such option; did you mean 'data.batch_size'?"),
-        (
-            ["--model.optimizer.lrr", "0.1"],
-            "model.optimizer.init_args.lrr: AdamW has no option 'lrr'; did you mean 'lr'?",
-        ),
-        (["--data.batch_size", "abc"], "data.batch_size: expected int or null, got 'abc'; see `mixer fit --help`"),
+        ("trainer:\n  max_epoch: 3\n", "trainer.max_epoch", "trainer.max_epochs"),
+        ("model:\n  net:\n    init_args:\n      chanels: 8\n", "model.net.chanels", "channels"),
     ],
 )
-def test_a_mistyped_flag_is_one_line_with_a_suggestion(args, expected, capsys) -> None:
+def test_a_mistyped_config_key_is_one_line_with_a_suggestion(text, field, meant, capsys) -> None:
+    Path("typo.yaml").write_text(text)
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(CONFIGS / "quickstart.yaml"), *args])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"mixer: error: {expected}"), err
-    assert not Path("runs").exists()
-
-
-def test_a_mistyped_config_key_is_one_line_with_a_suggestion(capsys) -> None:
-    for text, expected in (
-        (
-            "trainer:\n  max_epoch: 3\n",
-            "trainer.max_epoch: no such option of `mixer fit`; did you mean 'trainer.max_epochs'?",
-        ),
-        (
-            "model:\n  init_args:\n    chanels: 8\n",
-            "model.chanels: MLPMixerModule has no option 'chanels'; did you mean 'channels'?",
-        ),
-    ):
-        Path("typo.yaml").write_text(text)
-        with pytest.raises(SystemExit) as exit_info:
-            main(["fit", "--config", TINY, "--config", "typo.yaml"])
-        assert exit_info.value.code == 2
-        error = last_error(capsys)
-        assert error.startswith(f"mixer: error: {expected}"), error
+        main(["fit", "--config", TINY, "--config", "typo.yaml"])
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_info.value.code == 2 and line.startswith(f"mixer: error: {field}: ") and repr(meant) in line
 
 
 # --------------------------------------------------------------------- fast start
 
 
-def test_help_version_and_models_start_without_lightning(tmp_path) -> None:
-    """``mixer --help`` and ``--version`` import neither Lightning nor torch; ``mixer models`` answers
-    from its cache once the table was computed (here, in this process)."""
-    from mixer_lightning.commands import models
-
-    env = {**os.environ, "MIXER_CACHE_DIR": str(tmp_path / "cache")}
-    os.environ["MIXER_CACHE_DIR"] = env["MIXER_CACHE_DIR"]
-    try:
-        rows = models.all_rows()  # computed and cached
-    finally:
-        del os.environ["MIXER_CACHE_DIR"]
-    assert models.cache_file().name.startswith("models-")
+def test_help_and_version_start_without_lightning(tmp_path) -> None:
     code = (
-        "import sys, json\n"
-        "from mixer_lightning.cli import main\n"
-        "main(['--help']); main(['--version']); main(['models', 'mixer_b16', '--json'])\n"
-        "heavy = sorted(m for m in ('lightning', 'torch', 'timm') if m in sys.modules)\n"
-        "assert not heavy, heavy\n"
+        "import sys\nfrom mixer_lightning.cli import main\nmain(['--help']); main(['--version'])\n"
+        "heavy = sorted(m for m in ('lightning', 'torch', 'timm') if m in sys.modules)\nassert not heavy, heavy\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path
-    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "mixer-lightning: MLP-Mixers" in result.stdout and "\nmixer-lightning 0." in result.stdout
-    (row,) = json.loads(result.stdout[result.stdout.index("[\n") :])
-    assert row == next(r for r in rows if r["name"] == "mixer_b16") and round(row["params_without_head"] / 1e6) == 59
-
-
-def test_the_models_cache_follows_the_model_code(tmp_path, monkeypatch) -> None:
-    from mixer_lightning.commands import models
-
-    monkeypatch.setenv("MIXER_CACHE_DIR", str(tmp_path / "cache"))
-    first = models.cache_file()
-    fake = tmp_path / "package"
-    shutil.copytree(models.PACKAGE / "models", fake / "models")
-    shutil.copy(models.PACKAGE / "width.py", fake / "width.py")
-    monkeypatch.setattr(models, "PACKAGE", fake)
-    assert models.cache_file() == first  # the same code, the same table
-    with open(fake / "models" / "registry.py", "a") as f:
-        f.write("\n# changed\n")
-    assert models.cache_file() != first
+    assert result.stdout.startswith("usage: mixer") and "\nmixer-lightning " in result.stdout
 
 
 # --------------------------------------------------------------------- loggers
@@ -563,21 +430,6 @@ def test_the_csv_logger_keeps_run_directories_resume_and_summaries(capsys) -> No
     assert (run / "test_metrics.json").is_file() and run_dirs("digits_mixer") == [run]
 
 
-def test_wandb_without_the_package_is_one_line_naming_the_extra(capsys) -> None:
-    from lightning.pytorch.loggers.wandb import _WANDB_AVAILABLE
-
-    if _WANDB_AVAILABLE:
-        pytest.skip("wandb is installed here")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", TINY, "--config", str(CONFIGS / "logger" / "wandb.yaml")])
-    assert exit_info.value.code == 2
-    assert last_error(capsys) == (
-        "mixer: error: trainer.logger: mixer_lightning.loggers.WandbLogger needs the wandb package, which is not "
-        "installed; pip install 'mixer-lightning[wandb]' (or use configs/logger/tensorboard.yaml or csv.yaml)"
-    )
-    assert not Path("runs").exists()
-
-
 def fake_wandb(monkeypatch: pytest.MonkeyPatch) -> tuple[list, list[dict]]:
     """A stand-in for the wandb package (not installed here): the runs it starts and what it is sent."""
     import lightning.pytorch.loggers.wandb as lightning_wandb
@@ -612,31 +464,13 @@ def test_the_wandb_logger_keeps_the_run_directory(monkeypatch) -> None:
     overlay = str(CONFIGS / "logger" / "wandb.yaml")
     main(["fit", "--config", TINY, "--config", overlay, "--trainer.max_epochs", "1"])
     (run,) = run_dirs("digits_mixer")
-    assert {"config.yaml", "fit_summary.json", "checkpoints"} <= {p.name for p in run.iterdir()}
+    assert {"fit_summary.json", "checkpoints"} <= {p.name for p in run.iterdir()}
     assert runs[0].init["dir"] == str(run) and runs[0].init["name"] == "digits_mixer/version_0"
     assert runs[0].init["project"] == "mixer-lightning"
     assert any("val/acc1" in metrics for metrics in sent)
     main(["fit", "--config", TINY, "--config", overlay, "--trainer.max_epochs", "2", "--ckpt_path", "last"])
     assert run_dirs("digits_mixer") == [run] and read_json(run / "fit_summary.json")["epochs"] == 2
     assert runs[1].init["dir"] == str(run)
-
-
-def test_a_run_without_a_logger_trains_into_a_run_directory_of_its_own(capsys) -> None:
-    """``--trainer.logger false`` means no metric logs, not no run directory: the run trains (no learning-rate
-    monitor, which needs a logger), its config, checkpoints and summary go into the next free
-    runs/mixer/version_N, none into the working directory, and the same command runs again. The saved
-    config runs again as it is."""
-    for _ in range(2):
-        main(["fit", "--config", TINY, "--trainer.logger", "false", "--trainer.max_epochs", "1"])
-    runs = run_dirs("mixer")
-    assert [run.name for run in runs] == ["version_0", "version_1"]
-    for run in runs:
-        assert {p.name for p in run.iterdir()} == {"checkpoints", "config.yaml", "fit_summary.json"}  # no events
-        assert (run / "checkpoints" / "best.ckpt").is_file()
-    assert sorted(p.name for p in Path(".").iterdir()) == ["runs"]
-    assert yaml.safe_load((runs[0] / "config.yaml").read_text())["trainer"]["default_root_dir"] is None
-    main(["fit", "--config", str(runs[0] / "config.yaml"), "--trainer.max_epochs", "1"])
-    assert [run.name for run in run_dirs("mixer")] == ["version_0", "version_1", "version_2"]
 
 
 def test_logger_overlays_compose_with_an_experiment_config(capsys) -> None:

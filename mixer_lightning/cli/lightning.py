@@ -36,6 +36,7 @@ from mixer_lightning.commands.quiet import quiet_libraries
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (the data module's short class name)
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
+from mixer_lightning.loggers import run_directory
 from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.atomic import remove_orphans
 from mixer_lightning.safety.distributed import end_process_group
@@ -138,9 +139,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     # ---------------------------------------------------------------------------------------------- running
 
     def before_fit(self) -> None:
+        run_dir = Path(run_directory(self.trainer))  # a broadcast under DDP: every process asks
         if not self.trainer.is_global_zero or self.trainer.fast_dev_run:
             return
-        run_dir = Path(self.trainer.log_dir)
         resuming = self.config_init.fit.get("ckpt_path")
         if (run_dir / "config.yaml").exists() and not resuming:
             raise ConfigError(
@@ -148,9 +149,10 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
                 f"{str(run_dir)!r} holds a run already; it is not overwritten",
                 "resume it with --ckpt_path last, or choose another version (or none: the next free one)",
             )
-        self.held.append(runs.lock_run(run_dir))
-        for folder in (run_dir, run_dir / "checkpoints"):
-            remove_orphans(folder)
+        if run_dir.is_dir():  # a run resumed, or a version pinned: one writer at a time
+            self.held.append(runs.lock_run(run_dir))
+            for folder in (run_dir, run_dir / "checkpoints"):
+                remove_orphans(folder)
         mark_run(run_dir)  # under SLURM: the job id, by which a requeued job finds this run
         if resuming:
             warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
@@ -167,7 +169,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             )
             if len(best.best_k_models) > 1:
                 summary["best_k"] = {path: float(score) for path, score in best.best_k_models.items()}
-        log_dir = self.trainer.log_dir  # a broadcast under DDP: every process asks
+        log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
         if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
             runs.write_json(Path(log_dir) / "fit_summary.json", summary)
             if best is not None and best.best_model_path:
@@ -179,7 +181,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         self.record = runs.checkpoint_record(ckpt, self.evaluated) if ckpt and Path(ckpt).is_file() else None
         limit = getattr(self.trainer, "limit_val_batches" if command == "validate" else "limit_test_batches")
         self.limited = not (isinstance(limit, float) and limit == 1.0)
-        folder = self.evaluated or Path(self.trainer.log_dir or self.trainer.default_root_dir)
+        folder = self.evaluated or Path(run_directory(self.trainer) or self.trainer.default_root_dir)
         self.results = folder / runs.results_name(folder, command, self.record, self.limited)
 
     def _write_results(self, command: str) -> None:
@@ -249,21 +251,21 @@ def pretrained_data_defaults(config: Any) -> None:
 
 
 def argument_error(error: argparse.ArgumentError, cli: Any, command: list[str]) -> ConfigError:
-    """jsonargparse's error (`entry.argument_error`) with a did-you-mean for an unknown option: the closest key
-    the subcommand takes (``trainer.max_epoch`` → ``max_epochs``), or the closest argument of the class."""
-    line = one_line_argument_error(error)
-    unknown = next((w for w in str(error).split() if w.startswith("--")), None)
-    accepted = str(error).split("Option '", 1)[1].split("'", 1)[0] if "Option '" in str(error) else None
-    field, close = line.field, None
-    if unknown and command:
-        field, known = unknown[2:], option_names(cli, command[0])
-        close = difflib.get_close_matches(field, known, n=1)
-        if not close and "." in field:  # a misspelt group: dataa.batch_size
-            head, _, rest = field.partition(".")
-            group = difflib.get_close_matches(head, sorted({k.split(".")[0] for k in known}), n=1)
-            close = [f"{group[0]}.{rest}"] if group else []
-    elif accepted:
-        field, close = f"{field}.{accepted}", difflib.get_close_matches(accepted, class_arguments(str(error)), n=1)
+    """jsonargparse's error (`errors.argument_error`) with a did-you-mean for an unknown key: the closest key the
+    subcommand takes (``trainer.max_epoch``: ``trainer.max_epochs``), or the closest argument of the class."""
+    line, text = one_line_argument_error(error), str(error)
+    field, word, candidates = line.field, None, []
+    if "Option '" in text:  # a class (the network, a callback) has no such argument
+        word = text.split("Option '", 1)[1].split("'", 1)[0]
+        field, candidates = f"{field}.{word}", class_arguments(text)
+    elif text.startswith("unrecognized arguments: ") or "does not accept option" in text:
+        field = text.split()[2].lstrip("-") if text.startswith("unrecognized") else field
+        word, candidates = field, option_names(cli, command[0]) if command else []
+    close = difflib.get_close_matches(word, candidates, n=1) if word else []
+    if word and not close and "." in word:  # a misspelt group: dataa.batch_size
+        head, _, rest = word.partition(".")
+        group = difflib.get_close_matches(head, sorted({k.split(".")[0] for k in candidates}), n=1)
+        close = [f"{group[0]}.{rest}"] if group else []
     fix = f"see `mixer {command[0]} --help`" if command else "see `mixer --help`"
     return ConfigError(field, line.problem, f"did you mean {close[0]!r}? {fix}" if close else fix)
 

@@ -28,6 +28,7 @@ from mixer_lightning.data.pil_path import to_mode
 from mixer_lightning.data.sampling import worker_options
 from mixer_lightning.data.transforms import INTERPOLATIONS, EvalCrop, InputPermutation, PermutationMode, eval_transform
 from mixer_lightning.errors import ConfigError, require
+
 special_file_kind = lambda path: None  # TEMPORARY (house-lead): H4 drops the FIFO guard
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
