@@ -210,7 +210,7 @@ def test_fsdp_overlay_wraps_every_mixer_block(checkpointing: bool, tmp_path: Pat
         OVERLAY["fsdp"],
         "--trainer.max_epochs",
         "1",
-        "--model.num_blocks",
+        "--model.net.num_blocks",
         "3",
     ]
     if checkpointing:

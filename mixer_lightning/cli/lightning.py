@@ -38,7 +38,7 @@ from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.models.registry import upgrade_hparams
-from mixer_lightning.safety.atomic import remove_orphans
+from mixer_lightning.safety.atomic import check_output_file, remove_orphans
 from mixer_lightning.safety.distributed import end_process_group
 from mixer_lightning.seam import batch_counts_as_ints, lightning_cli_with_checkpoint_hparams, option_names
 from mixer_lightning.tasks import ClassifierModule
@@ -194,6 +194,13 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         if self.trainer.is_global_zero and not self.trainer.fast_dev_run:
             runs.write_json(self.results, content)
             print(f"{'Validation' if stage == 'val' else 'Test'} metrics: {self.results}", flush=True)
+
+    def before_predict(self) -> None:
+        writer = next((c for c in self.trainer.callbacks if isinstance(c, PredictionWriter)), None)
+        if writer is not None and writer.output:  # another file is never replaced unless told
+            check_output_file(
+                writer.output, "prediction_writer.output", writer.overwrite, "--prediction_writer.overwrite true"
+            )
 
     def before_validate(self) -> None:
         self._evaluation("validate")
