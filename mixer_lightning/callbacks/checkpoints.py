@@ -147,6 +147,8 @@ class ResumeCheckpoint(Checkpoint):
             self.dirpath = trainer.strategy.broadcast(
                 self.dirpath or os.path.join(run_directory(trainer), "checkpoints")
             )
+            last = os.path.join(self.dirpath, "last.ckpt")
+            self.last_model_path = last if os.path.isfile(last) else ""  # a resumed run's, until it saves its own
 
     def state_dict(self) -> dict[str, Any]:
         return {"log_step": self.log_step}
