@@ -126,7 +126,7 @@ class DataFacts(Callback):
         checkpoint[SEED_KEY] = self.seed
 
 
-class _WeightMonitor(Callback):
+class WeightMonitor(Callback):
     """Logs statistics of the network's effective FC layers (`weight_layers`: a Mixer's mixing layers,
     an SW-MLP's sparse layers) to every logger every `every_n_steps` optimiser steps and once before
     training. Computed on the global-zero process only (the weights are the same on every process;
@@ -135,18 +135,18 @@ class _WeightMonitor(Callback):
     def __init__(self, every_n_steps: PositiveInt = 100):
         super().__init__()
         self.every_n_steps = every_n_steps
-        self._last_step: int | None = None
+        self.last_step: int | None = None
 
     def statistics(self, layers: list[tuple[str, torch.nn.Module, float]]) -> dict[str, float]:
         raise NotImplementedError
 
-    def _log(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def log_statistics(self, trainer: Trainer, pl_module: LightningModule) -> None:
         step = trainer.global_step
-        if self._last_step == step or not trainer.is_global_zero or not trainer.loggers:
+        if self.last_step == step or not trainer.is_global_zero or not trainer.loggers:
             return
         from mixer_lightning.analysis.spectrum import weight_layers
 
-        self._last_step = step
+        self.last_step = step
         layers = weight_layers(getattr(pl_module, "net", pl_module))
         if not layers:
             return
@@ -155,16 +155,16 @@ class _WeightMonitor(Callback):
             logger.log_metrics(metrics, step=step)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self._log(trainer, pl_module)  # the initial weights (step 0, or the step a run resumes at)
+        self.log_statistics(trainer, pl_module)  # the initial weights (step 0, or the step a run resumes at)
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if trainer.global_step % self.every_n_steps == 0:
-            self._log(trainer, pl_module)
+            self.log_statistics(trainer, pl_module)
 
 
-class SpectrumMonitor(_WeightMonitor):
+class SpectrumMonitor(WeightMonitor):
     """Logs the largest singular value σ_max of every effective FC layer as ``spectrum/sigma_max/<layer>``
     (and their maximum as ``spectrum/sigma_max/max``): W's for a Mixer's I ⊗ W (Kronecker products with
     I and permutations keep the singular values), M ⊙ W's for an SW-MLP (Hayase & Karakida Sec. 4.3:
@@ -181,14 +181,14 @@ class SpectrumMonitor(_WeightMonitor):
     ):
         super().__init__(every_n_steps)
         self.exact_max_entries, self.power_iterations = exact_max_entries, power_iterations
-        self._vectors: dict[str, dict] = {}
+        self.vectors: dict[str, dict] = {}
 
     def statistics(self, layers: list[tuple[str, torch.nn.Module, float]]) -> dict[str, float]:
         from mixer_lightning.analysis.spectrum import spectral_norm
 
         metrics = {
             f"spectrum/sigma_max/{name}": spectral_norm(
-                layer, self._vectors.setdefault(name, {}), self.exact_max_entries, self.power_iterations
+                layer, self.vectors.setdefault(name, {}), self.exact_max_entries, self.power_iterations
             )
             for name, layer, _ in layers
         }
@@ -196,7 +196,7 @@ class SpectrumMonitor(_WeightMonitor):
         return metrics
 
 
-class SparsityMonitor(_WeightMonitor):
+class SparsityMonitor(WeightMonitor):
     """Logs the sparsity of every effective FC layer (Hayase & Karakida Sec. 3-4):
 
     - ``sparsity/density/<layer>``: the non-zero ratio p of the effective weight in the wide MLP (1/C

@@ -145,8 +145,10 @@ class ResumeCheckpoint(Checkpoint):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self.dirpath = trainer.strategy.broadcast(
-                self.dirpath or os.path.join(run_directory(trainer), "checkpoints")
+                self.dirpath or os.path.join(run_directory(trainer) or trainer.default_root_dir, "checkpoints")
             )
+            last = os.path.join(self.dirpath, "last.ckpt")
+            self.last_model_path = last if os.path.isfile(last) else ""  # a resumed run's, until it saves its own
 
     def state_dict(self) -> dict[str, Any]:
         return {"log_step": self.log_step}

@@ -18,7 +18,7 @@ from lightning.pytorch import Callback
 
 
 class KillAt(Callback):
-    """Send `signal` (a name: ``SIGKILL``, ``SIGTERM``, ``SIGINT``) to this process
+    """Send `signal` (a name: ``SIGKILL``, ``SIGTERM``, ``SIGUSR1``) to this process
 
     - ``moment: train_batch_end``: once optimiser step `step` is taken (before the checkpoint of that
       step: Lightning runs checkpoint callbacks last, so the checkpoint of this step is never written);
@@ -34,7 +34,7 @@ class KillAt(Callback):
 
     def _send(self) -> None:
         if not self.sent:
-            self.sent = True  # SIGTERM/SIGINT let the process go on to a stop: send once
+            self.sent = True  # SIGTERM lets the process go on to a stop: send once
             if self.signum is None:
                 raise Crash(f"simulated crash ({self.moment}, step {self.step}, epoch {self.epoch})")
             os.kill(os.getpid(), self.signum)
