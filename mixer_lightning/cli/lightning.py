@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_info
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
-from mixer_lightning.callbacks.checkpoints import AtomicCheckpointIO, BestCheckpoint, ResumeCheckpoint
+from mixer_lightning.callbacks.checkpoints import BEST_NAME, AtomicCheckpointIO, BestCheckpoint, ResumeCheckpoint
 from mixer_lightning.callbacks.console import RunHeader, line_progress
 from mixer_lightning.callbacks.slurm import SlurmRequeue, job_id, mark_run, requeued_run
 from mixer_lightning.callbacks.throughput import SpeedMonitor
@@ -115,6 +115,10 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
                 logger.version = run.name
                 self.save_config_kwargs["config_filename"] = runs.config_name(run, command)
         self.evaluated = evaluated
+        best = config.checkpoint  # top-k under one fixed name: each file would replace the one before
+        if best.save_top_k not in (0, 1) and "{" not in best.filename and best.filename != BEST_NAME:
+            raise ConfigError("checkpoint.filename", f"{best.filename!r} names one file for {best.save_top_k} checkpoints",
+                              "put {epoch} in it, or keep the default")  # fmt: skip
         if not ckpt:
             pretrained_data_defaults(config)
 
