@@ -116,7 +116,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
                 self.save_config_kwargs["config_filename"] = runs.config_name(run, command)
         self.evaluated = evaluated
         best = config.checkpoint  # top-k under one fixed name: each file would replace the one before
-        if best.save_top_k not in (0, 1) and "{" not in best.filename and best.filename != BEST_NAME:
+        if best.save_top_k not in (0, 1) and "{" not in (best.filename or "{") and best.filename != BEST_NAME:
             raise ConfigError("checkpoint.filename", f"{best.filename!r} names one file for {best.save_top_k} checkpoints",
                               "put {epoch} in it, or keep the default")  # fmt: skip
         if not ckpt:
