@@ -70,6 +70,8 @@ def argument_error(error: argparse.ArgumentError) -> ConfigError:
     problem = "; ".join(dict.fromkeys([detail[0], detail[-1]])).split(". Got value: Namespace(")[0][:300]
     if "NestedArg(key='" in text:  # `--data.batch_size abc` under a subclass group: jsonargparse names `data`
         key += "." + text.split("NestedArg(key='", 1)[1].split("'", 1)[0]
+    elif lines[0].startswith("unrecognized arguments: --"):  # argparse's
+        key = lines[0].split()[2][2:]
     elif "option '" in lines[0]:  # "Subcommand 'fit' does not accept option 'trainer.max_epoch'"
         key = lines[0].split("option '", 1)[1].split("'", 1)[0]
     elif lines[0].startswith("the following arguments are required: "):  # argparse's: `fit.model.net, fit.data`

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_info
@@ -133,9 +134,12 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             ours += [config.lr_monitor] if config.trainer.get("logger") not in (False, None, []) else []
         elif command == "predict":
             ours.append(config.prediction_writer)
-        trainer = super().instantiate_trainer(
-            **kwargs, callbacks=[*(given if isinstance(given, list) else [given]), *ours]
-        )
+        try:
+            trainer = super().instantiate_trainer(
+                **kwargs, callbacks=[*(given if isinstance(given, list) else [given]), *ours]
+            )
+        except (ValueError, MisconfigurationException) as error:  # FSDP on a CPU, a GPU that is not there
+            raise ConfigError("trainer", str(error).strip().splitlines()[0], "see `mixer fit --help`") from None
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not FSDP's sharded IO, nor a user's own
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
