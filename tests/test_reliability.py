@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import TEST_CONFIGS, error_field, read_json, run_dirs
+from helpers import TEST_CONFIGS, error_field, field_of, read_json, run_dirs
 from helpers.fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
 from mixer_lightning.callbacks.checkpoints import AtomicCheckpointIO
 from mixer_lightning.cli import main
