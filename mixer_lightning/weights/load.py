@@ -24,13 +24,9 @@ def load_weights(
     field: str = "init_from",
     new_head: bool = True,
 ) -> list[str]:
-    """Copy ``weights`` into ``model`` and return messages for the user.
-
-    With ``new_head``, a head of another size than the model's (or none in the file) is not loaded:
-    the model's head is re-initialised to zero, as the Mixer paper initialises the head for
-    fine-tuning, and a message says so. Any other missing, unexpected or misshaped parameter is a
-    `ConfigError` on ``field`` naming the key as the file spells it.
-    """
+    """Copy `weights` into `model`; messages for the user. With `new_head`, a head of another size (or
+    none in the file) is not loaded but zeroed, as the Mixer paper starts fine-tuning (App. C); any other
+    missing, unexpected or misshaped parameter is a `ConfigError` on `field` in the file's spelling."""
     if not isinstance(weights, WeightsFile):
         weights = read_weights(weights, field)
     expected = model.state_dict()
@@ -58,29 +54,20 @@ def load_weights(
             expected = {k: v for k, v in expected.items() if not k.startswith("head.")}
 
     name = FORMAT_NAMES[weights.format]
+    fix = "build the architecture the weights were trained with (model.upscale: fine-tune at a larger image size)"
     for key, tensor in given.items():
-        if key not in expected:
-            raise ConfigError(
-                field,
-                f"{weights.file_key(key)} in {weights.path} ({name}) is not a parameter of the model",
-                "build the architecture the weights were trained with (model.preset and architecture arguments)",
-            )
+        require(key in expected, field, f"{weights.file_key(key)} in {weights.path} ({name}) is not in the model", fix)
         if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise ConfigError(
-                field,
-                f"{weights.file_key(key)} in {weights.path} has shape {weights.file_shape(key, tensor.shape)}, "
-                f"the model needs {weights.file_shape(key, expected[key].shape)}",
-                "build the architecture the weights were trained with (model.preset, architecture arguments, "
-                "data.image_size; use model.upscale to fine-tune at a larger image size)",
-            )
+            shapes = weights.file_shape(key, tensor.shape), weights.file_shape(key, expected[key].shape)
+            problem = f"{weights.file_key(key)} in {weights.path} has shape {shapes[0]}, the model needs {shapes[1]}"
+            raise ConfigError(field, problem, fix)
     missing = [k for k in expected if k not in given]
+    more = f" and {len(missing) - 1} more parameters" if len(missing) > 1 else ""
     if missing:
-        raise ConfigError(
-            field,
+        problem = (
             f"{weights.file_key(missing[0])} is missing from {weights.path} ({name}, {weights.num_blocks()} blocks)"
-            + (f" and {len(missing) - 1} more parameters" if len(missing) > 1 else ""),
-            "build the architecture the weights were trained with (model.preset and architecture arguments)",
         )
+        raise ConfigError(field, problem + more, fix)
     model.load_state_dict(given, strict=False)
     messages.insert(0, f"{field}: loaded {len(given)} tensors from {weights.path} ({name})")
     return messages
