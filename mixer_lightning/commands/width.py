@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveFloat
 
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.errors import require
-from mixer_lightning.safety.atomic import save_figure
+from mixer_lightning.safety.atomic import pyplot, save_figure
 from mixer_lightning.width import (
     check_omega,
     default_channels,
@@ -46,35 +47,23 @@ PAPER_SPARSITIES = [0.1, 0.3, 0.5, 0.7, 0.9]  # App. C.4: 1 - p for the SW-MLPs 
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**18 or 262144")
-    parser.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
+    parser.add_argument("--gamma", type=PositiveFloat, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--sparsity", type=str, default=None, help="comma-separated SW-MLP sparsities 1-p")
-    parser.add_argument(
-        "--width", type=str, default=None, help="fix the width m = S·C and vary γ instead (eq. S.46), e.g. 4096"
-    )
+    parser.add_argument("--width", type=str, default=None, help="fix the width m = S·C and vary γ (eq. S.46)")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument(
-        "--plot",
-        type=str,
-        default=None,
-        help="draw Figure 3 (m and p against C), or with --width γ against C, to this PNG",
-    )
+    parser.add_argument("--plot", type=str, default=None, help="draw Figure 3 (or, with --width, γ against C) to a PNG")
 
 
 def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsity: list[float] | None = None) -> dict:
     """The pairs, the optimum and the SW-MLP widths, as `mixer width --json` prints them."""
     check_omega(omega)
-    require(0 < gamma <= 1024, "gamma", f"must be in (0, 1024], got {gamma}")
-    channels = channels or default_channels(omega, gamma)
-    require(all(c > 0 for c in channels), "channels", f"must be positive, got {channels}")
-    sparsity = PAPER_SPARSITIES if sparsity is None else sparsity
-    for s in sparsity:
-        require(0 <= s < 1, "sparsity", f"1-p must be in [0, 1), got {s}", "give values such as 0.1,0.5,0.9")
     best = optimum(omega, gamma)
+    sparsity = PAPER_SPARSITIES if sparsity is None else sparsity
     return {
         "omega": omega,
         "gamma": gamma,
-        "pairs": [pair.as_dict() for pair in width_pairs(omega, gamma, channels)],
+        "pairs": [pair.as_dict() for pair in width_pairs(omega, gamma, channels or default_channels(omega, gamma))],
         "optimum": {"S": best["S"], "C": best["C"], "m": best["m"], "p": omega / (gamma * best["m"] ** 2)},
         "sw_mlp": [{"sparsity": s, "p": 1 - s, "m": round(sw_mlp_width(omega, 1 - s, gamma))} for s in sparsity],
     }
@@ -91,22 +80,13 @@ def compute_at_width(omega: int, width: int, channels: list[int] | None = None) 
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot(result: dict, path: str) -> None:
     """Figure 3: the effective width m = S·C (left axis) and the non-zero ratio p = Ω/(γm²) (right
     axis, log) against C at fixed Ω and γ (S from eq. 14), over C = 1 … the C with S = 1; the single
     peak of m (and the minimum of p) at C* = (Ω/γ)^{1/3} dashed, the computed pairs marked."""
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     omega, gamma = result["omega"], result["gamma"]
     c_star, m_max = result["optimum"]["C"], result["optimum"]["m"]
     c_last = (np.sqrt(1 + 8 * omega / gamma) - 1) / 2  # S = 1 (eq. S.45's lower bound of m)
@@ -133,7 +113,7 @@ def plot_at_width(result: dict, path: str) -> None:
     """γ = 2Ω/(m(C + m/C)) against C at fixed (Ω, m) (eq. S.46): a single peak at C* = √m."""
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     omega, width, best = result["omega"], result["width"], result["optimum"]
     cs = np.geomspace(1, width, 600)
     fig, ax = plt.subplots(figsize=(6.2, 4))
@@ -156,12 +136,7 @@ def run(args: Namespace) -> None:
     omega = parse_int_expression(args.omega, "omega")
     channels = integers(args.channels, "channels") if args.channels else None
     if args.width is not None:
-        require(
-            args.sparsity is None,
-            "sparsity",
-            "--sparsity is for the SW-MLP at fixed Ω, not at fixed width",
-            "drop --sparsity or --width",
-        )
+        require(args.sparsity is None, "sparsity", "is for the SW-MLP at fixed Ω, not at fixed width", "drop one")
         width = parse_int_expression(args.width, "width")
         result = compute_at_width(omega, width, channels)
         if args.plot:
@@ -178,7 +153,8 @@ def run(args: Namespace) -> None:
         if args.plot:
             print(f"γ against C written to {args.plot}")
         return
-    sparsity = reals(args.sparsity, "sparsity") if args.sparsity else None
+    in_range = (lambda s: 0 <= s < 1), "sparsities 1-p in [0, 1)"
+    sparsity = reals(args.sparsity, "sparsity", *in_range) if args.sparsity else None
     result = compute(omega, args.gamma, channels, sparsity)
     if args.plot:
         plot(result, args.plot)
