@@ -190,8 +190,7 @@ def prepare(ckpt: str, repo: str) -> dict[str, Any]:
             architecture, timm_model = None, None
     names = [str(n) for n in facts.get("class_names") or []]
     labels = {"label_names": names} if len(names) == net.num_classes else {}
-    class_path = checkpoint["hyper_parameters"].get("_class_path")
-    ours = {"class_path": class_path, "hyper_parameters": hparams, "data": facts, "checkpoint": record}
+    ours = {"hyper_parameters": hparams, "data": facts, "checkpoint": record}
     config = None
     if timm_model is None:
         architecture = f"{ARCHITECTURE_PREFIX}{type(net).__name__}"

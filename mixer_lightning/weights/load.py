@@ -73,17 +73,17 @@ def load_weights(
     return messages
 
 
-def infer_architecture(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+def infer_architecture(state_dict: Mapping[str, torch.Tensor], field: str = "weights") -> dict[str, Any]:
     """`MLPMixer` arguments that reproduce the shapes of a state dict in this project's layout: patch
     size, input channels and C from the stem, S0 (so the image size), S and D_S from the token-mixing
     MLPs, D_C, the depth and the classes. (LayerNorm ε and the activation are not in the weights.)"""
-    require("stem.proj.weight" in state_dict, "weights", "no stem.proj.weight: not an MLP-Mixer")
+    require("stem.proj.weight" in state_dict, field, "no stem.proj.weight: not an MLP-Mixer")
     channels, in_chans, patch, _ = state_dict["stem.proj.weight"].shape
     first = state_dict.get("blocks.0.token_mixing.mlp.fc1.weight")
-    require(first is not None, "weights", "no blocks.0.token_mixing.mlp.fc1.weight: not an MLP-Mixer")
+    require(first is not None, field, "no blocks.0.token_mixing.mlp.fc1.weight: not an MLP-Mixer")
     token_hidden, tokens_in = first.shape
     grid = math.isqrt(tokens_in)
-    require(grid * grid == tokens_in, "weights", f"{tokens_in} input tokens are not a square patch grid")
+    require(grid * grid == tokens_in, field, f"{tokens_in} input tokens are not a square patch grid")
     blocks = {int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))}
     head = state_dict.get("head.weight")
     return dict(
