@@ -5,6 +5,7 @@ offline hub cache; nothing here reaches the network (HfApi's calls are replaced)
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def timm_shaped(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("push_run")
     write_hf(root / "data", train=16, test=8, size=32, classes=5)
     config = {
-        "model": {"class_path": "mixer_lightning.tasks.MLPMixerModule", "init_args": TIMM_SHAPED},
+        "model": {"net": {"class_path": "mixer_lightning.models.MLPMixer", "init_args": TIMM_SHAPED}},
         "data": {
             "class_path": "mixer_lightning.data.ImageDataModule",
             "init_args": {"dataset": "hf", "root": str(root / "data"), "batch_size": 8, "val_split": 0},
@@ -160,26 +161,25 @@ def test_another_family_keeps_our_layout_and_loads_back(trained, tmp_path: Path,
     assert report["architecture"] == "mixer_lightning:SMixer" and not report["timm"]
     assert "timm has no SMixer" in report["why_not_timm"]
     config = json.loads(Path("rp_repo/config.json").read_text())
-    assert config["pretrained_cfg"]["input_size"] == [1, 8, 8] and config["model_args"]["permute"]
+    assert config["pretrained_cfg"]["input_size"] == [1, 8, 8] and config["model_args"]["net"]["init_args"]["permute"]
     assert "library_name: mixer-lightning" in Path("rp_repo/README.md").read_text()
 
     weights = read_weights("rp_repo")
     module = load_classifier(rp)
-    assert weights.class_path == "mixer_lightning.tasks.SMixerModule"
     state = module.net.state_dict()
     assert sorted(weights.state_dict) == sorted(state)  # the RP permutations are in it
     assert all(torch.equal(weights.state_dict[k], v) for k, v in state.items())
     # model.init_from: the folder rebuilds the same network (its architecture from the folder's config).
-    from mixer_lightning.tasks import SMixerModule
+    from mixer_lightning.models import SMixer
+    from mixer_lightning.tasks import ClassifierModule
 
-    hparams = {k: v for k, v in weights.architecture.items() if k not in ("num_classes", "image_size", "in_chans")}
-    rebuilt = SMixerModule(num_classes=10, image_size=8, in_chans=1, init_from="rp_repo", **hparams).eval()
+    rebuilt = ClassifierModule(partial(SMixer), num_classes=10, image_size=8, in_chans=1, init_from="rp_repo").eval()
     images = torch.randn(3, 1, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt.net(images), module.net(images), rtol=0, atol=0)
     # ... and its preprocessing becomes the data's defaults, as an hf-hub: name's does (it was ignored)
     capsys.readouterr()
-    main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--model.init_args.init_from", "rp_repo",
+    main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--model.init_from", "rp_repo",
           "--trainer.fast_dev_run", "true"])  # fmt: skip
     out = capsys.readouterr().out
     line = next((x for x in out.splitlines() if x.endswith("(the preprocessing of rp_repo)")), out)

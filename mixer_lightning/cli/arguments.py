@@ -110,11 +110,11 @@ def evaluation_arguments(args: list[str]) -> list[str]:
             f"none given, and {ckpt!r} {why}lies in no run directory (no config.yaml beside its checkpoints/ folder)",
             "give --config, e.g. the config it was trained with",
         )
-    if run is None and "--model" not in options:
-        class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path") if checkpoint is not None else None
-        if not class_path:
-            raise ConfigError("config", f"none given, and {ckpt!r} names no model class", "give --config or --model")
-        added += ["--model", str(class_path)]
+    if run is None and "--model" not in options:  # temporary (issue 44, H3): the network the checkpoint names
+        net = ((checkpoint.get("hyper_parameters") or {}) if checkpoint is not None else {}).get("net")
+        if not net:
+            raise ConfigError("config", f"none given, and {ckpt!r} names no network", "give --config")
+        added += ["--model.net", json.dumps(net)]
     return [args[0], *added, *args[1:]]
 
 

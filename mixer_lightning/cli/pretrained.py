@@ -34,7 +34,7 @@ def apply_pretrained_defaults(config: Any, explicit: set[str]) -> None:
     """The preprocessing of the hub weights ``model.init_from`` names as the data's defaults, except for
     the arguments in `explicit`; a config that sets one differently keeps it, with one warning line."""
     model, data = config.get("model"), config.get("data")
-    init_from = (model.get("init_args") or {}).get("init_from") if model is not None else None
+    init_from = model.get("init_from") if model is not None else None  # temporary (issue 44, H3): model.init_from
     data_args = data.get("init_args") if data is not None else None
     if not init_from or data_args is None:
         return
