@@ -23,67 +23,46 @@ Examples:
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Literal
 
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveInt, restricted_number_type
 
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure
-from mixer_lightning.safety.distributed import end_process_group
 
 
 def add_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument(
-        "--ckpt",
-        type=str,
-        action="append",
-        required=True,
-        help="a checkpoint; give it twice (A, then B; the same file twice compares a network with itself)",
-    )
-    parser.add_argument(
-        "--config", type=str, action="append", required=True, help="YAML config(s) whose data: section gives the images"
-    )
+    parser.add_argument("--ckpt", type=str, action="append", required=True, help="a checkpoint; give it twice (A, B)")
+    parser.add_argument("--config", type=str, action="append", required=True, help="config(s) whose data: gives images")
     parser.add_argument("--split", type=Literal["test", "val"], default="test", help="which split's images")
-    parser.add_argument("--batch_size", type=int, default=None, help="minibatch size n (default: data.eval_batch_size)")
-    parser.add_argument("--batches", type=int, default=None, help="use at most this many minibatches")
+    parser.add_argument(
+        "--batch_size",  # the unbiased HSIC needs n >= 4
+        type=restricted_number_type(None, int, (">=", 4)) | None,
+        default=None,
+        help="minibatch size n (default: data.eval_batch_size)",
+    )
+    parser.add_argument("--batches", type=PositiveInt | None, default=None, help="use at most this many minibatches")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of the images")
     parser.add_argument("--accelerator", type=str, default="auto", help="Lightning accelerator: auto, cpu, gpu, …")
-    parser.add_argument("--devices", type=str, default="1", help="Lightning devices: 1, 2, auto, …")
+    parser.add_argument("--devices", type=int | str, default=1, help="Lightning devices: 1, 2, auto, …")
     parser.add_argument("--strategy", type=str, default="auto", help="Lightning strategy: auto, ddp, ddp_spawn, …")
-    parser.add_argument("--num_nodes", type=int, default=1, help="Lightning num_nodes")
+    parser.add_argument("--num_nodes", type=PositiveInt, default=1, help="Lightning num_nodes")
     parser.add_argument("--precision", type=str, default=None, help="Lightning precision, e.g. bf16-mixed")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--plot", type=str, default=None, help="draw the heat map (Figure 2(b, c)) to this PNG")
 
 
-def _devices(text: str) -> int | str:
-    return int(text) if str(text).lstrip("-").isdigit() else text
-
-
 def compute(args: Namespace) -> dict:
     """The CKA matrix of the two checkpoints of ``--ckpt`` (`mixer_lightning.analysis.cka.compute_matrix`)."""
-    require(
-        len(args.ckpt) == 2,
-        "ckpt",
-        f"needs exactly two checkpoints, got {len(args.ckpt)}",
-        "give --ckpt A --ckpt B (the same file twice compares a network with itself)",
-    )
     from mixer_lightning.analysis.cka import compute_matrix
 
+    require(len(args.ckpt) == 2, "ckpt", f"needs two checkpoints, got {len(args.ckpt)}", "give --ckpt A --ckpt B")
+    lightning_args = {key: args[key] for key in ("accelerator", "devices", "strategy", "num_nodes", "precision")}
     return compute_matrix(
-        args.ckpt[0],
-        args.ckpt[1],
-        args.config,
-        split=args.split,
-        batch_size=args.batch_size,
-        batches=args.batches,
-        seed=args.seed,
-        accelerator=args.accelerator,
-        devices=_devices(args.devices),
-        strategy=args.strategy,
-        num_nodes=args.num_nodes,
-        precision=args.precision,
+        *args.ckpt, args.config, args.split, args.batch_size, args.batches, args.seed, **lightning_args
     )
 
 
@@ -111,7 +90,6 @@ def plot(result: dict, path: str) -> None:
     import numpy as np
 
     plt = pyplot()
-
     matrix = np.array(result["cka"])
     rows, cols = matrix.shape
     fig, ax = plt.subplots(figsize=(max(5.6, 2.0 + 0.6 * cols), max(4.4, 1.4 + 0.5 * rows)))
@@ -143,14 +121,15 @@ def plot(result: dict, path: str) -> None:
 
 
 def run(args: Namespace) -> None:
-    import warnings
-
     from mixer_lightning.commands.quiet import quiet_libraries
 
     with warnings.catch_warnings():  # the console of `mixer fit`: no GPU/TPU lines, tips, DDP banners
         quiet_libraries()
         result = compute(args)
-    end_process_group()  # `--strategy ddp`'s gloo group, on every process, as `mixer fit` does after a run
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # Lightning ends NCCL's only; a gloo one left alive
+        dist.destroy_process_group()  # aborts the interpreter's exit now and then (pytorch#65513)
     if not result.pop("main_process"):
         return  # `--strategy ddp` runs this command once per device: one of them reports
     if args.plot:

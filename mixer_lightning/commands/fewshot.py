@@ -26,23 +26,19 @@ import math
 
 import torch
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 
 from mixer_lightning.commands import lists
-from mixer_lightning.errors import ConfigError, require
 
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--ckpt", type=str, required=True, help="a checkpoint of `mixer fit` or `mixer convert`")
-    parser.add_argument(
-        "--config", type=str, action="append", required=True, help="YAML config(s) whose data: section gives the images"
-    )
+    parser.add_argument("--config", type=str, action="append", required=True, help="config(s) whose data: gives images")
     parser.add_argument("--shots", type=str, default="5", help="images per class, or a comma-separated list")
     parser.add_argument("--seeds", type=str, default="0,1,2", help="comma-separated seeds of the draws (big_vision: 3)")
     parser.add_argument("--l2", type=str, default="auto", help="ridge λ: auto, a number (e.g. 1024) or a list")
-    parser.add_argument("--holdout", type=int, default=10, help="training images per class held out to choose λ")
-    parser.add_argument(
-        "--batch_size", type=int, default=None, help="feature batch size (default: data.eval_batch_size)"
-    )
+    parser.add_argument("--holdout", type=NonNegativeInt, default=10, help="training images per class to choose λ on")
+    parser.add_argument("--batch_size", type=PositiveInt | None, default=None, help="default: data.eval_batch_size")
     parser.add_argument("--device", type=str, default="auto", help="auto (CUDA when available), cpu, cuda, cuda:1, …")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
@@ -52,25 +48,9 @@ def parse_l2(text: str) -> float | list[float] | str:
     paper writes them (``2**10``, ``2^10``)."""
     if str(text).strip().lower() == "auto":
         return "auto"
-    values = lists.reals(
-        str(text).replace("^", "**"),
-        "l2",
-        lambda v: v > 0 and math.isfinite(v),
-        "positive numbers",
-        example="1024,2**10",
-    )
+    positive = (lambda v: v > 0 and math.isfinite(v)), "positive numbers"
+    values = lists.reals(str(text).replace("^", "**"), "l2", *positive, example="1024,2**10")
     return values[0] if len(values) == 1 else values
-
-
-def _device(text: str) -> torch.device:
-    if text == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise ConfigError("device", f"unknown device {text!r}", "give auto, cpu or cuda") from None
-    require(device.type != "cuda" or torch.cuda.is_available(), "device", "CUDA is not available", "use --device cpu")
-    return device
 
 
 def compute(args: Namespace) -> dict:
@@ -82,55 +62,43 @@ def compute(args: Namespace) -> dict:
     shots_list = lists.integers(args.shots, "shots", 1, example="1,5,10")
     seeds = lists.seeds(args.seeds)
     l2 = parse_l2(args.l2)
-    require(
-        args.holdout >= 1 or not (l2 == "auto" or isinstance(l2, list)),
-        "holdout",
-        f"choosing λ needs held-out images, got --holdout {args.holdout}",
-        "give --holdout >= 1 or one --l2",
-    )
-    device = _device(args.device)
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device)
     module = load_classifier(args.ckpt, field="ckpt")
-    net = module.net
-    require(
-        hasattr(net, "forward_features") and hasattr(net, "forward_head"),
-        "ckpt",
-        f"a {type(net).__name__} has no forward_features/forward_head",
-        "use a Mixer or SW-MLP checkpoint",
-    )
     datamodule = datamodule_from_config(args.config)
     check_fits_data(module, datamodule, "config")
-    batch_size = args.batch_size or datamodule.eval_batch_size
-    require(batch_size > 0, "batch_size", f"must be positive, got {batch_size}")
-    num_classes = datamodule.num_classes
-    transform = datamodule.transform(train=False)
+    batch_size, workers = args.batch_size or datamodule.eval_batch_size, datamodule.num_workers
     train_base = datamodule.source.load("train")
     train_labels = fewshot.dataset_labels(train_base)
-    select = l2 == "auto" or isinstance(l2, list)
+    holdout = args.holdout if l2 == "auto" or isinstance(l2, list) else 0  # held-out images choose λ
     needed: set[int] = set()
     for shots in shots_list:
         for seed in seeds:
-            chosen, held = fewshot.draw_shots(train_labels, num_classes, shots, args.holdout if select else 0, seed)
+            chosen, held = fewshot.draw_shots(train_labels, datamodule.num_classes, shots, holdout, seed)
             needed.update(chosen, held)
     order = sorted(needed)  # only the drawn training images are run through the network
-    features, _ = fewshot.extract_features(
-        net, TransformedDataset(train_base, transform, order), batch_size, device, datamodule.num_workers
-    )
-    train_features = dict(zip(order, features, strict=True))
+    train_set = TransformedDataset(train_base, datamodule.transform(train=False), order)
+    features, _ = fewshot.extract_features(module.net, train_set, batch_size, device, workers)
     datamodule.setup("test")
-    test_features, test_labels = fewshot.extract_features(
-        net, datamodule.test_set, batch_size, device, datamodule.num_workers
-    )
+    test_features, test_labels = fewshot.extract_features(module.net, datamodule.test_set, batch_size, device, workers)
     results = [
         fewshot.evaluate(
-            train_features, train_labels, test_features, test_labels, num_classes, shots, seeds, l2, args.holdout
+            dict(zip(order, features, strict=True)),
+            train_labels,
+            test_features,
+            test_labels,
+            datamodule.num_classes,
+            shots,
+            seeds,
+            l2,
+            args.holdout,
         )
         for shots in shots_list
     ]
     return {
         "ckpt": args.ckpt,
-        "model": type(net).__name__,
+        "model": type(module.net).__name__,
         "features": int(test_features.shape[1]),
-        "classes": num_classes,
+        "classes": datamodule.num_classes,
         "train_images": len(train_labels),
         "test_images": len(test_labels),
         "seeds": seeds,

@@ -66,52 +66,35 @@ def preprocessing(facts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def timm_layout(net: Any) -> tuple[str | None, dict[str, Any], str]:
-    """timm's architecture name and model_args for `net`, or None and why it has no timm equivalent."""
-    from torch import nn
-
-    from mixer_lightning.models import MLPMixer
-
-    if not isinstance(net, MLPMixer):
-        return None, {}, f"timm has no {type(net).__name__}"
-    c = net.channels
-    key = (net.stem.patch_size, net.num_blocks, c)
-    reasons = []
-    if net.tokens != net.stem.num_patches or net.blocks[0].token_mixing.skip is not None:
-        reasons.append(f"S = {net.tokens} ≠ S0 = {net.stem.num_patches} (a skip layer)")
-    if any(layer.permuted for layer in net.mixing_layers()):
-        reasons.append("RP permutations")
-    if {m.approximate for m in net.modules() if isinstance(m, nn.GELU)} != {"none"}:
-        reasons.append("the tanh GELU")
-    if (eps := {m.eps for m in net.modules() if isinstance(m, nn.LayerNorm)}) != {1e-6}:
-        reasons.append(f"LayerNorm ε {sorted(eps)} (timm's is 1e-6)")
-    if key not in TIMM_VARIANTS:
-        reasons.append(f"patch {key[0]}, {key[1]} blocks, C = {key[2]} is none of timm's Mixer-S/B/L")
-    ratio = [net.token_hidden / c, net.channel_hidden / c]
-    if [int(r * c) for r in ratio] != [net.token_hidden, net.channel_hidden]:
-        reasons.append("MLP widths timm's mlp_ratio cannot express")
-    if net.num_classes < 1:
-        reasons.append("no classifier head")
-    if reasons:
-        return None, {}, "; ".join(reasons)
-    args = {"img_size": net.stem.image_size, "in_chans": net.stem.proj.in_channels, "num_classes": net.num_classes}
-    return TIMM_VARIANTS[key], {**args, "mlp_ratio": ratio}, ""
-
-
-def timm_model_of(net: Any, architecture: str, model_args: dict[str, Any], cfg: dict[str, Any]) -> tuple[Any, float]:
-    """timm's `architecture` with `net`'s weights and `cfg` as its pretrained_cfg, and the largest
-    logit difference from `net` on a random batch."""
+def timm_model_of(net: Any, cfg: dict[str, Any]) -> tuple[Any, dict[str, Any], float | None, str]:
+    """timm's ``mixer_*`` holding `net`'s weights with `cfg` as its pretrained_cfg, its model_args and the
+    largest logit difference from `net`; or None and why timm has no Mixer computing `net`'s function."""
     import timm
     import torch
 
+    from mixer_lightning.models import MLPMixer
     from mixer_lightning.weights.keys import timm_key
 
-    model = timm.create_model(architecture, pretrained=False, **model_args).eval()
-    model.load_state_dict({timm_key(k): v for k, v in net.state_dict().items()}, strict=True)
+    if not isinstance(net, MLPMixer):
+        return None, {}, None, f"timm has no {type(net).__name__}"
+    c, shape = net.channels, (net.stem.patch_size, net.num_blocks, net.channels)
+    if shape not in TIMM_VARIANTS or net.num_classes < 1:
+        return None, {}, None, f"patch {shape[0]}, {shape[1]} blocks, C = {c}: none of timm's Mixer-S/B/L classifiers"
+    name = TIMM_VARIANTS[shape]
+    model_args = {"img_size": net.stem.image_size, "in_chans": net.stem.proj.in_channels}
+    model_args |= {"num_classes": net.num_classes, "mlp_ratio": [net.token_hidden / c, net.channel_hidden / c]}
+    model = timm.create_model(name, **model_args).eval()
+    try:
+        model.load_state_dict({timm_key(k): v for k, v in net.state_dict().items()}, strict=True)
+    except RuntimeError as error:  # a skip layer (S ≠ S0), RP permutations, widths mlp_ratio cannot express
+        return None, {}, None, f"timm's {name} cannot hold its weights ({str(error).splitlines()[0][:120]})"
     model.pretrained_cfg = {**model.pretrained_cfg, **cfg, "num_classes": net.num_classes}
     images = torch.randn(2, *cfg["input_size"], generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        return model, float((model(images) - net.eval()(images)).abs().max())
+        difference = float((model(images) - net.eval()(images)).abs().max())
+    if difference > 1e-4:  # the tanh GELU, another LayerNorm ε: a timm file computing another function
+        return None, {}, difference, f"timm's {name} differs from it by {difference:.3g} in the logits"
+    return model, model_args, difference, ""
 
 
 def run_records(ckpt: Path, sha256: str) -> tuple[str | None, dict[str, dict]]:
@@ -161,8 +144,8 @@ def usage_text(architecture: str, model_args: dict[str, Any], repo: str) -> str:
 
 
 def prepare(ckpt: str, repo: str) -> dict[str, Any]:
-    """What `mixer push` writes for the checkpoint `ckpt`: the timm model (or our network's tensors and
-    config.json), the model card, and the report."""
+    """What `mixer push` writes for the checkpoint `ckpt`: the timm model (or our network and its
+    config.json), config.json's own section, the model card, and the report."""
     import yaml
 
     from mixer_lightning.safety.atomic import sha256_file
@@ -170,58 +153,30 @@ def prepare(ckpt: str, repo: str) -> dict[str, Any]:
 
     checkpoint = read_checkpoint(ckpt, "--ckpt_path")
     facts = checkpoint.get("data")
-    require(
-        isinstance(facts, dict),
-        "--ckpt_path",
-        f"{ckpt} carries no data facts (mean, std, image size: the preprocessing a hub config states)",
-        "push a checkpoint written by `mixer fit` (or `mixer average` of such checkpoints)",
-    )
+    fix = "push a checkpoint written by `mixer fit` (or `mixer average` of such checkpoints)"
+    require(isinstance(facts, dict), "--ckpt_path", f"{ckpt} carries no data facts (mean, std, image size)", fix)
     net = load_classifier(ckpt, "--ckpt_path").net
     hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
     record = {"path": str(ckpt), "sha256": sha256_file(ckpt)}
     record |= {"epoch": checkpoint.get("epoch"), "global_step": checkpoint.get("global_step")}
     cfg = preprocessing(facts)
-    architecture, model_args, why_not_timm = timm_layout(net)
-    timm_model, difference = None, None
-    if architecture is not None:
-        timm_model, difference = timm_model_of(net, architecture, model_args, cfg)
-        if difference > 1e-4:  # a timm file that computes another function helps nobody: our layout then
-            why_not_timm = f"timm's {architecture} differs from it by {difference:.3g} in the logits"
-            architecture, timm_model = None, None
-    names = [str(n) for n in facts.get("class_names") or []]
-    labels = {"label_names": names} if len(names) == net.num_classes else {}
-    ours = {"hyper_parameters": hparams, "data": facts, "checkpoint": record}
-    config = None
-    if timm_model is None:
-        architecture = f"{ARCHITECTURE_PREFIX}{type(net).__name__}"
-        config = {"architecture": architecture, "num_classes": net.num_classes, **labels, "model_args": hparams}
-        config |= {"pretrained_cfg": {**cfg, "num_classes": net.num_classes}, "mixer_lightning": ours}
-    run_config, results = run_records(Path(ckpt), record["sha256"])
-    card = model_card(
-        architecture if timm_model is None else type(net).__name__,
-        timm_model is not None,
-        facts,
-        record,
-        run_config or yaml.safe_dump(hparams, sort_keys=False),
-        results,
-        usage_text(architecture, model_args, repo),
+    timm_model, model_args, difference, why_not_timm = timm_model_of(net, cfg)
+    architecture = (
+        timm_model.pretrained_cfg["architecture"] if timm_model else f"{ARCHITECTURE_PREFIX}{type(net).__name__}"
     )
-    return {
-        "timm_model": timm_model,
-        "model_config": {**labels, "mixer_lightning": ours},
-        "model_args": model_args,
-        "net": net,
-        "config": config,
-        "card": card,
-        "report": {
-            "architecture": architecture,
-            "timm": timm_model is not None,
-            "why_not_timm": why_not_timm or None,
-            "max_abs_diff_vs_timm": difference,
-            "checkpoint": record,
-            "test_metrics": list(results),
-        },
-    }
+    names = [str(n) for n in facts.get("class_names") or []]
+    extra = {"label_names": names} if len(names) == net.num_classes else {}
+    extra["mixer_lightning"] = {"hyper_parameters": hparams, "data": facts, "checkpoint": record}
+    config = {"architecture": architecture, "num_classes": net.num_classes, "model_args": hparams}
+    config |= {"pretrained_cfg": {**cfg, "num_classes": net.num_classes}, **extra}
+    run_config, results = run_records(Path(ckpt), record["sha256"])
+    usage = usage_text(architecture, model_args, repo)
+    config_text = run_config or yaml.safe_dump(hparams, sort_keys=False)
+    card = model_card(type(net).__name__, timm_model is not None, facts, record, config_text, results, usage)
+    report = {"architecture": architecture, "timm": timm_model is not None, "why_not_timm": why_not_timm or None}
+    report |= {"max_abs_diff_vs_timm": difference, "checkpoint": record, "test_metrics": list(results)}
+    parts = {"timm_model": timm_model, "model_config": extra, "model_args": model_args, "net": net}
+    return parts | {"config": config, "card": card, "report": report}
 
 
 def write_files(parts: dict[str, Any], folder: Path, name: str) -> None:
@@ -271,20 +226,13 @@ def upload(parts: dict[str, Any], folder: Path, repo_id: str, private: bool, out
 def run(args: Namespace) -> None:
     from mixer_lightning.safety.atomic import atomic_write, check_output_dir
 
-    require(
-        args.out is not None or args.repo_id is not None,
-        "--out",
-        "none given",
-        "give --out DIR and/or --repo_id ORG/NAME",
-    )
+    require(args.out is not None or args.repo_id is not None, "--out", "none given", "give --out and/or --repo_id")
     out = None
     if args.out is not None:
         out = check_output_dir(args.out, "--out", "the hub repo's files")
         present = [name for name in FILES if (out / name).exists()]
         if present and not args.overwrite:
-            raise ConfigError(
-                "--out", f"{out} already holds {', '.join(present)}", "pass --overwrite or another folder"
-            )
+            raise ConfigError("--out", f"{out} holds {', '.join(present)}", "pass --overwrite or another folder")
     parts = prepare(args.ckpt_path, f"hf-hub:{args.repo_id}" if args.repo_id else str(out))
     report = {"out": str(out) if out else None, **parts["report"]}
     log = sys.stderr if args.json else sys.stdout

@@ -29,12 +29,16 @@ from pathlib import Path
 
 import torch
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
 
 from mixer_lightning.commands import lists
 from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.safety.atomic import pyplot, save_figure
 
 PICTURES = ("token_units", "stem_units", "sparsity")
 FILES = {"token_units": "token_mixing_units.png", "stem_units": "stem_units.png", "sparsity": "sparsity_patterns.png"}
+ZOOM = 64  # entries a side of the full-resolution corner drawn under a pooled pattern
+AtLeastTwo = restricted_number_type(None, int, (">=", 2))
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -43,35 +47,17 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--demo", action="store_true", help="no checkpoint: the sparsity patterns of Figure S.9")
     parser.add_argument("--what", type=str, default=None, help=f"comma-separated subset of {', '.join(PICTURES)}")
     parser.add_argument("--blocks", type=str, default=None, help="token units: 1-based blocks (default 1,2,3)")
-    parser.add_argument("--units", type=int, default=64, help="token units: pairs per block; stem: 2× units (0: all)")
-    parser.add_argument("--max_width", type=int, default=4096, help="sparsity: largest effective width m drawn")
-    parser.add_argument("--tokens", type=int, default=8, help="--demo: S")
-    parser.add_argument("--channels", type=int, default=8, help="--demo: C (the SW-MLP's p = 1/C)")
+    parser.add_argument("--units", type=NonNegativeInt, default=64, help="token units: pairs per block (0: all)")
+    parser.add_argument("--max_width", type=PositiveInt, default=4096, help="sparsity: largest effective width m")
+    parser.add_argument("--tokens", type=AtLeastTwo, default=8, help="--demo: S")
+    parser.add_argument("--channels", type=AtLeastTwo, default=8, help="--demo: C (the SW-MLP's p = 1/C)")
     parser.add_argument("--seed", type=int, default=0, help="--demo: seed of the random weights")
     parser.add_argument("--json", action="store_true", help="print what was written as JSON")
 
 
-# --------------------------------------------------------------------------------------------- drawing
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path, **options) -> None:
-    """`fig` as a PNG at `path`, atomically (`mixer_lightning.safety.atomic`), then closed."""
-    from mixer_lightning.safety.atomic import atomic_write
-
-    try:
-        with atomic_write(path, "wb", field="out") as f:
-            fig.savefig(f, format="png", **options)
-    finally:
-        _plt().close(fig)
+def _save(fig, path: Path, dpi: int) -> None:
+    with pyplot().rc_context({"savefig.bbox": "tight"}):  # titles and colour bars inside the picture
+        save_figure(fig, path, "out", dpi)
 
 
 def _tile(images: torch.Tensor, columns: int, gap: int = 1, pair_gap: int = 0) -> torch.Tensor:
@@ -92,7 +78,7 @@ def _tile(images: torch.Tensor, columns: int, gap: int = 1, pair_gap: int = 0) -
 def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]]], title: str, path: Path) -> None:
     """One panel per block, stacked: rows of 8 (unit, closest inverse) pairs, each tile scaled by its own
     max |w| (Mixer Figure 5 puts the blocks side by side)."""
-    plt = _plt()
+    plt = pyplot()
     canvases = []
     for _, images, pairs in panels:
         tiles = images[[k for pair in pairs for k in pair]]
@@ -108,7 +94,6 @@ def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]
     for ax, (block, images, pairs), canvas in zip(axes[:, 0], panels, canvases, strict=True):
         image = ax.imshow(canvas.numpy(), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         side = images.shape[-1]
-        # Two short lines: one long line ran past the figure's edge (issue 26).
         ax.set_title(
             f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse\n"
             f"{side}×{side} patch grid, low spatial frequency first",
@@ -117,16 +102,16 @@ def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.02, label="weight / max |weight| of the unit")
-    _save(fig, path, dpi=100, bbox_inches="tight")
+    _save(fig, path, 100)
 
 
 def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
     """(C, in_chans, P, P) units as P×P images (RGB with 0 at mid-grey, or a diverging map for grey)."""
-    plt = _plt()
+    plt = pyplot()
     n, chans, p, _ = weight.shape
     scaled = weight / weight.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None, None]  # in [-1, 1]
     columns = max(1, min(16, math.ceil(math.sqrt(n))))
-    # At least 5 inches wide: the two-line title fits over a few units (it ran past a 3-inch figure).
+    # At least 5 inches wide: the two-line title fits over a few units.
     fig, ax = plt.subplots(
         figsize=(min(10, max(5.0, 1.0 + 0.55 * columns)), min(10, 1.3 + 0.55 * math.ceil(n / columns)))
     )
@@ -142,10 +127,7 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
         note = "channel mean" if chans > 1 else "grey"
     ax.set_title(f"{title}\n{n} linear projection units, {p}×{p} ({note}), low frequency first", fontsize=9)
     ax.axis("off")
-    _save(fig, path, dpi=110, bbox_inches="tight")
-
-
-ZOOM = 64  # entries a side of the full-resolution corner drawn under a pooled pattern
+    _save(fig, path, 110)
 
 
 def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> None:
@@ -157,7 +139,7 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
 
     from mixer_lightning.analysis.visualize import pattern_image
 
-    plt = _plt()
+    plt = pyplot()
     pictures = [pattern_image(weight) for _, weight in panels]
     zoom = any(tuple(p.shape) != tuple(w.shape) for p, (_, w) in zip(pictures, panels, strict=True))
     fig, axes = plt.subplots(
@@ -193,14 +175,7 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
         bar = fig.add_axes((0.945, 0.56, 0.012, 0.33))  # beside the pooled row it explains
         fig.colorbar(image, cax=bar, label="fraction of non-zero\nentries per pixel")
         bar.tick_params(labelsize=7)
-    _save(fig, path, dpi=100, bbox_inches="tight")
-
-
-# ---------------------------------------------------------------------------------------- the pictures
-
-
-def _blocks(text: str | None) -> list[int] | None:
-    return None if text is None else lists.integers(text, "blocks", 1, example="1,2,3")
+    _save(fig, path, 100)
 
 
 def network_patterns(net: torch.nn.Module, max_width: int) -> tuple[list[tuple[str, torch.Tensor]], list[str]]:
@@ -249,10 +224,6 @@ def demo_patterns(tokens: int, channels: int, seed: int) -> list[tuple[str, torc
     from mixer_lightning.models.pk import MixingLayer
     from mixer_lightning.models.sparse import MaskedLinear
 
-    require(tokens >= 2 and channels >= 2, "tokens", f"S and C must be >= 2, got S={tokens}, C={channels}")
-    require(
-        tokens * channels <= 4096, "tokens", f"m = S·C = {tokens * channels} is too large to draw", "use S·C <= 4096"
-    )
     m = tokens * channels
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -268,78 +239,70 @@ def demo_patterns(tokens: int, channels: int, seed: int) -> list[tuple[str, torc
     ]
 
 
-def run(args: Namespace) -> None:
+def checkpoint_pictures(args: Namespace, out: Path) -> tuple[list[str], list[str]]:
+    """The pictures of ``--what`` that apply to the checkpoint's network (written) and why others not."""
     from mixer_lightning.analysis import visualize as vis
+    from mixer_lightning.tasks.loading import load_classifier
+
+    wanted = PICTURES if args.what is None else lists.comma_list(args.what, "what", str, "pictures", "stem_units")
+    require(set(wanted) <= set(PICTURES), "what", f"unknown picture in {args.what!r}", f"choose from {PICTURES}")
+    net = load_classifier(args.ckpt, field="ckpt").net
+    title, written, notes = f"{type(net).__name__} ({Path(args.ckpt).name})", [], []
+
+    def skipped(picture: str, reasons: list[str], drawn: bool) -> None:
+        if not drawn and args.what is not None:  # asked for by name: an error
+            raise ConfigError("what", f"{picture} does not apply: {'; '.join(reasons)}", "draw another picture")
+        notes.extend(f"{picture}: {reason}" for reason in reasons)
+
+    if "token_units" in wanted:
+        blocks = lists.integers(args.blocks, "blocks", example="1,2,3") if args.blocks else None
+        blocks, reasons = vis.spatial_token_blocks(net, blocks)
+        skipped("token_units", reasons, bool(blocks))
+        if blocks:
+            panels = []
+            for block in blocks:
+                images = vis.token_units(net, block)
+                pairs = vis.paired_order(images)
+                panels.append((block, images, pairs[: args.units] if args.units else pairs))
+            draw_token_units(panels, f"Token-mixing units of {title}", out / FILES["token_units"])
+            written.append(str(out / FILES["token_units"]))
+    if "stem_units" in wanted:
+        if not hasattr(getattr(net, "stem", None), "proj"):
+            skipped("stem_units", [f"a {type(net).__name__} has no per-patch FC"], False)
+        else:
+            units = vis.stem_units(net)
+            draw_stem_units(
+                units[: 2 * args.units] if args.units else units, f"Stem of {title}", out / FILES["stem_units"]
+            )
+            written.append(str(out / FILES["stem_units"]))
+    if "sparsity" in wanted:
+        panels, reasons = network_patterns(net, args.max_width)
+        skipped("sparsity", reasons, bool(panels))
+        if panels:
+            draw_patterns(panels, f"Effective weights of {title}", out / FILES["sparsity"])
+            written.append(str(out / FILES["sparsity"]))
+    return written, notes
+
+
+def run(args: Namespace) -> None:
     from mixer_lightning.safety.atomic import check_output_dir
 
-    out = check_output_dir(args.out, "out", "the PNGs")  # before any work: one line, nothing written
-    written, notes = [], []
+    out = check_output_dir(args.out, "out", "the PNGs")  # before any work: nothing written
     if args.demo:
         require(args.ckpt is None, "demo", "--demo draws freshly initialised weights", "drop --ckpt or --demo")
         require(args.what in (None, "sparsity"), "what", "--demo draws the sparsity patterns only", "drop --what")
-        panels = demo_patterns(args.tokens, args.channels, args.seed)
-        path = out / FILES["sparsity"]
+        m = args.tokens * args.channels
+        title = f"Effective weights at initialisation, S = {args.tokens}, C = {args.channels}, m = S·C = {m}"
         draw_patterns(
-            panels,
-            f"Effective weights at initialisation, S = {args.tokens}, C = {args.channels}, "
-            f"m = S·C = {args.tokens * args.channels} (Hayase & Karakida Fig. S.9)",
-            path,
+            demo_patterns(args.tokens, args.channels, args.seed), f"{title} (Fig. S.9)", out / FILES["sparsity"]
         )
-        written.append(str(path))
+        written, notes = [str(out / FILES["sparsity"])], []
     else:
         require(args.ckpt is not None, "ckpt", "no checkpoint given", "give --ckpt CKPT, or --demo")
-        require(args.units >= 0, "units", f"must be >= 0 (0: all), got {args.units}")
-        wanted = PICTURES if args.what is None else tuple(w.strip() for w in args.what.split(",") if w.strip())
-        for name in wanted:
-            require(name in PICTURES, "what", f"unknown picture {name!r}", f"choose from {', '.join(PICTURES)}")
-        explicit = args.what is not None
-        from mixer_lightning.tasks.loading import load_classifier
-
-        module = load_classifier(args.ckpt, field="ckpt")
-        net = module.net
-        title = f"{type(net).__name__} ({Path(args.ckpt).name})"
-        if "token_units" in wanted:
-            blocks, skipped = vis.spatial_token_blocks(net, _blocks(args.blocks))
-            if explicit and not blocks:
-                raise ConfigError(
-                    "what", f"token_units do not apply: {'; '.join(skipped)}", "draw stem_units or sparsity"
-                )
-            notes.extend(f"token_units: {note}" for note in skipped)
-            if blocks:
-                panels = []
-                for block in blocks:
-                    images = vis.token_units(net, block)
-                    pairs = vis.paired_order(images)
-                    panels.append((block, images, pairs[: args.units] if args.units else pairs))
-                path = out / FILES["token_units"]
-                draw_token_units(panels, f"Token-mixing units of {title}", path)
-                written.append(str(path))
-        if "stem_units" in wanted:
-            stem = getattr(net, "stem", None)
-            if stem is None or not hasattr(stem, "proj"):
-                if explicit:
-                    raise ConfigError("what", f"stem_units do not apply: a {type(net).__name__} has no per-patch FC")
-                notes.append(f"stem_units: a {type(net).__name__} has no per-patch FC")
-            else:
-                units = vis.stem_units(net)
-                units = units[: 2 * args.units] if args.units else units
-                path = out / FILES["stem_units"]
-                draw_stem_units(units, f"Stem of {title}", path)
-                written.append(str(path))
-        if "sparsity" in wanted:
-            panels, skipped = network_patterns(net, args.max_width)
-            notes.extend(f"sparsity: {note}" for note in skipped)
-            if explicit and not panels:
-                raise ConfigError("what", f"sparsity does not apply: {'; '.join(skipped)}", "raise --max_width")
-            if panels:
-                path = out / FILES["sparsity"]
-                draw_patterns(panels, f"Effective weights of {title}", path)
-                written.append(str(path))
-    require(bool(written), "ckpt", f"no picture applies: {'; '.join(notes)}", "visualise a Mixer or an SW-MLP")
+        written, notes = checkpoint_pictures(args, out)
+        require(bool(written), "ckpt", f"no picture applies: {'; '.join(notes)}", "visualise a Mixer or an SW-MLP")
     if args.json:
         print(json.dumps({"written": written, "skipped": notes}, indent=2))
         return
-    for note in notes:
-        print(f"skipped {note}")
-    for path in written:
-        print(f"written: {path}")
+    for line in [f"skipped {note}" for note in notes] + [f"written: {path}" for path in written]:
+        print(line)
