@@ -55,70 +55,37 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--plot", type=str, default=None, help="draw σ_max against m (and the spectra) to this PNG")
 
 
+def _values(rows: list[dict], key: str) -> list:
+    return [row[key] for row in rows]
+
+
 def plot(result: dict, path: str) -> None:
     """Figure 4 (right): σ_max against m, SW-MLP (mean ± std) and eq. (17), the Mixer and 1 + √γ; with
     the full spectra (``--all``), their histograms against the Marchenko–Pastur law (Figure S.1 centre)."""
     plt = pyplot()
-    gamma, edge = result["gamma"], result["mixer"]["mp_edge"]
-    sw = result["sw_mlp"]
+    gamma, edge, sw, points = result["gamma"], result["mixer"]["mp_edge"], result["sw_mlp"], result["mixer"]["points"]
     spectra = [r for r in sw if r.get("singular_values")]
     fig, axes = plt.subplots(1, 2 if spectra else 1, figsize=(11 if spectra else 6.2, 4.2), squeeze=False)
-    ax = axes[0, 0]
-    ms = [r["m"] for r in sw]
-    ax.errorbar(
-        ms,
-        [r["sigma_max"] for r in sw],
-        yerr=[r["sigma_max_std"] for r in sw],
-        marker="o",
-        ms=4,
-        capsize=3,
-        color="C0",
-        label="SW-MLP  M ⊙ A  (γm×m, p = Ω/γm²)",
-    )
-    ax.plot(ms, [r["eq17"] for r in sw], "--", color="C0", alpha=0.6, label="eq. (17): √L₊")
-    points = result["mixer"]["points"]
-    if points:
-        ax.plot(
-            [p["m"] for p in points],
-            [p["sigma_max_token"] for p in points],
-            "s",
-            ms=4,
-            color="C3",
-            label="Mixer token W (γS×S)",
-        )
-        ax.plot(
-            [p["m"] for p in points],
-            [p["sigma_max_channel"] for p in points],
-            "^",
-            ms=4,
-            color="C3",
-            mfc="none",
-            label="Mixer channel V (γC×C)",
-        )
+    ax, ms = axes[0, 0], _values(sw, "m")
+    label = "SW-MLP  M ⊙ A  (γm×m, p = Ω/γm²)"
+    ax.errorbar(ms, _values(sw, "sigma_max"), _values(sw, "sigma_max_std"), marker="o", ms=4, capsize=3, label=label)
+    ax.plot(ms, _values(sw, "eq17"), "--", color="C0", alpha=0.6, label="eq. (17): √L₊")
+    mixers = (("token", "s", "C3", "token W (γS×S)"), ("channel", "^", "none", "channel V (γC×C)")) if points else ()
+    for key, marker, fill, label in mixers:
+        ys = _values(points, f"sigma_max_{key}")
+        ax.plot(_values(points, "m"), ys, marker, color="C3", mfc=fill, label=f"Mixer {label}")
     ax.axhline(edge, color="C3", linewidth=1.2, label=f"MP edge 1 + √γ = {edge:.3f}")
     ax.axvline(result["mixer"]["m_max"], color="gray", linestyle=":", label="widest Mixer: m_max = (Ω/γ)^(2/3)")
-    ax.set(
-        xscale="log",
-        xlabel="width m",
-        ylabel="largest singular value σ_max",
-        title=f"Random weights at Ω = {result['omega']:,}, γ = {gamma:g} ({len(result['seeds'])} seeds)",
-    )
+    title = f"Random weights at Ω = {result['omega']:,}, γ = {gamma:g} ({len(result['seeds'])} seeds)"
+    ax.set(xscale="log", xlabel="width m", ylabel="largest singular value σ_max", title=title)
     ax.legend(fontsize=8)
     if spectra:
-        ax = axes[0, 1]
-        top = max(max(r["singular_values"]) for r in spectra)
-        cmap = plt.get_cmap("viridis")
+        ax, top = axes[0, 1], 1.02 * max(max(r["singular_values"]) for r in spectra)
         for i, r in enumerate(spectra):
-            ax.hist(
-                r["singular_values"],
-                bins=60,
-                range=(0, top * 1.02),
-                density=True,
-                histtype="step",
-                color=cmap(i / max(1, len(spectra) - 1)),
-                label=f"SW-MLP m = {r['m']}, p = {r['p']:.3g}",
-            )
-        s = torch.linspace(0, top * 1.02, 400, dtype=torch.float64)
+            color = plt.get_cmap("viridis")(i / max(1, len(spectra) - 1))
+            label = f"SW-MLP m = {r['m']}, p = {r['p']:.3g}"
+            ax.hist(r["singular_values"], 60, (0, top), density=True, histtype="step", color=color, label=label)
+        s = torch.linspace(0, top, 400, dtype=torch.float64)
         ax.plot(s, mp_singular_value_density(s, gamma), color="C3", linewidth=1.5, label="Mixer W: Marchenko–Pastur")
         ax.set(xlabel="singular value", ylabel="density", title="All singular values (mean over seeds)")
         ax.legend(fontsize=8)
@@ -127,47 +94,28 @@ def plot(result: dict, path: str) -> None:
 
 
 def plot_d1(result: dict, path: str) -> None:
-    """Fig. S.1 centre (the distribution of the normalised singular values, each a; the quarter-circle
-    law of a dense Gaussian W, a = 0, as reference) and right (λ_max against a, min–max shaded; 2 for
-    the Mixers' dense W; a = 1/3 is an S-Mixer with S = C)."""
+    """Fig. S.1 centre (the normalised singular values for each a; a dense Gaussian W's law as reference)
+    and right (λ_max against a, min–max shaded; 2 for the Mixers' dense W; a = 1/3: an S-Mixer, S = C)."""
     plt = pyplot()
     rows = result["scaling"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.3))
-    cmap = plt.get_cmap("viridis")
     for i, row in enumerate(rows):
-        edges, density = row["histogram"]["edges"], row["histogram"]["density"]
-        left.stairs(
-            density,
-            edges,
-            color=cmap(i / max(1, len(rows) - 1)),
-            label=f"a = {row['a']:g}: m = {row['m']:,}, p = {row['p']:.3g}",
-        )
+        color = plt.get_cmap("viridis")(i / max(1, len(rows) - 1))
+        label = f"a = {row['a']:g}: m = {row['m']:,}, p = {row['p']:.3g}"
+        left.stairs(row["histogram"]["density"], row["histogram"]["edges"], color=color, label=label)
     s = torch.linspace(0, 2, 300, dtype=torch.float64)
     left.plot(s, mp_singular_value_density(s, 1.0), color="C3", linestyle="--", label="dense W (a = 0, Ω → ∞)")
-    left.set(
-        yscale="log",
-        xlabel="normalised singular value λ",
-        ylabel="density",
-        title=f"Ω = {result['omega']:,}, {result['trials']} trials (zeros in the first bin)",
-    )
+    title = f"Ω = {result['omega']:,}, {result['trials']} trials (zeros in the first bin)"
+    left.set(yscale="log", xlabel="normalised singular value λ", ylabel="density", title=title)
     left.legend(fontsize=7)
-    a = [r["a"] for r in rows]
-    right.plot(a, [r["lambda_max"] for r in rows], "o-", color="C0", label="SW-MLP: mean λ_max")
-    right.fill_between(
-        a,
-        [r["lambda_max_min"] for r in rows],
-        [r["lambda_max_max"] for r in rows],
-        color="C0",
-        alpha=0.2,
-        label="min–max over trials",
-    )
+    a = _values(rows, "a")
+    right.plot(a, _values(rows, "lambda_max"), "o-", color="C0", label="SW-MLP: mean λ_max")
+    low, high = _values(rows, "lambda_max_min"), _values(rows, "lambda_max_max")
+    right.fill_between(a, low, high, color="C0", alpha=0.2, label="min–max over trials")
     right.axhline(result["mixer_lambda_max"], color="C3", label="Mixer (dense W): 2, the MP edge")
     right.axvline(1 / 3, color="gray", linestyle=":", label="a = 1/3: S-Mixer with S = C (p = 1/C)")
-    right.set(
-        xlabel="scaling index a  (m = Ω^((1+a)/2), p = Ω^(-a))",
-        ylabel="largest singular value λ_max",
-        title="App. D.1: λ_max grows with the sparsity",
-    )
+    xlabel = "scaling index a  (m = Ω^((1+a)/2), p = Ω^(-a))"
+    right.set(xlabel=xlabel, ylabel="largest singular value λ_max", title="App. D.1: λ_max grows with the sparsity")
     right.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)

@@ -60,19 +60,12 @@ def _save(fig, path: Path, dpi: int) -> None:
         save_figure(fig, path, "out", dpi)
 
 
-def _tile(images: torch.Tensor, columns: int, gap: int = 1, pair_gap: int = 0) -> torch.Tensor:
-    """(N, h, w[, 3]) images -> one canvas, `columns` per row, NaN (drawn blank) between them; an extra
-    `pair_gap` after every second column keeps pairs together."""
-    n, h, w = images.shape[:3]
-    rows = math.ceil(n / columns)
-    extra = images.shape[3:]
-    col_offsets = [c * (w + gap) + (c // 2) * pair_gap for c in range(columns)]
-    width = col_offsets[-1] + w
-    canvas = torch.full((rows * (h + gap) - gap, width, *extra), float("nan"))
-    for k in range(n):
-        r, c = divmod(k, columns)
-        canvas[r * (h + gap) : r * (h + gap) + h, col_offsets[c] : col_offsets[c] + w] = images[k]
-    return canvas
+def _tile(images: torch.Tensor, columns: int, gap: int = 1) -> torch.Tensor:
+    """(N, h, w) or (N, 3, h, w) images as one canvas, `columns` per row, NaN (drawn blank) between them."""
+    from torchvision.utils import make_grid
+
+    grid = make_grid(images if images.dim() == 4 else images[:, None], columns, gap, pad_value=float("nan"))
+    return grid[0] if images.dim() == 3 else grid.permute(1, 2, 0)
 
 
 def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]]], title: str, path: Path) -> None:
@@ -81,24 +74,19 @@ def draw_token_units(panels: list[tuple[int, torch.Tensor, list[tuple[int, int]]
     plt = pyplot()
     canvases = []
     for _, images, pairs in panels:
-        tiles = images[[k for pair in pairs for k in pair]]
-        tiles = tiles / tiles.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None]
-        canvases.append(_tile(tiles, columns=2 * min(8, len(pairs)), gap=1, pair_gap=2))
-    width = 7.0
-    heights = [width * c.shape[0] / c.shape[1] + 0.55 for c in canvases]
-    fig, axes = plt.subplots(
-        len(panels), 1, figsize=(width + 1.3, sum(heights) + 0.4), squeeze=False, gridspec_kw={"height_ratios": heights}
-    )
+        images = images / images.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None]
+        gap = torch.full((len(pairs), images.shape[1], 1), float("nan"))
+        pictures = torch.cat([images[[a for a, _ in pairs]], gap, images[[b for _, b in pairs]]], dim=2)
+        canvases.append(_tile(pictures, columns=min(8, len(pairs)), gap=2))
+    heights = [7.0 * c.shape[0] / c.shape[1] + 0.55 for c in canvases]
+    size, ratios = (8.3, sum(heights) + 0.4), {"height_ratios": heights}
+    fig, axes = plt.subplots(len(panels), 1, figsize=size, squeeze=False, gridspec_kw=ratios)
     cmap = plt.get_cmap("RdBu_r").with_extremes(bad="white")  # the gaps between tiles (NaN)
-    image = None
     for ax, (block, images, pairs), canvas in zip(axes[:, 0], panels, canvases, strict=True):
         image = ax.imshow(canvas.numpy(), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
         side = images.shape[-1]
-        ax.set_title(
-            f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse\n"
-            f"{side}×{side} patch grid, low spatial frequency first",
-            fontsize=9,
-        )
+        pairing = f"block {block}: {len(pairs)} of {images.shape[0]} units, each followed by its closest inverse"
+        ax.set_title(f"{pairing}\n{side}×{side} patch grid, low spatial frequency first", fontsize=9)
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
     fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.03, pad=0.02, label="weight / max |weight| of the unit")
@@ -116,8 +104,7 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
         figsize=(min(10, max(5.0, 1.0 + 0.55 * columns)), min(10, 1.3 + 0.55 * math.ceil(n / columns)))
     )
     if chans == 3:
-        canvas = _tile((scaled.permute(0, 2, 3, 1) + 1) / 2, columns).numpy()
-        canvas[canvas != canvas] = 1.0  # NaN gaps: white
+        canvas = _tile((scaled + 1) / 2, columns).nan_to_num(1.0).numpy()  # gaps: white
         ax.imshow(canvas, interpolation="nearest")
         note = "RGB, 0 = mid-grey"
     else:
@@ -128,6 +115,12 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
     ax.set_title(f"{title}\n{n} linear projection units, {p}×{p} ({note}), low frequency first", fontsize=9)
     ax.axis("off")
     _save(fig, path, 110)
+
+
+def _unit_axes(ax) -> None:
+    ax.set_xlabel("input unit", fontsize=8)
+    ax.set_ylabel("output unit", fontsize=8)
+    ax.tick_params(labelsize=7)
 
 
 def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path) -> None:
@@ -155,17 +148,13 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
         image = ax.imshow(picture.numpy(), cmap="Greys", norm=norm, interpolation="nearest", extent=(0, cols, rows, 0))
         scale = f"\n{rows / picture.shape[0]:.3g}×{cols / picture.shape[1]:.3g} entries per pixel" if pooled else ""
         ax.set_title(f"{label}\n{rows:,}×{cols:,}, {100 * density:.3g} % non-zero{scale}", fontsize=8.5)
-        ax.set_xlabel("input unit", fontsize=8)
-        ax.set_ylabel("output unit", fontsize=8)
-        ax.tick_params(labelsize=7)
+        _unit_axes(ax)
         if zoom:
             corner = axes[1, column]
             side = min(ZOOM, rows, cols)
             corner.imshow((weight[:side, :side] != 0).float().numpy(), cmap="Greys", norm=norm, interpolation="nearest")
             corner.set_title(f"top-left {side}×{side} entries, one pixel each", fontsize=8.5)
-            corner.set_xlabel("input unit", fontsize=8)
-            corner.set_ylabel("output unit", fontsize=8)
-            corner.tick_params(labelsize=7)
+            _unit_axes(corner)
     if not zoom:  # one pixel per entry: black is a connection
         fig.suptitle(f"{title}\nblack: a non-zero weight (a connection), white: zero", fontsize=10)
         fig.tight_layout()
