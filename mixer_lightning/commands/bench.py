@@ -26,62 +26,32 @@ from typing import Literal
 from jsonargparse import ArgumentParser, Namespace
 from jsonargparse.typing import PositiveFloat, PositiveInt, restricted_number_type
 
-SUITE_KEYS = (
-    "mixer_vs_timm_train",
-    "mixer_vs_timm_infer",
-    "rp_overhead",
-    "rp_overhead_compiled",
-    "compile_speedup",
-    "sw_sparse_mem_ratio",
-    "sw_sparse_speed_ratio",
-    "cifar_fit_vs_step",
-    "cifar_fit_speedup",
-    "noise",
-)
+SUITE_KEYS = "mixer_vs_timm_train mixer_vs_timm_infer rp_overhead rp_overhead_compiled compile_speedup".split()
+SUITE_KEYS += "sw_sparse_mem_ratio sw_sparse_speed_ratio cifar_fit_vs_step cifar_fit_speedup noise".split()
 
 
 def add_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument("--model", type=str, default=None, help="a registered model (see `mixer models`)")
-    parser.add_argument("--config", type=str, default=None, help="or an experiment config: its model and data")
-    parser.add_argument("--vs", type=Literal["timm"] | None, default=None, help="'timm': also run timm's equivalent")
-    parser.add_argument("--compile", action="store_true", help="also run the model compiled (torch.compile)")
-    parser.add_argument("--kernels", action="store_true", help="the RP permutation and element-wise kernels instead")
-    parser.add_argument("--table_s3", action="store_true", help="Hayase & Karakida Table S.3 at its settings")
-    parser.add_argument(
-        "--fit",
-        action="store_true",
-        help="end-to-end `mixer fit` of the Fig. 5 config (or --config), tensor and PIL data path, against the "
-        "model's training step: cifar_fit_vs_step, cifar_fit_speedup",
-    )
-    parser.add_argument(
-        "--data",
-        action="store_true",
-        help="images/s per CPU core of ImageNet's training pipeline, image folder vs WebDataset shards",
-    )
-    parser.add_argument(
-        "--data_images", type=restricted_number_type(None, int, (">=", 16)), default=256, help="--data: JPEGs"
-    )
-    parser.add_argument(
-        "--gpu_images_per_s",
-        type=PositiveFloat | None,
-        default=None,
-        help="--data: the GPU throughput to feed (default: Mixer-B/16, bf16, one H100: 2,030 img/s)",
-    )
-    parser.add_argument("--fit_warmup", type=PositiveInt, default=8, help="--fit: training batches before timing")
-    parser.add_argument("--fit_batches", type=PositiveInt, default=32, help="--fit: timed training batches per fit")
-    parser.add_argument(
-        "--data_root",
-        type=str,
-        default=None,
-        help="--fit: the CIFAR-10 folder (default: $MIXER_DATA_ROOT/cifar10, else a synthetic CIFAR-shaped set)",
-    )
-    parser.add_argument("--batch_size", type=PositiveInt, default=32)
-    parser.add_argument("--image_size", type=PositiveInt | None, default=None, help="default: the model's / data's")
-    parser.add_argument("--num_classes", type=PositiveInt, default=1000)
-    parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")
-    parser.add_argument("--precision", type=Literal["32-true", "bf16-mixed", "bf16-true"], default="32-true")
-    parser.add_argument("--repeats", type=PositiveInt | None, default=None, help="timed steps per candidate")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add = parser.add_argument
+    add("--model", type=str, default=None, help="a registered model (see `mixer models`)")
+    add("--config", type=str, default=None, help="or an experiment config: its model and data")
+    add("--vs", type=Literal["timm"] | None, default=None, help="'timm': also run timm's equivalent")
+    add("--compile", action="store_true", help="also run the model compiled (torch.compile)")
+    add("--kernels", action="store_true", help="the RP permutation and element-wise kernels instead")
+    add("--table_s3", action="store_true", help="Hayase & Karakida Table S.3 at its settings")
+    add("--fit", action="store_true", help="`mixer fit` (tensor, PIL data path) vs the training step")
+    add("--data", action="store_true", help="ImageNet's training pipeline per CPU core: image folder vs shards")
+    add("--data_images", type=restricted_number_type(None, int, (">=", 16)), default=256, help="--data: JPEGs")
+    add("--gpu_images_per_s", type=PositiveFloat | None, default=None, help="--data: GPU img/s to feed (2,030)")
+    add("--fit_warmup", type=PositiveInt, default=8, help="--fit: training batches before timing")
+    add("--fit_batches", type=PositiveInt, default=32, help="--fit: timed training batches per fit")
+    add("--data_root", type=str, default=None, help="--fit: the CIFAR-10 folder (default: $MIXER_DATA_ROOT/cifar10)")
+    add("--batch_size", type=PositiveInt, default=32)
+    add("--image_size", type=PositiveInt | None, default=None, help="default: the model's / data's")
+    add("--num_classes", type=PositiveInt, default=1000)
+    add("--device", type=str, default="cpu", help="cpu or cuda")
+    add("--precision", type=Literal["32-true", "bf16-mixed", "bf16-true"], default="32-true")
+    add("--repeats", type=PositiveInt | None, default=None, help="timed steps per candidate")
+    add("--json", action="store_true", help="print JSON")
 
 
 def _model_from_config(path: str):

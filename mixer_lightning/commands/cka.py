@@ -1,17 +1,11 @@
 """Minibatch CKA between the hidden features of two trained networks (Hayase & Karakida 2024, Sec. 3.4,
-Figure 2(b, c); Nguyen, Raghu & Kornblith 2021, Sec. 3.1, linear kernel, unbiased HSIC).
+Figure 2(b, c); Nguyen, Raghu & Kornblith 2021, Sec. 3.1: linear kernel, unbiased HSIC).
 
-The features are those just before every skip connection (App. C.1): the input of each token- and
-channel-mixing layer of a Mixer (labelled ``block.token`` / ``block.channel``), the input of each block
-of an SW-MLP (``block``), in order from the input. Any two checkpoints that take the same images can be
-compared: a Mixer with an SW-MLP (Figure 2), two seeds, a normal and an RP Mixer.
-
-The images are the test split (or ``--split val``) of the data config, with its evaluation
-pre-processing, shuffled once with ``--seed`` and cut into full minibatches of ``--batch_size`` (the
-last partial one is dropped; ``--batches`` keeps fewer). The HSIC sums are torchmetrics states, so a
-run on several devices (``--devices 2``) takes whole minibatches on each and gives the same matrix as
-one process. ``--strategy ddp`` relaunches the command line, so use it from a shell; ``ddp_spawn``
-works anywhere.
+The features are those before every skip connection (App. C.1): the input of each mixing layer of a
+Mixer (``block.token`` / ``block.channel``), of each block of an SW-MLP (``block``). The images are the
+test split (or ``--split val``) of the data config, shuffled once with ``--seed`` and cut into full
+minibatches of ``--batch_size``. The HSIC sums are torchmetrics states: several devices (``--devices
+2``) give the one-process matrix. ``--strategy ddp`` relaunches the command line (use it from a shell).
 
 Examples:
     mixer cka --ckpt runs/mixer/version_0/checkpoints/best.ckpt --ckpt runs/sw_mlp/version_0/checkpoints/best.ckpt \\
@@ -70,13 +64,13 @@ def checkpoint_labels(result: dict) -> tuple[str, str]:
     """Axis names of the two networks that tell them apart: the family, its mixing sizes and the
     checkpoint's path below the folder the two share (``reference/seed0/last.ckpt``), not both
     "SMixer (last.ckpt)"."""
-    paths = [Path(result["ckpt_a"]).absolute().parts, Path(result["ckpt_b"]).absolute().parts]
-    common = 0
-    while common < min(map(len, paths)) - 1 and paths[0][common] == paths[1][common]:
-        common += 1
+    import os
+
+    paths = [os.path.abspath(result["ckpt_a"]), os.path.abspath(result["ckpt_b"])]
+    common = os.path.dirname(os.path.commonpath(paths)) if paths[0] == paths[1] else os.path.commonpath(paths)
     labels = []
-    for key, parts in zip("ab", paths, strict=True):
-        where = "/".join(part for part in parts[common:] if part != "checkpoints")
+    for key, path in zip("ab", paths, strict=True):
+        where = "/".join(part for part in Path(os.path.relpath(path, common)).parts if part != "checkpoints")
         mixing = result.get(f"mixing_{key}")
         sizes = f", S = {mixing['S']}, C = {mixing['C']}" if mixing else ""
         labels.append(f"{key.upper()}: {result[f'model_{key}']}{sizes}\n({where})")
@@ -95,17 +89,9 @@ def plot(result: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(max(5.6, 2.0 + 0.6 * cols), max(4.4, 1.4 + 0.5 * rows)))
     image = ax.imshow(matrix, cmap="magma", vmin=0.0, vmax=1.0, origin="lower")
     if rows * cols <= 400:
-        for i in range(rows):
-            for j in range(cols):
-                ax.text(
-                    j,
-                    i,
-                    f"{matrix[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="black" if matrix[i, j] > 0.6 else "white",
-                )
+        for (i, j), value in np.ndenumerate(matrix):
+            color = "black" if value > 0.6 else "white"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
     ax.set_xticks(range(cols), result["layers_b"], rotation=45 if cols > 8 else 0, fontsize=8)
     ax.set_yticks(range(rows), result["layers_a"], fontsize=8)
     label_a, label_b = checkpoint_labels(result)

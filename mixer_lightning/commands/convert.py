@@ -1,13 +1,8 @@
-"""Convert MLP-Mixer weights into a checkpoint that `mixer test --ckpt_path` and `model.init_from`
-(fine-tuning) accept, or write a model in the official JAX layout.
-
-Inputs: timm weights (.pth, .safetensors; read with torch.load(weights_only=True) or safetensors),
-an official JAX checkpoint (.npz: stem/kernel, MixerBlock_{i}/..., pre_head_layer_norm/..., head/...)
-or a checkpoint of this project. The image size, input channels and number of classes always come
-from the weights; the architecture is the --model preset, or is read from the weight shapes.
-
-JAX weights default to --act gelu_tanh: flax's nn.gelu, which the official models were trained with,
-is the tanh approximation of GELU. timm's MLP-Mixer uses the exact GELU (the default otherwise).
+"""MLP-Mixer weights (timm's ``.pth``/``.safetensors``, an official JAX ``.npz``, a hub name, a checkpoint
+of this project) into a checkpoint that `mixer test --ckpt_path` and `model.init_from` take, or a
+model into the official JAX layout. Classes, image size and channels come from the weights; the
+architecture is the --model preset, else read from the shapes. JAX weights default to --act gelu_tanh
+(flax's nn.gelu, with which the official models were trained); timm's Mixer uses the exact GELU.
 
 Examples:
     mixer convert --from imagenet21k_Mixer-B_16.npz --model mixer_b16 --out mixer_b16_in21k.ckpt

@@ -1,13 +1,10 @@
 """Sharded data for cluster file systems (docs/data.md, "ImageNet at cluster scale").
 
     mixer data pack SOURCE OUT     an image folder (root/train/<class>/*, root/val/<class>/*) or a Hugging
-                                   Face dataset (hub id or local folder) → WebDataset tar shards in the
-                                   hub's layout (OUT/NAME-train-0000.tar, ...) and OUT/manifest.json (classes,
-                                   counts per class, bytes, SHA-256 per shard); resumable: run it again
-    mixer data check ROOT          index and check shards as `mixer fit --data.dataset wds` reads them (a
-                                   truncated tar, a sample without an image or label, a label out of range:
-                                   one line naming the shard and the sample); with a manifest, also verify
-                                   every shard's SHA-256
+                                   Face dataset → WebDataset tar shards in the hub's layout and
+                                   OUT/manifest.json (classes, counts, bytes, SHA-256 per shard); resumable
+    mixer data check ROOT          index and check shards as `mixer fit --data.dataset wds` reads them;
+                                   with a manifest, also verify every shard's SHA-256
 
 Examples:
     mixer data pack /datasets/imagenet /scratch/imagenet-wds --shard_size 1250

@@ -1,17 +1,11 @@
-"""Linear few-shot accuracy of a trained network's frozen features (Tolstikhin et al. 2021, Sec. 3: the
-"ℓ2-regularized linear regression" from pre-logit features to the labels; the ViT/BiT protocol of
-Google's big_vision ``fewshot_lsr``).
+"""Linear few-shot accuracy of a trained network's frozen pre-logit features (Tolstikhin et al. 2021,
+Sec. 3: "ℓ2-regularized linear regression"; the protocol of big_vision's ``fewshot_lsr``).
 
-For each seed, ``--shots`` k training images per class are drawn from the training split of the data
-config (all of it: the validation split of training is ignored), their pre-logit features (the pooled
-features before the head; an SW-MLP's m features) are standardised, a bias feature is appended, and a
-ridge regression to {−1, +1} one-hot targets is solved in closed form; the accuracy is measured on the
-whole test split. Images get the evaluation pre-processing (no augmentation).
-
-The ridge penalty λ (``--l2``): ``auto`` (default) picks it from big_vision's grid 2⁻¹⁰ … 2¹⁹ by the
-accuracy on ``--holdout`` further training images per class of the same seed (never the test split);
-a number fixes it (big_vision's fixed choice is ``--l2 1024``); a comma-separated list is a grid of
-your own, selected the same way.
+For each seed, ``--shots`` k training images per class (evaluation pre-processing) give standardised
+features plus a bias feature, and a closed-form ridge regression to {−1, +1} one-hot targets; the
+accuracy is on the whole test split. ``--l2``: ``auto`` picks λ from big_vision's grid 2⁻¹⁰ … 2¹⁹ by the
+accuracy on ``--holdout`` further training images per class (never the test split); a number fixes it
+(big_vision's: 1024); a comma-separated list is a grid of your own.
 
 Examples:
     mixer fewshot --ckpt runs/mixer/version_0/checkpoints/best.ckpt --config configs/cifar10_fig2_mixer.yaml --shots 5

@@ -1,17 +1,12 @@
 """A checkpoint as a Hugging Face Hub model repository (``model.safetensors``, ``config.json``,
-``README.md``), written into --out and/or uploaded to --repo_id.
+``README.md``), written into --out and/or uploaded to --repo_id (the token of ``hf auth login``).
 
-A plain MLP-Mixer of one of timm's shapes (Mixer-S/B/L, patch 16 or 32, any image size, classes and
-MLP widths; S = S0, no RP, exact GELU, LayerNorm ε 1e-6) becomes timm's ``mixer_*_224``, written by
-timm's ``save_for_hf`` and uploaded by its ``push_to_hf_hub``: ``timm.create_model("hf-hub:ORG/NAME",
-pretrained=True)`` loads it. Any other family keeps this project's parameter names (``architecture:
-mixer_lightning:<network>``). ``config.json`` carries timm's ``pretrained_cfg`` (the preprocessing of
-the checkpoint's data facts) and, under ``mixer_lightning``, the checkpoint's hyper-parameters:
-``mixer convert --from DIR`` or ``model.init_from: hf-hub:ORG/NAME`` read it back. The model card
-holds the run's config.yaml and the test metrics recorded for this very checkpoint.
-
---repo_id creates the repo if new (the token of ``hf auth login`` or HF_TOKEN) and uploads these
-three files only; when that fails (HF_HUB_OFFLINE=1, no network) one line says so (exit 1).
+A plain MLP-Mixer of timm's shapes (Mixer-S/B/L, patch 16 or 32; S = S0, no RP, exact GELU, LayerNorm
+ε 1e-6) becomes timm's ``mixer_*_224`` (timm's ``save_for_hf``, ``push_to_hf_hub``): timm loads it by
+``hf-hub:ORG/NAME``. Other families keep this project's names (``mixer_lightning:<network>``). config.json
+has timm's ``pretrained_cfg`` (the checkpoint's preprocessing) and, under ``mixer_lightning``, its
+hyper-parameters, which ``mixer convert --from`` and ``model.init_from`` read back. The model card holds
+the run's config.yaml and the test metrics recorded for this checkpoint. Only these files are uploaded.
 
 Examples:
     mixer push --ckpt_path runs/x/version_0/checkpoints/best.ckpt --out hub/x

@@ -1,19 +1,14 @@
-"""Pictures of a trained network's weights (Tolstikhin et al. 2021, Figure 5 and supplementary Figures
-1-2; Hayase & Karakida 2024, Figures 1 and S.9), written as PNGs into ``--out``:
+"""Pictures of a trained network's weights (Tolstikhin et al. 2021, Figure 5, supp. Figures 1-2; Hayase &
+Karakida 2024, Figures 1 and S.9), as PNGs in ``--out``:
 
-- ``token_mixing_units.png``: the hidden units of the first token-mixing layers (one panel per block,
-  default the first three, as Mixer Figure 5), each drawn on the √S0×√S0 patch grid it reads, followed
-  by its closest inverse (most negative cosine similarity), pairs sorted by spatial frequency;
+- ``token_mixing_units.png``: the units of the first token-mixing layers on the √S0×√S0 patch grid they
+  read, each followed by its closest inverse, lowest spatial frequency first;
 - ``stem_units.png``: the per-patch FC's units as P×P images (RGB for colour images; 0 is mid-grey);
-- ``sparsity_patterns.png``: the non-zero pattern of the effective m×m weights of the network's first
-  layers as the wide MLP sees them: I_C ⊗ W (token) and Wᵀ ⊗ I_S (channel) for a Mixer,
-  J2 (I ⊗ W) J1 for an RP Mixer, M ⊙ W for an SW-MLP.
+- ``sparsity_patterns.png``: the non-zeros of the first effective m×m weights: I_C ⊗ W and Wᵀ ⊗ I_S of
+  a Mixer, J2 (I ⊗ W) J1 of an RP Mixer, M ⊙ W of an SW-MLP.
 
-What the checkpoint's network has decides what is drawn; a picture that does not apply is skipped
-with the reason (an SW-MLP has no token mixing; an RP layer reads permuted entries, not patches;
-after a SkipLayer S0 → S the tokens are no patch grid), and asking for it with ``--what`` is an
-error. ``--demo`` needs no checkpoint: it draws Figure S.9, the patterns of an SW-MLP (p = 1/C), a
-Mixer's token and channel mixing and an RP Mixer's, freshly initialised at S = C = 8.
+A picture that does not apply is skipped with the reason (asked for by ``--what``: an error).
+``--demo`` needs no checkpoint: Figure S.9, the patterns at initialisation, S = C = 8.
 
 Examples:
     mixer visualize --ckpt runs/mixer/version_0/checkpoints/best.ckpt --out pictures

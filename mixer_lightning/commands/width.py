@@ -121,12 +121,8 @@ def plot_at_width(result: dict, path: str) -> None:
     grid = result["gamma_grid"]
     ax.scatter([p["C"] for p in grid], [p["gamma"] for p in grid], color="C2", s=14, zorder=3)
     ax.axvline(best["C"], color="gray", linestyle="--", label=f"C* = S* = √m = {best['C']:.4g}")
-    ax.set(
-        xscale="log",
-        xlabel="C (S = m/C)",
-        ylabel="expansion factor γ",
-        title=f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}",
-    )
+    title = f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}"
+    ax.set(xscale="log", xlabel="C (S = m/C)", ylabel="expansion factor γ", title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
@@ -139,37 +135,25 @@ def run(args: Namespace) -> None:
         require(args.sparsity is None, "sparsity", "is for the SW-MLP at fixed Ω, not at fixed width", "drop one")
         width = parse_int_expression(args.width, "width")
         result = compute_at_width(omega, width, channels)
-        if args.plot:
-            plot_at_width(result, args.plot)
-        if args.json:
-            print(json.dumps(result, indent=2))
-            return
-        print(f"Ω = {omega:,} connections per layer at fixed width m = S·C = {width:,} (eq. S.46)")
-        print(f"{'C':>6} {'S':>6} {'γ':>9} {'p':>9} {'connections (D rounded)':>24}")
-        for row in result["gamma_grid"]:
-            print(f"{row['C']:>6} {row['S']:>6} {row['gamma']:>9.4f} {row['p']:>9.5f} {row['connections']:>24,.0f}")
+        lines = [f"Ω = {omega:,} connections per layer at fixed width m = S·C = {width:,} (eq. S.46)"]
+        lines.append(f"{'C':>6} {'S':>6} {'γ':>9} {'p':>9} {'connections (D rounded)':>24}")
+        for r in result["gamma_grid"]:
+            lines.append(f"{r['C']:>6} {r['S']:>6} {r['gamma']:>9.4f} {r['p']:>9.5f} {r['connections']:>24,.0f}")
         best = result["optimum"]
-        print(f"optimum: C* = S* = √m = {best['C']:.4g}, γ_max = Ω/(m√m) = {best['gamma']:.4g}")
-        if args.plot:
-            print(f"γ against C written to {args.plot}")
-        return
-    in_range = (lambda s: 0 <= s < 1), "sparsities 1-p in [0, 1)"
-    sparsity = reals(args.sparsity, "sparsity", *in_range) if args.sparsity else None
-    result = compute(omega, args.gamma, channels, sparsity)
+        lines.append(f"optimum: C* = S* = √m = {best['C']:.4g}, γ_max = Ω/(m√m) = {best['gamma']:.4g}")
+    else:
+        in_range = (lambda s: 0 <= s < 1), "sparsities 1-p in [0, 1)"
+        sparsity = reals(args.sparsity, "sparsity", *in_range) if args.sparsity else None
+        result = compute(omega, args.gamma, channels, sparsity)
+        lines = [f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}"]
+        lines.append(f"{'C':>6} {'S':>6} {'m = S·C':>10} {'p':>9} {'connections':>14}")
+        for r in result["pairs"]:
+            lines.append(f"{r['C']:>6} {r['S']:>6} {r['m']:>10,} {r['p']:>9.5f} {r['connections']:>14,.0f}")
+        best = result["optimum"]
+        lines.append(f"optimum: S* = C* = {best['S']:.4g}, m_max = {best['m']:,.0f}, p_min = {best['p']:.5f}")
+        widths = ",  ".join(f"1-p = {row['sparsity']:g}: m = {row['m']:,}" for row in result["sw_mlp"])
+        lines.append(f"SW-MLP at the same Ω:  {widths}")
     if args.plot:
-        plot(result, args.plot)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}")
-    print(f"{'C':>6} {'S':>6} {'m = S·C':>10} {'p':>9} {'connections':>14}")
-    for pair in result["pairs"]:
-        print(f"{pair['C']:>6} {pair['S']:>6} {pair['m']:>10,} {pair['p']:>9.5f} {pair['connections']:>14,.0f}")
-    best = result["optimum"]
-    print(f"optimum: S* = C* = {best['S']:.4g}, m_max = {best['m']:,.0f}, p_min = {best['p']:.5f}")
-    print(
-        "SW-MLP at the same Ω:  "
-        + ",  ".join(f"1-p = {row['sparsity']:g}: m = {row['m']:,}" for row in result["sw_mlp"])
-    )
-    if args.plot:
-        print(f"Figure 3 written to {args.plot}")
+        (plot_at_width if args.width is not None else plot)(result, args.plot)
+        lines.append(f"{'γ against C' if args.width is not None else 'Figure 3'} written to {args.plot}")
+    print(json.dumps(result, indent=2) if args.json else "\n".join(lines))
