@@ -54,29 +54,14 @@ def summary() -> str:
     return "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
 
 
-def build_parser(name: str) -> tuple[ArgumentParser, object]:
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = ArgumentParser(
-        prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter, exit_on_error=False
-    )
-    module.add_arguments(parser)
-    return parser, module
-
-
 def run_command(name: str, argv: list[str]) -> int | None:
     """Parse `argv` for the command `name` (or one of its sub-commands) and run it; a bad argument is
     raised (exit_on_error=False) for the entry point to print in one line."""
     module = importlib.import_module(COMMANDS[name][0])
-    subcommands = getattr(module, "SUBCOMMANDS", {})
-    if argv and argv[0] in subcommands:
-        add_arguments, run = subcommands[argv[0]]
-        parser = ArgumentParser(
-            prog=f"mixer {name} {argv[0]}",
-            description=inspect.cleandoc(run.__doc__ or ""),
-            formatter_class=HelpFormatter,
-            exit_on_error=False,
-        )
-        add_arguments(parser)
-        return run(parser.parse_args(argv[1:]))
-    parser, module = build_parser(name)
-    return module.run(parser.parse_args(argv))
+    add_arguments, run, prog, doc = module.add_arguments, module.run, f"mixer {name}", module.__doc__
+    if argv and argv[0] in getattr(module, "SUBCOMMANDS", {}):
+        (add_arguments, run), prog, argv = module.SUBCOMMANDS[argv[0]], f"{prog} {argv[0]}", argv[1:]
+        doc = inspect.cleandoc(run.__doc__ or "")
+    parser = ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter, exit_on_error=False)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

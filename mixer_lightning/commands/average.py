@@ -112,28 +112,22 @@ def run(args: Namespace) -> None:
         if checkpoints:
             check_same_model((paths[0], checkpoints[0]), (path, checkpoint))
         checkpoints.append(checkpoint)
-        records.append(
-            {
-                "path": path,
-                "sha256": digest,
-                "epoch": checkpoint.get("epoch"),
-                "global_step": checkpoint.get("global_step"),
-            }
-        )
+        records.append({"path": path, "sha256": digest} | {k: checkpoint.get(k) for k in ("epoch", "global_step")})
     state = average_state([network(checkpoint)[1] for checkpoint in checkpoints])
     facts = [checkpoint.get("data") for checkpoint in checkpoints]
     same_facts = facts[0] if facts[0] and all(fact == facts[0] for fact in facts) else None
-    averaged = {
-        "epoch": max(
-            (r["epoch"] for r in records if isinstance(r["epoch"], int)), default=0
-        ),  # `mixer test` records it
-        "global_step": max((r["global_step"] for r in records if isinstance(r["global_step"], int)), default=0),
-        "pytorch-lightning_version": checkpoints[0].get("pytorch-lightning_version", lightning.__version__),
-        "state_dict": state,
-        "hparams_name": "kwargs",
-        "hyper_parameters": {**checkpoints[0]["hyper_parameters"], "init_from": None},  # the weights are here
-        "mixer_average": {"method": "mean (float64) of the floating tensors", "checkpoints": records},
-    } | ({"data": same_facts} if same_facts else {})
+    latest = {k: max((r[k] for r in records if isinstance(r[k], int)), default=0) for k in ("epoch", "global_step")}
+    averaged = (
+        latest
+        | {  # the latest epoch and step averaged: what `mixer test` records with its results
+            "pytorch-lightning_version": checkpoints[0].get("pytorch-lightning_version", lightning.__version__),
+            "state_dict": state,
+            "hparams_name": "kwargs",
+            "hyper_parameters": {**checkpoints[0]["hyper_parameters"], "init_from": None},  # the weights are here
+            "mixer_average": {"method": "mean (float64) of the floating tensors", "checkpoints": records},
+        }
+        | ({"data": same_facts} if same_facts else {})
+    )
     with atomic_write(out, "wb", field="--out") as f:  # a kill or a full disk leaves an existing --out as it was
         torch.save(averaged, f)
     name = (checkpoints[0]["hyper_parameters"].get("net") or {}).get("class_path", "?").rsplit(".", 1)[-1]
@@ -145,7 +139,4 @@ def run(args: Namespace) -> None:
         epochs = ", ".join(str(record["epoch"]) for record in records)
         print(f"Wrote {out}: the mean of {len(paths)} {name} checkpoints (epochs {epochs}); sha256 {report['sha256']}")
     if same_facts is None:
-        print(
-            f"mixer average: note: the checkpoints carry no common data facts: `mixer predict` of {out} needs --config",
-            file=sys.stderr,
-        )
+        print(f"mixer average: note: no common data facts: `mixer predict` of {out} needs --config", file=sys.stderr)

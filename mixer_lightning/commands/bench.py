@@ -87,21 +87,14 @@ def run(args: Namespace) -> None:
         from mixer_lightning.benchmarks.pipeline import MIXER_B16_H100_IMG_S, data_pipeline, format_report
 
         gpu = args.gpu_images_per_s or MIXER_B16_H100_IMG_S
-        return _print(
-            data_pipeline(args.data_images, args.repeats or 9, gpu_images_per_s=gpu, log=log), args, format_report
-        )
+        report = data_pipeline(args.data_images, args.repeats or 9, gpu_images_per_s=gpu, log=log)
+        return _print(report, args, format_report)
     if args.fit:
         from mixer_lightning.benchmarks.fit import FIG5_CONFIG, fit_vs_step
 
+        setting = {"warmup": args.fit_warmup, "batches": args.fit_batches, "precision": args.precision}
         report = fit_vs_step(
-            config=args.config or FIG5_CONFIG,
-            root=args.data_root,
-            repeats=args.repeats or 5,
-            warmup=args.fit_warmup,
-            batches=args.fit_batches,
-            device=args.device,
-            precision=args.precision,
-            log=log,
+            args.config or FIG5_CONFIG, args.data_root, args.repeats or 5, device=args.device, log=log, **setting
         )
         return _print(report, args, fit_text)
     if args.kernels:
@@ -133,16 +126,8 @@ def run(args: Namespace) -> None:
         candidates["ours_compiled"].compile()
     if len(candidates) > 1:  # a comparison: an identical copy of ours beside it says how far a ratio is noise
         candidates["twin"] = copy.deepcopy(net)
-    results = benchmark(
-        candidates,
-        batch_size=args.batch_size,
-        image_size=image_size,
-        in_chans=in_chans,
-        num_classes=num_classes,
-        device=args.device,
-        precision=args.precision,
-        repeats=args.repeats or 10,
-    )
+    shape = {"batch_size": args.batch_size, "image_size": image_size, "in_chans": in_chans, "num_classes": num_classes}
+    results = benchmark(candidates, **shape, device=args.device, precision=args.precision, repeats=args.repeats or 10)
     noise = twin_noise(results)
     if args.json:
         print(json.dumps({**results, **({"noise": noise} if noise else {})}, indent=2))

@@ -97,10 +97,8 @@ def plot(result: dict, path: str) -> None:
     label_a, label_b = checkpoint_labels(result)
     ax.set_xlabel(label_b, fontsize=9)
     ax.set_ylabel(label_a, fontsize=9)
-    ax.set_title(
-        f"Minibatch CKA (unbiased HSIC), {result['examples']} {result['split']} images\nlayers from the input",
-        fontsize=10,
-    )
+    images = f"{result['examples']} {result['split']} images"
+    ax.set_title(f"Minibatch CKA (unbiased HSIC), {images}\nlayers from the input", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="CKA (1: same up to rotation, scale)")
     fig.tight_layout()
     save_figure(fig, path, dpi=100)

@@ -43,7 +43,7 @@ def convert(
 ) -> tuple[Any, dict[str, Any], Any]:
     """The `MLPMixer` with the weights of `source`, the checkpoint hyper-parameters that rebuild it, and
     the `WeightsFile` read."""
-    from mixer_lightning.errors import ConfigError, require
+    from mixer_lightning.errors import require
     from mixer_lightning.models import MLPMixer, get_entry
     from mixer_lightning.models.registry import DATA_FACTS, class_path
     from mixer_lightning.tasks.initialise import file_network
@@ -66,13 +66,7 @@ def convert(
     if not any(architecture.get("permute") or []):
         architecture.pop("permute", None)
     architecture |= options
-    try:
-        net = MLPMixer(**facts, **architecture)
-    except ConfigError as error:  # the preset cannot take the weights' image size, channels, ...
-        problem = f"{source} ({facts['image_size']} px, {facts['in_chans']} channels) does not fit --model {model}"
-        raise ConfigError(
-            "--model", f"{problem}: {error}", "leave --model out: the shapes say the architecture"
-        ) from None
+    net = MLPMixer(**facts, **architecture)
     load_weights(net, weights, field="--from", new_head=False)
     net_spec = {"class_path": class_path(MLPMixer), "init_args": architecture}
     hparams = {"net": net_spec, **facts, "init_from": None, "upscale": None}
@@ -100,7 +94,7 @@ def run(args: Namespace) -> None:
     import torch
 
     from mixer_lightning.data.transforms import INTERPOLATIONS
-    from mixer_lightning.errors import ConfigError, require
+    from mixer_lightning.errors import require
     from mixer_lightning.models import num_params
     from mixer_lightning.safety.atomic import atomic_write, check_output_file, remove_orphans
     from mixer_lightning.weights import FORMAT_NAMES, to_jax_npz
@@ -116,10 +110,7 @@ def run(args: Namespace) -> None:
         facts["interpolation"] = "bicubic"
     with atomic_write(out, "wb", field="--out") as f:  # a kill or a full disk leaves an existing --out as it was
         if out.suffix == ".npz":
-            try:
-                to_jax_npz(net, f)
-            except ConfigError as error:
-                raise ConfigError("--out", error.problem, error.fix) from None
+            to_jax_npz(net, f, field="--out")
         else:
             torch.save(lightning_checkpoint(net, hparams, args.source, facts), f)
     print(

@@ -74,20 +74,9 @@ def compute(args: Namespace) -> dict:
     features, _ = fewshot.extract_features(module.net, train_set, batch_size, device, workers)
     datamodule.setup("test")
     test_features, test_labels = fewshot.extract_features(module.net, datamodule.test_set, batch_size, device, workers)
-    results = [
-        fewshot.evaluate(
-            dict(zip(order, features, strict=True)),
-            train_labels,
-            test_features,
-            test_labels,
-            datamodule.num_classes,
-            shots,
-            seeds,
-            l2,
-            args.holdout,
-        )
-        for shots in shots_list
-    ]
+    train = dict(zip(order, features, strict=True)), train_labels
+    test = test_features, test_labels
+    results = [fewshot.evaluate(*train, *test, datamodule.num_classes, k, seeds, l2, args.holdout) for k in shots_list]
     return {
         "ckpt": args.ckpt,
         "model": type(module.net).__name__,
@@ -100,28 +89,18 @@ def compute(args: Namespace) -> dict:
     }
 
 
-def _l2_text(value: float) -> str:
-    exponent = math.log2(value)
-    return f"2^{exponent:.0f}" if exponent.is_integer() else f"{value:g}"
-
-
 def run(args: Namespace) -> None:
     result = compute(args)
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(
-        f"{result['model']} ({result['ckpt']}): {result['features']} pre-logit features; "
-        f"{result['classes']} classes, {result['train_images']} training and {result['test_images']} test images"
-    )
+    print(f"{result['model']} ({result['ckpt']}): {result['features']} pre-logit features; {result['classes']} "
+          f"classes, {result['train_images']} training and {result['test_images']} test images")  # fmt: skip
+    seeds = ",".join(map(str, result["seeds"]))
     for r in result["results"]:
-        chosen = ", ".join(_l2_text(run_["l2"]) for run_ in r["runs"])
-        how = (
-            f"λ chosen on {r['holdout_per_class']} held-out training images per class: {chosen}"
-            if r["holdout_per_class"]
-            else f"λ = {chosen.split(', ')[0]}"
-        )
-        print(
-            f"{r['shots']:>3}-shot linear accuracy: {r['accuracy']:.4f} ± {r['accuracy_std']:.4f} "
-            f"over seeds {','.join(str(s) for s in result['seeds'])} ({how})"
-        )
+        l2s = [run["l2"] for run in r["runs"]]
+        chosen = ", ".join(f"2^{math.log2(v):.0f}" if math.log2(v).is_integer() else f"{v:g}" for v in l2s)
+        how = f"λ chosen on {r['holdout_per_class']} held-out training images per class: {chosen}"
+        how = how if r["holdout_per_class"] else f"λ = {chosen.split(', ')[0]}"
+        accuracy = f"{r['accuracy']:.4f} ± {r['accuracy_std']:.4f}"
+        print(f"{r['shots']:>3}-shot linear accuracy: {accuracy} over seeds {seeds} ({how})")

@@ -4,6 +4,7 @@ naming the flag (an empty item, no number, out of range, a value twice: a sweep 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -43,12 +44,8 @@ def comma_list(
     return values
 
 
-def _integer(item: str) -> int:
-    return parse_int_expression(item, "value")
-
-
-def _real(item: str) -> float:
-    return parse_real_expression(item, "value")
+_integer = functools.partial(parse_int_expression, field="value")
+_real = functools.partial(parse_real_expression, field="value")
 
 
 def integers(text: str | int, field: str, minimum: int = 1, example: str = "16,32,48") -> list[int]:

@@ -36,13 +36,8 @@ def describe(name: str) -> dict:
     entry = get_entry(name)
     with torch.device("meta"):  # shapes only: even Mixer-H/14 is counted at once
         model = entry.build()
-    return {
-        "name": name,
-        "family": entry.family,
-        "params": num_params(model),
-        "params_without_head": num_params(model, exclude_head=True),
-        "source": entry.source,
-    }
+    counts = {"params": num_params(model), "params_without_head": num_params(model, exclude_head=True)}
+    return {"name": name, "family": entry.family, **counts, "source": entry.source}
 
 
 def cache_file() -> Path:

@@ -26,14 +26,8 @@ from jsonargparse import ArgumentParser, Namespace
 from mixer_lightning.errors import ConfigError, ResourceError, require
 
 # timm's plain Mixers: (patch size, blocks, C) → name; image size, classes and MLP widths are model_args.
-TIMM_VARIANTS = {
-    (32, 8, 512): "mixer_s32_224",
-    (16, 8, 512): "mixer_s16_224",
-    (32, 12, 768): "mixer_b32_224",
-    (16, 12, 768): "mixer_b16_224",
-    (32, 24, 1024): "mixer_l32_224",
-    (16, 24, 1024): "mixer_l16_224",
-}
+SIZES = {"s": (8, 512), "b": (12, 768), "l": (24, 1024)}
+TIMM_VARIANTS = {(p, *shape): f"mixer_{size}{p}_224" for size, shape in SIZES.items() for p in (16, 32)}
 CROP_MODES = {"resmall_crop": "center", "resize_crop": "squash", "resize": "center"}  # eval_crop → crop_mode
 ARCHITECTURE_PREFIX = "mixer_lightning:"
 FILES = ("model.safetensors", "config.json", "README.md")
@@ -106,36 +100,35 @@ def run_records(ckpt: Path, sha256: str) -> tuple[str | None, dict[str, dict]]:
     return (run / "config.yaml").read_text(), results
 
 
-def model_card(network: str, timm_shaped: bool, facts: dict, record: dict, config: str, results: dict, usage: str):
-    """The model card timm's ``push_to_hf_hub`` takes: details (with the test metrics), usage, and the
-    training config as the description."""
+def model_card(
+    network: str, architecture: str, model_args: dict, facts: dict, record: dict, config: str, results: dict, repo: str
+):
+    """The model card timm's ``push_to_hf_hub`` takes: details (with the test metrics), the training
+    config as the description, and how to load it."""
+    checkpoint = f"{Path(record['path']).name}, epoch {record['epoch']}, step {record['global_step']}"
     details = {
         "Model type": f"Image classification ({network})",
         "Image size": f"{facts['image_size']} x {facts['image_size']}, {facts['in_chans']} channels",
         "Classes": facts["num_classes"],
         "Dataset": str(facts.get("dataset", "unknown")),
-        "Checkpoint": f"{Path(record['path']).name}, epoch {record['epoch']}, step {record['global_step']}, "
-        f"sha256 {record['sha256']}",
+        "Checkpoint": f"{checkpoint}, sha256 {record['sha256']}",
         **{f"Test metrics ({name})": metrics for name, metrics in results.items()},
     }
+    ours = architecture.startswith(ARCHITECTURE_PREFIX)
+    usage = (
+        f"```bash\nmixer convert --from {repo} --out model.ckpt      # or model.init_from: {repo}\n```\n"
+        if ours
+        else f"```python\nimport timm\nmodel = timm.create_model('{repo}', pretrained=True)\n# or:\n"
+        f"model = timm.create_model('{architecture}', pretrained=True, pretrained_cfg_overlay=dict("
+        f"file='model.safetensors', num_classes={model_args['num_classes']}), **{model_args!r})\n```\n"
+    )
     return {
         "description": f"Trained with mixer-lightning. Training config:\n\n```yaml\n{config.rstrip()}\n```",
         "details": details,
         "usage": usage,
-        "library_name": "timm" if timm_shaped else "mixer-lightning",
+        "library_name": "mixer-lightning" if ours else "timm",
         "tags": ["image-classification", "mlp-mixer", "mixer-lightning"],
     }
-
-
-def usage_text(architecture: str, model_args: dict[str, Any], repo: str) -> str:
-    if architecture.startswith(ARCHITECTURE_PREFIX):
-        return f"```bash\nmixer convert --from {repo} --out model.ckpt      # or model.init_from: {repo}\n```\n"
-    return (
-        f"```python\nimport timm\nmodel = timm.create_model('{repo}', pretrained=True)\n"
-        f"# or from a folder: timm.create_model('local-dir:FOLDER', pretrained=True), or\n"
-        f"model = timm.create_model('{architecture}', pretrained=True, pretrained_cfg_overlay=dict("
-        f"file='model.safetensors', num_classes={model_args['num_classes']}), **{model_args!r})\n```\n"
-    )
 
 
 def prepare(ckpt: str, repo: str) -> dict[str, Any]:
@@ -152,22 +145,18 @@ def prepare(ckpt: str, repo: str) -> dict[str, Any]:
     require(isinstance(facts, dict), "--ckpt_path", f"{ckpt} carries no data facts (mean, std, image size)", fix)
     net = load_classifier(ckpt, "--ckpt_path").net
     hparams = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
-    record = {"path": str(ckpt), "sha256": sha256_file(ckpt)}
-    record |= {"epoch": checkpoint.get("epoch"), "global_step": checkpoint.get("global_step")}
+    record = {"path": str(ckpt), "sha256": sha256_file(ckpt)} | {k: checkpoint.get(k) for k in ("epoch", "global_step")}
     cfg = preprocessing(facts)
     timm_model, model_args, difference, why_not_timm = timm_model_of(net, cfg)
-    architecture = (
-        timm_model.pretrained_cfg["architecture"] if timm_model else f"{ARCHITECTURE_PREFIX}{type(net).__name__}"
-    )
+    architecture = timm_model.pretrained_cfg["architecture"] if timm_model else ARCHITECTURE_PREFIX + type(net).__name__
     names = [str(n) for n in facts.get("class_names") or []]
     extra = {"label_names": names} if len(names) == net.num_classes else {}
     extra["mixer_lightning"] = {"hyper_parameters": hparams, "data": facts, "checkpoint": record}
     config = {"architecture": architecture, "num_classes": net.num_classes, "model_args": hparams}
     config |= {"pretrained_cfg": {**cfg, "num_classes": net.num_classes}, **extra}
     run_config, results = run_records(Path(ckpt), record["sha256"])
-    usage = usage_text(architecture, model_args, repo)
     config_text = run_config or yaml.safe_dump(hparams, sort_keys=False)
-    card = model_card(type(net).__name__, timm_model is not None, facts, record, config_text, results, usage)
+    card = model_card(type(net).__name__, architecture, model_args, facts, record, config_text, results, repo)
     report = {"architecture": architecture, "timm": timm_model is not None, "why_not_timm": why_not_timm or None}
     report |= {"max_abs_diff_vs_timm": difference, "checkpoint": record, "test_metrics": list(results)}
     parts = {"timm_model": timm_model, "model_config": extra, "model_args": model_args, "net": net}

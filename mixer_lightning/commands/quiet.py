@@ -22,14 +22,10 @@ _CHATTER = (
     "Initializing distributed:",
     "distributed_backend=",
 )
-_CHATTY_LOGGERS = (
-    "lightning.pytorch.utilities.rank_zero",
-    "lightning.fabric.utilities.rank_zero",
-    "lightning.fabric.utilities.seed",
-    "lightning.pytorch.utilities.seed",
-    "lightning.pytorch.trainer.connectors.signal_connector",
-    "lightning.fabric.utilities.distributed",
-)
+_CHATTY_LOGGERS = [
+    f"lightning.{part}.utilities.{name}" for part in ("pytorch", "fabric") for name in ("rank_zero", "seed")
+]
+_CHATTY_LOGGERS += ["lightning.pytorch.trainer.connectors.signal_connector", "lightning.fabric.utilities.distributed"]
 _WARNINGS = (
     r".*isinstance\(treespec, LeafSpec\).*",  # a library's deprecation about another library
     r".*LeafSpec.*is deprecated.*",

@@ -131,16 +131,13 @@ def run_d1(args: Namespace, omega: int, seeds: list[int]) -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    print(
-        f"App. D.1 scaling at Ω = {omega:,}: m = Ω^((1+a)/2), p = Ω^(-a), Z = M ⊙ W with W ~ N(0, 1); singular "
-        f"values normalised by √(mean diagonal of ZZᵀ); {len(seeds)} trials"
-    )
+    print(f"App. D.1 scaling at Ω = {omega:,}: m = Ω^((1+a)/2), p = Ω^(-a), Z = M ⊙ W with W ~ N(0, 1); singular "
+          f"values normalised by √(mean diagonal of ZZᵀ); {len(seeds)} trials")  # fmt: skip
     print(f"{'a':>6} {'m':>9} {'p':>10} {'connections':>12} {'λ_max mean ± std':>18} {'[min, max]':>16} {'zeros':>7}")
     for r in result["scaling"]:
+        spread = f"{r['lambda_max']:>9.4f} ± {r['lambda_max_std']:.4f} [{r['lambda_max_min']:.3f}, {r['lambda_max_max']:.3f}]"
         print(
-            f"{r['a']:>6g} {r['m']:>9,} {r['p']:>10.4g} {r['connections']:>12,.0f} "
-            f"{r['lambda_max']:>9.4f} ± {r['lambda_max_std']:.4f} [{r['lambda_max_min']:.3f}, {r['lambda_max_max']:.3f}]"
-            f" {r['zero_fraction']:>7.1%}"
+            f"{r['a']:>6g} {r['m']:>9,} {r['p']:>10.4g} {r['connections']:>12,.0f} {spread} {r['zero_fraction']:>7.1%}"
         )
     print("Mixer (dense Gaussian W, Ω → ∞): λ_max = 2 (Marchenko–Pastur edge)")
     if args.plot:
@@ -165,25 +162,17 @@ def run(args: Namespace) -> None:
         print(json.dumps(result, indent=2))
         return
     mixer = result["mixer"]
-    print(
-        f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}, {len(seeds)} seeds; "
-        f"Marchenko–Pastur edge 1 + √γ = {mixer['mp_edge']:.4f}; widest Mixer m_max = {mixer['m_max']:,.0f}"
-    )
+    print(f"Ω = {omega:,} connections per layer, γ = {gamma:g}, {len(seeds)} seeds; Marchenko–Pastur edge "
+          f"1 + √γ = {mixer['mp_edge']:.4f}; widest Mixer m_max = {mixer['m_max']:,.0f}")  # fmt: skip
+    print(f"{'m':>7} {'p':>9} {'q=√(pm)':>8} {'SW-MLP σ_max':>17} {'eq. 17':>7}   Mixer (S, C): σ_max token / channel")
     by_width = {p["m"]: p for p in mixer["points"]}
-    print(
-        f"{'m':>7} {'p':>9} {'q=√(pm)':>8} {'SW-MLP σ_max':>17} {'eq. 17':>7}   {'Mixer (S, C): σ_max token / channel':<36}"
-    )
-    for row in result["sw_mlp"]:
-        mix = by_width.get(row["m"])
-        mixer_text = (
-            f"({mix['S']}, {mix['C']}): {mix['sigma_max_token']:.4f} / {mix['sigma_max_channel']:.4f}"
-            if mix
-            else "none this wide at this Ω"
+    for r in result["sw_mlp"]:
+        mix = by_width.get(r["m"])
+        text = (
+            f"({mix['S']}, {mix['C']}): {mix['sigma_max_token']:.4f} / {mix['sigma_max_channel']:.4f}" if mix else "-"
         )
-        print(
-            f"{row['m']:>7} {row['p']:>9.5f} {row['q']:>8.2f} {row['sigma_max']:>9.4f} ± {row['sigma_max_std']:.4f} "
-            f"{row['eq17']:>7.4f}   {mixer_text}"
-        )
+        print(f"{r['m']:>7} {r['p']:>9.5f} {r['q']:>8.2f} {r['sigma_max']:>9.4f} ± {r['sigma_max_std']:.4f} "
+              f"{r['eq17']:>7.4f}   {text}")  # fmt: skip
     if mixer["sigma_max"] is not None:
         print(f"Mixer σ_max (mean over its weights) = {mixer['sigma_max']:.4f}")
     if args.plot:

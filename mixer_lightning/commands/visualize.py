@@ -95,9 +95,8 @@ def draw_stem_units(weight: torch.Tensor, title: str, path: Path) -> None:
     scaled = weight / weight.flatten(1).abs().amax(1).clamp_min(1e-12)[:, None, None, None]  # in [-1, 1]
     columns = max(1, min(16, math.ceil(math.sqrt(n))))
     # At least 5 inches wide: the two-line title fits over a few units.
-    fig, ax = plt.subplots(
-        figsize=(min(10, max(5.0, 1.0 + 0.55 * columns)), min(10, 1.3 + 0.55 * math.ceil(n / columns)))
-    )
+    size = min(10, max(5.0, 1.0 + 0.55 * columns)), min(10, 1.3 + 0.55 * math.ceil(n / columns))
+    fig, ax = plt.subplots(figsize=size)
     if chans == 3:
         canvas = _tile((scaled + 1) / 2, columns).nan_to_num(1.0).numpy()  # gaps: white
         ax.imshow(canvas, interpolation="nearest")
@@ -133,23 +132,20 @@ def draw_patterns(panels: list[tuple[str, torch.Tensor]], title: str, path: Path
     fig, axes = plt.subplots(
         2 if zoom else 1, len(panels), figsize=(3.6 * len(panels), 7.6 if zoom else 4.4), squeeze=False
     )
-    norm = PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0)
-    image = None
+    style = {"cmap": "Greys", "norm": PowerNorm(gamma=0.5, vmin=0.0, vmax=1.0), "interpolation": "nearest"}
     for column, ((label, weight), picture) in enumerate(zip(panels, pictures, strict=True)):
-        ax = axes[0, column]
-        density = float((weight != 0).float().mean())
-        rows, cols = weight.shape
+        ax, (rows, cols) = axes[0, column], weight.shape
+        image = ax.imshow(picture.numpy(), extent=(0, cols, rows, 0), **style)
         pooled = tuple(picture.shape) != (rows, cols)
-        image = ax.imshow(picture.numpy(), cmap="Greys", norm=norm, interpolation="nearest", extent=(0, cols, rows, 0))
         scale = f"\n{rows / picture.shape[0]:.3g}×{cols / picture.shape[1]:.3g} entries per pixel" if pooled else ""
+        density = float((weight != 0).float().mean())
         ax.set_title(f"{label}\n{rows:,}×{cols:,}, {100 * density:.3g} % non-zero{scale}", fontsize=8.5)
         _unit_axes(ax)
         if zoom:
-            corner = axes[1, column]
             side = min(ZOOM, rows, cols)
-            corner.imshow((weight[:side, :side] != 0).float().numpy(), cmap="Greys", norm=norm, interpolation="nearest")
-            corner.set_title(f"top-left {side}×{side} entries, one pixel each", fontsize=8.5)
-            _unit_axes(corner)
+            axes[1, column].imshow((weight[:side, :side] != 0).float().numpy(), **style)
+            axes[1, column].set_title(f"top-left {side}×{side} entries, one pixel each", fontsize=8.5)
+            _unit_axes(axes[1, column])
     if not zoom:  # one pixel per entry: black is a connection
         fig.suptitle(f"{title}\nblack: a non-zero weight (a connection), white: zero", fontsize=10)
         fig.tight_layout()
@@ -169,32 +165,24 @@ def network_patterns(net: torch.nn.Module, max_width: int) -> tuple[list[tuple[s
 
     panels, notes = [], []
     if hasattr(net, "mixing_layers"):
-        layers = net.mixing_layers()[:2]  # block 1: token then channel mixing
-        if len(net.mixing_layers()) > 2 and layers[0].skip is not None:
-            layers = net.mixing_layers()[2:4]  # block 2 is S×C → S×C: square effective weights
-        for layer in layers:
-            m_in, m_out = layer.tokens_in * layer.channels, layer.tokens * layer.channels
+        mixing = net.mixing_layers()
+        start = 2 if len(mixing) > 2 and mixing[0].skip is not None else 0  # past S0 → S: square weights
+        for layer in mixing[start : start + 2]:
+            m_in, m_out, block = layer.tokens_in * layer.channels, layer.tokens * layer.channels, start // 2 + 1
             if max(m_in, m_out) > max_width:
                 notes.append(
-                    f"{layer.axis} mixing: the effective weight is {m_out:,}×{m_in:,} (m = S·C > --max_width "
-                    f"{max_width}); its pattern is the same at any size: see --demo"
+                    f"{layer.axis} mixing: {m_out:,}×{m_in:,} exceeds --max_width; the same at any size: --demo"
                 )
                 continue
-            weight = first_effective_weight(layer)
-            block = net.mixing_layers().index(layer) // 2 + 1
-            if layer.permuted:
-                label = f"RP {layer.axis} mixing (block {block}): J2 (I ⊗ W) J1"
-            else:
-                label = f"{layer.axis} mixing (block {block}): " + ("I_C ⊗ W" if layer.axis == "token" else "Wᵀ ⊗ I_S")
-            panels.append((label, weight))
+            kind = "J2 (I ⊗ W) J1" if layer.permuted else "I_C ⊗ W" if layer.axis == "token" else "Wᵀ ⊗ I_S"
+            label = f"{'RP ' if layer.permuted else ''}{layer.axis} mixing (block {block}): {kind}"
+            panels.append((label, first_effective_weight(layer)))
     elif hasattr(net, "sparse_layers"):
         for name, layer in zip(("block 1 fc1", "block 1 fc2"), net.sparse_layers()[:2], strict=False):
             if max(layer.in_features, layer.out_features) > max_width:
-                notes.append(
-                    f"SW-MLP {name}: {layer.out_features:,}×{layer.in_features:,} exceeds --max_width {max_width}"
-                )
-                continue
-            panels.append((f"SW-MLP {name}: M ⊙ W (p = {layer.density:.3g})", layer.effective_weight().detach()))
+                notes.append(f"SW-MLP {name}: {layer.out_features:,}×{layer.in_features:,} exceeds --max_width")
+            else:
+                panels.append((f"SW-MLP {name}: M ⊙ W (p = {layer.density:.3g})", layer.effective_weight().detach()))
     else:
         notes.append(f"a {type(net).__name__} has no mixing or static sparse layers")
     return panels, notes
