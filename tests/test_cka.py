@@ -101,10 +101,11 @@ def test_cka_invariances_and_minibatch_accumulation() -> None:
     for batch in range(4):
         s = slice(16 * batch, 16 * batch + 16)
         metric.update([x[s], 3.0 * x[s]], [rotated[s], noise[s], x[s].reshape(16, -1)[:, :10]])
-    matrix = metric.compute()
+    result = metric.compute()
+    matrix = result["cka"]
     torch.testing.assert_close(matrix[:, 0], torch.ones(2, dtype=torch.float64))
     assert abs(float(matrix[0, 1])) < 0.2  # independent features: near 0 (unbiased: may be negative)
-    assert int(metric.batches) == 4 and int(metric.examples) == 64
+    assert int(result["batches"]) == 4 and int(result["examples"]) == 64
 
 
 def test_minibatches_do_not_depend_on_the_number_of_processes() -> None:
