@@ -36,16 +36,6 @@ def hub_file(name: str, filename: str, field: str) -> Path:
         ) from None
 
 
-def folder_pretrained_cfg(path: Any) -> dict[str, Any] | None:
-    """The ``pretrained_cfg`` (with ``num_classes`` and ``label_names``) of the local hub-layout folder
-    `path`, or None when `path` is no such folder."""
-    config_file = Path(str(path)) / "config.json"
-    if str(path).startswith("hf-hub:") or not config_file.is_file():
-        return None
-    config = json.loads(config_file.read_text())
-    return {**{k: config[k] for k in ("num_classes", "label_names") if k in config}, **config["pretrained_cfg"]}
-
-
 def read_hub_folder(path: Any, field: str = "init_from") -> WeightsFile:
     """The weights of the hub-layout folder (or ``hf-hub:`` repo) `path` in this project's key layout."""
     from safetensors.torch import load_file

@@ -7,6 +7,8 @@ a 0.875 centre crop, not ImageNet's statistics) becomes the data module's ``mean
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from mixer_lightning.weights.file import HUB_PREFIXES, WeightsFile
@@ -21,11 +23,14 @@ def hub_preprocessing(name: str) -> dict[str, Any]:
     for a file, or when it cannot be read (reading the weights then says why in one line)."""
     if not isinstance(name, str):
         return {}
-    if not name.startswith(HUB_PREFIXES):
-        from mixer_lightning.weights.hub_folder import folder_pretrained_cfg
-
-        cfg = folder_pretrained_cfg(name)
-        return pretrained_preprocessing(cfg) if cfg else {}
+    if not name.startswith(HUB_PREFIXES):  # a folder in the hub layout (`mixer push`'s), or a file
+        config_file = Path(name) / "config.json"
+        if not config_file.is_file():
+            return {}
+        config = json.loads(config_file.read_text())
+        return pretrained_preprocessing(
+            {**{k: config[k] for k in ("num_classes", "label_names") if k in config}, **config["pretrained_cfg"]}
+        )
     from timm.models import get_pretrained_cfg, load_model_config_from_hf
 
     try:
