@@ -79,8 +79,8 @@ def run(args: Namespace) -> None:
     from mixer_lightning.errors import require
 
     modes = [f"--{mode}" for mode in ("data", "fit", "kernels", "table_s3") if args[mode]]
-    fix = "give one of them (--fit takes a --config)"
-    require(len(modes) <= 1 and not (modes and args.model), "model", f"{', '.join(modes)} measure no --model", fix)
+    require(len(modes) <= 1, "model", f"{' and '.join(modes)} are different measurements", "give one of them")
+    require(not (modes and args.model), "model", f"{''.join(modes)} measures no --model", "drop --model")
     log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
     repeats = {"repeats": args.repeats} if args.repeats else {}
     if args.data:
