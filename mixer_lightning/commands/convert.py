@@ -43,7 +43,7 @@ def convert(
 ) -> tuple[Any, dict[str, Any], Any]:
     """The `MLPMixer` with the weights of `source`, the checkpoint hyper-parameters that rebuild it, and
     the `WeightsFile` read."""
-    from mixer_lightning.errors import require
+    from mixer_lightning.errors import field_prefix, require
     from mixer_lightning.models import MLPMixer, get_entry
     from mixer_lightning.models.registry import DATA_FACTS, class_path
     from mixer_lightning.tasks.initialise import file_network
@@ -66,7 +66,8 @@ def convert(
     if not any(architecture.get("permute") or []):
         architecture.pop("permute", None)
     architecture |= options
-    net = MLPMixer(**facts, **architecture)
+    with field_prefix("--model"):  # a preset that cannot take the weights' image size: --model.patch_size
+        net = MLPMixer(**facts, **architecture)
     load_weights(net, weights, field="--from", new_head=False)
     net_spec = {"class_path": class_path(MLPMixer), "init_args": architecture}
     hparams = {"net": net_spec, **facts, "init_from": None, "upscale": None}
