@@ -13,8 +13,17 @@ from typing import Any
 # each still exists in the installed releases and that this table lists every one the module uses.
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
     "lightning.pytorch.cli:LightningCLI": ("_parse_ckpt_path", "_subcommand_parsers"),
+    "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop": (
+        "_num_ready_batches_reached",
+        "_should_accumulate",
+        "_should_check_val_fx",
+        "_batches_that_stepped",
+    ),
+    "lightning.pytorch.loops.fit_loop:_FitLoop": ("_data_fetcher",),
+    "lightning.pytorch.trainer.trainer:Trainer": ("_accelerator_connector",),
     "argparse:ArgumentParser": ("_actions",),
     "jsonargparse._typehints:ActionTypeHint": ("_typehint",),
+    "timm.models": ("_hub",),
 }
 
 
@@ -122,3 +131,12 @@ def cluster_environment(trainer) -> object:
     from ``Trainer._accelerator_connector.cluster_environment``: single-device strategies do not expose it,
     and Lightning's signal connector reads it there."""
     return trainer._accelerator_connector.cluster_environment
+
+
+def timm_model_card(card: dict, name: str) -> str:
+    """README.md of a hub repo as timm's public ``push_to_hf_hub`` writes it (front matter with tags,
+    library and datasets; then the ``description``, ``details`` and ``usage`` of `card`), for the same
+    card written into a local folder: timm's ``timm.models._hub.generate_readme``."""
+    from timm.models._hub import generate_readme
+
+    return generate_readme(card, name)

@@ -11,7 +11,6 @@ import io
 import json
 import os
 import re
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from helpers import error_field
 from mixer_lightning.cli import main
 
 
@@ -60,22 +60,17 @@ def test_export_refuses_to_replace_a_file_without_overwrite(trained, capsys) -> 
     ckpt = trained("mixer")
     capsys.readouterr()
     Path("notes.pt2").write_text("my notes")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", "--ckpt_path", ckpt, "--format", "pt2", "--out", "notes.pt2"])
-    assert exit_info.value.code == 2 and Path("notes.pt2").read_text() == "my notes"
-    assert "mixer: error: out: notes.pt2 exists; pass --overwrite" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["export", "--ckpt_path", ckpt, "--format", "tflite", "--out", "m.tflite"])
-    assert "format: unknown format 'tflite'; choose one of onnx, pt2, torchscript" in capsys.readouterr().err
+    assert error_field(capsys, ["export", "--ckpt_path", ckpt, "--format", "pt2", "--out", "notes.pt2"]) == "out"
+    assert Path("notes.pt2").read_text() == "my notes"
+    assert "format" in error_field(capsys, ["export", "--ckpt_path", ckpt, "--format", "tflite", "--out", "m.tflite"])
+    assert "batch_size" in error_field(
+        capsys, ["export", "--ckpt_path", ckpt, "--format", "pt2", "--out", "m.pt2", "--batch_size", "0"]
+    )
     assert (
         export(capsys, "--ckpt_path", ckpt, "--format", "pt2", "--out", "notes.pt2", "--overwrite")["out"]
         == "notes.pt2"
     )
     assert not list(Path(".").glob(".notes.pt2.tmp-*"))
-
-
-def last_error(capsys) -> str:
-    return capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def dead_pid() -> int:
@@ -87,8 +82,7 @@ def dead_pid() -> int:
 
 @pytest.mark.parametrize("fmt, name", [("onnx", "m.onnx"), ("pt2", "m.pt2"), ("torchscript", "m.pt")])
 def test_export_writes_through_the_atomic_writer(fmt, name, trained, capsys, monkeypatch) -> None:
-    """Issue 25 RC11: a full disk is one line naming --out (torch.export's own writer aborted the process
-    with SIGABRT), the old file is kept and no temporary is left."""
+    """A full disk is one line naming --out; the old file is kept and no temporary is left."""
     ckpt = trained("mixer")
     Path(name).write_text("the previous export")
 
@@ -97,13 +91,8 @@ def test_export_writes_through_the_atomic_writer(fmt, name, trained, capsys, mon
 
     monkeypatch.setattr(os, "fsync", disk_full)  # the disk fills as the file is written out
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", "--ckpt_path", ckpt, "--format", fmt, "--out", name, "--overwrite"])
-    assert exit_info.value.code == 1
-    assert last_error(capsys) == (
-        f"mixer: error: out: cannot write '{name}': no space left on the device; '{name}' is unchanged; "
-        "free some space and run the command again"
-    )
+    args = ["export", "--ckpt_path", ckpt, "--format", fmt, "--out", name, "--overwrite"]
+    assert error_field(capsys, args, code=1) == "out"
     assert Path(name).read_text() == "the previous export"
     assert not list(Path(".").glob(f".{name}.tmp-*"))
 
@@ -116,40 +105,8 @@ def test_export_to_a_place_it_cannot_write_is_one_line(trained, capsys, monkeypa
 
     monkeypatch.setattr(os, "replace", read_only)
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", "m.pt"])
-    assert exit_info.value.code == 2
-    assert last_error(capsys) == (
-        "mixer: error: out: cannot write 'm.pt': permission denied; choose a path you can write to"
-    )
+    assert error_field(capsys, ["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", "m.pt"]) == "out"
     assert sorted(Path(".").iterdir()) == []
-
-
-@pytest.mark.parametrize(
-    "fmt, out, message",
-    [
-        (
-            "onnx",
-            "m.pt2",
-            "'m.pt2' is the name of a pt2 file, but --format is onnx; name it m.onnx, or give --format pt2",
-        ),
-        (
-            "torchscript",
-            "m.onnx",
-            "'m.onnx' is the name of an ONNX file, but --format is torchscript; name it m.pt, or give --format onnx",
-        ),
-        ("pt2", "model.bin", "'model.bin' does not end in .pt2, the ending of --format pt2; name it model.pt2"),
-    ],
-)
-def test_export_file_name_matches_the_format(fmt, out, message, trained, capsys) -> None:
-    """An ONNX model named .pt2 was written (exit 0) and then opened by the wrong loader."""
-    ckpt = trained("mixer")
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", "--ckpt_path", ckpt, "--format", fmt, "--out", out])
-    assert exit_info.value.code == 2
-    assert last_error(capsys) == f"mixer: error: out: {message}"
-    assert not Path(out).exists()
 
 
 def test_export_removes_only_its_own_orphans(trained, capsys) -> None:
@@ -162,40 +119,6 @@ def test_export_removes_only_its_own_orphans(trained, capsys) -> None:
     other.write_text("another tool's file")
     export(capsys, "--ckpt_path", ckpt, "--format", "torchscript", "--out", "m.pt")
     assert not own.exists() and other.read_text() == "another tool's file"
-
-
-@pytest.mark.parametrize(
-    "special",
-    [
-        "fifo",
-        pytest.param(
-            "device",
-            marks=pytest.mark.skipif(
-                not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mknod of a device needs root"
-            ),
-        ),
-    ],
-)
-def test_export_never_replaces_a_fifo_or_a_device(special, trained, capsys) -> None:
-    """Issue 25 RC12: `--out` naming a FIFO or a device node, even with --overwrite, is refused; before,
-    the node was replaced by a regular file (as root: --out /dev/null --overwrite replaced /dev/null)."""
-    ckpt = trained("mixer")
-    node = Path("node.pt")
-    if special == "fifo":
-        os.mkfifo(node)
-    else:
-        os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # a second /dev/null
-    kind = {"fifo": "FIFO", "device": "character device"}[special]
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", str(node), "--overwrite"])
-    assert exit_info.value.code == 2
-    assert last_error(capsys) == (
-        f"mixer: error: out: 'node.pt' is a {kind} (not a regular file); it is not replaced; "
-        "give the path of a regular file"
-    )
-    mode = node.lstat().st_mode
-    assert stat.S_ISFIFO(mode) if special == "fifo" else stat.S_ISCHR(mode)
 
 
 def docs_onnx_example() -> str:
@@ -240,9 +163,9 @@ def assert_docs_example_reproduces_predict(ckpt: str, photos: Path, capsys) -> N
 
 
 def test_onnx_export_carries_names_and_data_facts(trained, tmp_path, capsys) -> None:
-    """Issue 26 Q2: the ONNX model's input is `image`, its output `logits`, and its metadata holds the
-    checkpoint's data facts, with which the ~10-line onnxruntime example of docs/usage.md reproduces
-    `mixer predict`'s CSV (the digits Mixer: grey images resized)."""
+    """The ONNX model's input is `image`, its output `logits`, and its metadata holds the checkpoint's
+    data facts, with which the ~10-line onnxruntime example of docs/usage.md reproduces `mixer
+    predict`'s CSV (the digits Mixer: grey images resized)."""
     import onnx
 
     from mixer_lightning.tasks.loading import read_checkpoint
@@ -254,7 +177,7 @@ def test_onnx_export_carries_names_and_data_facts(trained, tmp_path, capsys) -> 
     meta = {p.key: json.loads(p.value) for p in model.metadata_props}
     facts = read_checkpoint(ckpt)["data"]
     assert {k: meta[k] for k in facts} == facts and len(meta["class_names"]) == 10
-    assert meta["family"] == "MLPMixerModule" and len(meta["checkpoint_sha256"]) == 64
+    assert meta["family"] == "MLPMixer" and len(meta["checkpoint_sha256"]) == 64
     main(["export", "--ckpt_path", ckpt, "--format", "torchscript", "--out", "model.pt"])
     extra = {"mixer.json": ""}
     torch.jit.load("model.pt", _extra_files=extra)

@@ -10,6 +10,7 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
+from helpers import error_field
 from helpers.trained import DATA_CONFIG
 from mixer_lightning.analysis.fewshot import L2_GRID, RidgeSolver, draw_shots
 from mixer_lightning.cli import main
@@ -46,25 +47,20 @@ def test_fixed_lambda_and_text_output(trained, capsys) -> None:
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, field",
     [
-        (["--shots", "200"], "shots: class 0 has 150 training images, fewer than 200 shots"),
-        (["--shots", "0"], "shots: needs positive integers"),
-        (["--l2", "-1"], "l2: needs positive numbers"),
-        (["--l2", "lots"], "l2: cannot read 'lots'"),
-        (["--holdout", "0"], "holdout: choosing λ needs held-out images"),
-        (["--device", "cuda:7"], "device: "),
+        (["--shots", "200"], "shots"),  # class 0 has 150 training images
+        (["--shots", "0"], "shots"),
+        (["--l2", "-1"], "l2"),
+        (["--l2", "lots"], "l2"),
+        (["--holdout", "0"], "holdout"),  # λ chosen on no held-out images
+        (["--holdout", "-1"], "holdout"),
     ],
 )
-def test_bad_fewshot_arguments(args: list[str], message: str, trained, capsys) -> None:
+def test_bad_fewshot_arguments(args: list[str], field: str, trained, capsys) -> None:
     mixer = trained("mixer")
-    if args[0] == "--device" and torch.cuda.is_available():
-        pytest.skip("CUDA is available here")
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fewshot", "--ckpt", mixer, "--config", DATA_CONFIG, *args])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    assert field in error_field(capsys, ["fewshot", "--ckpt", mixer, "--config", DATA_CONFIG, *args])
 
 
 @pytest.mark.parametrize("examples, dims", [(60, 8), (12, 40)])  # XᵀX and XXᵀ branches

@@ -104,7 +104,7 @@ def test_sweep_report_figures(drawn, capsys: pytest.CaptureFixture) -> None:
             "--config",
             TINY_S_MIXER,
             "--grid",
-            "model.init_args.permute=[[true,false],[false,true],false,true]",
+            "model.net.init_args.permute=[[true,false],[false,true],false,true]",
             "--seeds",
             "0,1",
             "--emit",

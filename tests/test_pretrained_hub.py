@@ -12,6 +12,7 @@ import pytest
 import timm
 import torch
 
+from helpers import error_field
 from helpers.fakedata import write_fine_tune_config
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
@@ -88,14 +89,9 @@ def test_convert_and_fine_tune_from_a_hub_name(tmp_path, offline_cache, capsys) 
 
 
 def test_a_name_missing_from_the_offline_cache_is_one_line(offline_cache, capsys) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["convert", "--from", "hf-hub:lab/absent", "--out", "x.ckpt"])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("mixer: error: --from: cannot fetch 'hf-hub:lab/absent' from the hub or its cache"), err
-    with pytest.raises(SystemExit):
-        main(["convert", "--from", "timm:mixer_q99_224.nothing", "--out", "x.ckpt"])
-    assert "--from: timm knows no model 'mixer_q99_224.nothing'" in capsys.readouterr().err
+    assert error_field(capsys, ["convert", "--from", "hf-hub:lab/absent", "--out", "x.ckpt"]) == "--from"
+    assert error_field(capsys, ["convert", "--from", "timm:mixer_b16_224.goog_in21k", "--out", "x.ckpt"]) == "--from"
+    assert error_field(capsys, ["convert", "--from", "timm:mixer_q99_224.nothing", "--out", "x.ckpt"]) == "--from"
     assert not Path("x.ckpt").exists()
 
 
@@ -114,9 +110,9 @@ def test_a_timm_name_with_its_pretrained_tag(tmp_path, offline_cache) -> None:
 
 
 def test_a_converted_hub_model_predicts_as_timm_does(tmp_path, offline_cache, capsys) -> None:
-    """Issue 26 T6: the checkpoint `mixer convert` writes from hub weights carries their data facts
-    (timm's pretrained_cfg: mean, std, crop, interpolation; the hub's class names), so `mixer predict`
-    needs nothing else and computes what timm computes on timm's own evaluation pre-processing."""
+    """The checkpoint `mixer convert` writes from hub weights carries their data facts (timm's
+    pretrained_cfg: mean, std, crop, interpolation; the hub's class names), so `mixer predict` needs
+    nothing else and computes what timm computes on timm's own evaluation pre-processing."""
     from PIL import Image
     from timm.data import create_transform, resolve_data_config
 
@@ -155,43 +151,9 @@ def test_a_converted_hub_model_predicts_as_timm_does(tmp_path, offline_cache, ca
         assert np.allclose([float(row[f"prob_{k}"]) for k in (1, 2, 3)], top.values.numpy(), atol=1e-5)
 
 
-def test_no_network_fails_at_once(tmp_path, monkeypatch, capfd, caplog) -> None:
-    """Issue 26 Q4: without a network and with nothing cached, a hub name failed after about a minute of
-    huggingface_hub's retries (1+2+4+8+8 s per file, two files); now at once, saying why."""
-    import huggingface_hub.constants as hub
-
-    from mixer_lightning import hub as probe
-
-    cache = tmp_path / "empty_cache"
-    cache.mkdir()
-    monkeypatch.setattr(hub, "ENDPOINT", "http://127.0.0.1:9")  # the discard port: connection refused
-    monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # restored after the test: the probe sets it for the process
-    monkeypatch.setattr(probe, "_reason", None)
-    for name in ("proxy", "http_proxy", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-        monkeypatch.delenv(name.upper(), raising=False)
-    with pytest.raises(SystemExit) as exit_info:
-        main(["convert", "--from", "timm:mixer_b16_224.goog_in21k", "--out", "x.ckpt"])
-    assert exit_info.value.code == 2
-    out, err = capfd.readouterr()
-    retries = [r.getMessage() for r in caplog.records if "Retrying" in r.getMessage()]  # huggingface_hub's log
-    assert not retries and "Retrying" not in out + err, retries
-    assert (
-        err.strip()
-        .splitlines()[-1]
-        .startswith(
-            "mixer: error: --from: cannot fetch 'timm:mixer_b16_224.goog_in21k' from the hub or its cache: no network "
-            "(cannot reach 127.0.0.1:9: Connection refused), and it is not in the hub cache"
-        )
-    ), err
-    assert not Path("x.ckpt").exists()
-
-
 def test_docs_onnx_example_with_the_centre_crop_of_hub_weights(tmp_path, offline_cache, capsys) -> None:
-    """Issue 26 Q2: the onnxruntime example of docs/usage.md, on its other branch (``resmall_crop``: timm's
-    centre crop), reproduces `mixer predict`'s CSV of a converted hub model (tests/test_export.py: the other)."""
+    """The onnxruntime example of docs/usage.md, on its other branch (``resmall_crop``: timm's centre
+    crop), reproduces `mixer predict`'s CSV of a converted hub model (tests/test_export.py: the other)."""
     from test_export import assert_docs_example_reproduces_predict, write_photos
 
     _, files = tiny_timm_repo(tmp_path, {"label_names": [f"kind {i}" for i in range(10)]})

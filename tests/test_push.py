@@ -1,10 +1,11 @@
-"""`mixer push` (issue 26, A2): a checkpoint as a Hugging Face Hub repo (model.safetensors, timm's
-config.json with the pretrained_cfg, a model card), read back by timm and by our own loading from
-the folder and from an offline hub cache; nothing here reaches the network."""
+"""`mixer push`: a checkpoint as a Hugging Face Hub repo (model.safetensors, timm's config.json with the
+pretrained_cfg, a model card), read back by timm and by our own loading from the folder and from an
+offline hub cache; nothing here reaches the network (HfApi's calls are replaced)."""
 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import timm
 import torch
 import yaml
 
-from helpers import TEST_CONFIGS
+from helpers import TEST_CONFIGS, error_field
 from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.tasks.loading import load_classifier
@@ -29,7 +30,7 @@ def timm_shaped(tmp_path_factory: pytest.TempPathFactory) -> str:
     root = tmp_path_factory.mktemp("push_run")
     write_hf(root / "data", train=16, test=8, size=32, classes=5)
     config = {
-        "model": {"class_path": "mixer_lightning.tasks.MLPMixerModule", "init_args": TIMM_SHAPED},
+        "model": {"net": {"class_path": "mixer_lightning.models.MLPMixer", "init_args": TIMM_SHAPED}},
         "data": {
             "class_path": "mixer_lightning.data.ImageDataModule",
             "init_args": {"dataset": "hf", "root": str(root / "data"), "batch_size": 8, "val_split": 0},
@@ -65,13 +66,30 @@ def offline_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return cache
 
 
-def one_line_error(capsys: pytest.CaptureFixture[str], args: list[str], code: int = 2) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == code
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("mixer: error: "), err
-    return err[0]
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> list:
+    """HfApi's network calls replaced by records of what they were given: (name, arguments)."""
+    import huggingface_hub
+
+    calls = []
+
+    def create_repo(self, repo_id, **kwargs):
+        calls.append(("create_repo", repo_id, kwargs))
+        return huggingface_hub.RepoUrl(f"https://huggingface.co/{repo_id}")
+
+    def upload_folder(self, **kwargs):
+        patterns = kwargs.get("allow_patterns")
+        names = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir() if not patterns or p.name in patterns)
+        calls.append(("upload_folder", kwargs["repo_id"], names))
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", create_repo)
+
+    def file_exists(self, repo_id, filename, **kwargs):
+        calls.append(("file_exists", repo_id, filename))
+        return False
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "file_exists", file_exists)
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    return calls
 
 
 def test_a_timm_shaped_mixer_round_trips_through_timm_and_back(
@@ -94,7 +112,7 @@ def test_a_timm_shaped_mixer_round_trips_through_timm_and_back(
     assert config["mixer_lightning"]["checkpoint"]["path"] == timm_shaped
     readme = Path("repo/README.md").read_text()
     assert "library_name: timm" in readme and "```yaml" in readme and "patch_size: 32" in readme
-    assert "| test/acc1 |" in readme  # the run's test metrics of this very checkpoint
+    assert "Test metrics (version_0/test_metrics.json)" in readme and "test/acc1:" in readme  # this checkpoint's
 
     images = torch.randn(4, 3, 32, 32)
     with torch.no_grad():
@@ -124,34 +142,44 @@ def test_a_timm_shaped_mixer_round_trips_through_timm_and_back(
             torch.testing.assert_close(load_classifier(path).net(images), expected, rtol=0, atol=1e-6)
 
 
+def test_a_timm_shaped_mixer_is_uploaded_by_timms_push_to_hf_hub(timm_shaped, monkeypatch, capsys) -> None:
+    calls = fake_hub(monkeypatch)
+    main(["push", "--ckpt_path", timm_shaped, "--repo_id", "lab/tiny", "--private"])
+    assert calls == [
+        ("create_repo", "lab/tiny", {"private": True, "exist_ok": True}),
+        ("file_exists", "lab/tiny", "README.md"),  # push_to_hf_hub writes a model card into a repo without one
+        ("upload_folder", "lab/tiny", ["README.md", "config.json", "model.safetensors"]),  # no pickle file
+    ]
+    assert "https://huggingface.co/lab/tiny" in capsys.readouterr().out
+
+
 def test_another_family_keeps_our_layout_and_loads_back(trained, tmp_path: Path, capsys) -> None:
     rp = trained("rp_s_mixer")
     capsys.readouterr()  # the fit that trained it, on first use
     main(["push", "--ckpt_path", rp, "--out", "rp_repo", "--json"])
     report = json.loads(capsys.readouterr().out)
-    assert report["architecture"] == "mixer_lightning:SMixerModule" and not report["timm"]
+    assert report["architecture"] == "mixer_lightning:SMixer" and not report["timm"]
     assert "timm has no SMixer" in report["why_not_timm"]
     config = json.loads(Path("rp_repo/config.json").read_text())
-    assert config["pretrained_cfg"]["input_size"] == [1, 8, 8] and config["model_args"]["permute"]
+    assert config["pretrained_cfg"]["input_size"] == [1, 8, 8] and config["model_args"]["net"]["init_args"]["permute"]
     assert "library_name: mixer-lightning" in Path("rp_repo/README.md").read_text()
 
     weights = read_weights("rp_repo")
     module = load_classifier(rp)
-    assert weights.class_path == "mixer_lightning.tasks.SMixerModule"
     state = module.net.state_dict()
     assert sorted(weights.state_dict) == sorted(state)  # the RP permutations are in it
     assert all(torch.equal(weights.state_dict[k], v) for k, v in state.items())
     # model.init_from: the folder rebuilds the same network (its architecture from the folder's config).
-    from mixer_lightning.tasks import SMixerModule
+    from mixer_lightning.models import SMixer
+    from mixer_lightning.tasks import ClassifierModule
 
-    hparams = {k: v for k, v in weights.architecture.items() if k not in ("num_classes", "image_size", "in_chans")}
-    rebuilt = SMixerModule(num_classes=10, image_size=8, in_chans=1, init_from="rp_repo", **hparams).eval()
+    rebuilt = ClassifierModule(partial(SMixer), num_classes=10, image_size=8, in_chans=1, init_from="rp_repo").eval()
     images = torch.randn(3, 1, 8, 8)
     with torch.no_grad():
         torch.testing.assert_close(rebuilt.net(images), module.net(images), rtol=0, atol=0)
     # ... and its preprocessing becomes the data's defaults, as an hf-hub: name's does (it was ignored)
     capsys.readouterr()
-    main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--model.init_args.init_from", "rp_repo",
+    main(["fit", "--config", str(TEST_CONFIGS / "digits_rp_s_mixer.yaml"), "--model.init_from", "rp_repo",
           "--trainer.fast_dev_run", "true"])  # fmt: skip
     out = capsys.readouterr().out
     line = next((x for x in out.splitlines() if x.endswith("(the preprocessing of rp_repo)")), out)
@@ -159,36 +187,28 @@ def test_another_family_keeps_our_layout_and_loads_back(trained, tmp_path: Path,
 
 
 def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, capsys) -> None:
-    import huggingface_hub
     import huggingface_hub.constants as hub
 
     ckpt = trained("mixer")
     capsys.readouterr()  # the fit that trained it, on first use
     main(["push", "--ckpt_path", ckpt, "--out", "repo"])
     before = Path("repo/config.json").read_bytes()
-    error = one_line_error(capsys, ["push", "--ckpt_path", ckpt, "--out", "repo"])
-    assert "repo already holds README.md, config.json, model.safetensors" in error and "--overwrite" in error
+    assert error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "repo"]) == "--out"  # no --overwrite
     assert Path("repo/config.json").read_bytes() == before
 
-    # Offline: the folder is written, and one line says it was not uploaded.
+    # Offline (huggingface_hub refuses every request): the folder is written, the upload is one line.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
-    error = one_line_error(capsys, ["push", "--ckpt_path", ckpt, "--out", "off", "--repo_id", "lab/x"], code=1)
-    assert "offline" in error and "off written, not uploaded" in error and "`hf upload lab/x off`" in error
+    assert error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "off", "--repo_id", "lab/x"], 1) == "--repo_id"
     assert (Path("off") / "model.safetensors").is_file()
 
-    # Online (HfApi replaced: no network here): the repo is created and the folder uploaded.
-    calls = []
+    # Online (HfApi replaced): the repo is created and only the three files uploaded.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", lambda self, repo_id, **kw: calls.append((repo_id, kw)))
-    monkeypatch.setattr(
-        huggingface_hub.HfApi,
-        "upload_folder",
-        lambda self, **kw: calls.append(sorted(p.name for p in Path(kw["folder_path"]).iterdir()) + [kw["repo_id"]]),
-    )
-    main(["push", "--ckpt_path", ckpt, "--repo_id", "lab/x", "--private"])
+    calls = fake_hub(monkeypatch)
+    Path("off", "notes.txt").write_text("mine, not the hub's")
+    main(["push", "--ckpt_path", ckpt, "--out", "off", "--overwrite", "--repo_id", "lab/x", "--private"])
     assert calls == [
-        ("lab/x", {"private": True, "exist_ok": True}),
-        ["README.md", "config.json", "model.safetensors", "lab/x"],
+        ("create_repo", "lab/x", {"private": True, "exist_ok": True}),
+        ("upload_folder", "lab/x", ["README.md", "config.json", "model.safetensors"]),
     ]
     assert "https://huggingface.co/lab/x" in capsys.readouterr().out
 
@@ -196,6 +216,6 @@ def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, 
     checkpoint = torch.load(ckpt, weights_only=True)
     del checkpoint["data"]
     torch.save(checkpoint, "bare.ckpt")
-    error = one_line_error(capsys, ["push", "--ckpt_path", "bare.ckpt", "--out", "bare"])
-    assert "carries no data facts" in error and not Path("bare").exists()
-    assert "ORG/NAME" in one_line_error(capsys, ["push", "--ckpt_path", ckpt, "--repo_id", "nope"])
+    assert error_field(capsys, ["push", "--ckpt_path", "bare.ckpt", "--out", "bare"]) == "--ckpt_path"
+    assert not Path("bare").exists()
+    assert error_field(capsys, ["push", "--ckpt_path", ckpt]) == "--out"  # nowhere to write or upload

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import error_field
 from mixer_lightning.analysis.effective import effective_linears
 from mixer_lightning.analysis.spectrum import (
     d1_width_density,
@@ -105,29 +106,25 @@ def test_full_spectra_and_text_output(capsys: pytest.CaptureFixture) -> None:
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, field",
     [
-        (["--omega", "2**14", "--widths", "64"], "widths: m = 64 is narrower than a dense layer"),
-        (["--omega", "lots"], "omega: cannot read 'lots'"),
-        (["--omega", "2**14", "--gamma", "0.5"], "gamma: must be >= 1"),
-        (["--omega", "2**14", "--widths", "128,x"], "widths: cannot read '128,x'"),
-        (["--omega", "2**14", "--seeds", "a"], "seeds: cannot read 'a'"),
-        (["--omega", "2**14", "--seeds", "0,,1"], "seeds: cannot read '0,,1': item 2 is empty"),
-        (["--omega", "2**100"], "omega: 1.268e+30 connections per layer is more than one weight drawn here may hold"),
-        (["--omega", "2**14", "--widths", "2**40"], "widths: m = 1,099,511,627,776 is wider than"),
-        (["--omega", "10**3", "--a", "30"], "a: needs scaling indices a in [0, 8]"),
-        (["--omega", "10**3", "--a", "1", "--trials", "0"], "trials: must be in [1, 10000]"),
-        (["--omega", "10**3", "--a", "1", "--trials", "3", "--seeds", "0"], "trials: give --seeds or --trials"),
-        (["--omega", "10**3", "--a", "1", "--gamma", "2"], "gamma: App. D.1's scaling is for square"),
-        (["--omega", "10**3", "--a", "1", "--widths", "64"], "a: --a sets the widths itself"),
-        (["--omega", "2**14", "--widths", "2048", "--all", "--max_entries", "1000"], "max_entries: every width"),
+        (["--omega", "2**14", "--widths", "64"], "widths"),  # narrower than a dense layer with Ω connections
+        (["--omega", "lots"], "omega"),
+        (["--omega", "2**100"], "omega"),
+        (["--omega", "2**14", "--gamma", "0.5"], "gamma"),
+        (["--omega", "2**14", "--widths", "128,x"], "widths"),
+        (["--omega", "2**14", "--seeds", "a"], "seeds"),
+        (["--omega", "2**14", "--seeds", "0,,1"], "seeds"),
+        (["--omega", "10**3", "--a", "-1"], "a"),
+        (["--omega", "10**3", "--a", "1", "--trials", "0"], "trials"),
+        (["--omega", "10**3", "--a", "1", "--trials", "3", "--seeds", "0"], "trials"),
+        (["--omega", "10**3", "--a", "1", "--gamma", "2"], "gamma"),
+        (["--omega", "10**3", "--a", "1", "--widths", "64"], "a"),
+        (["--omega", "2**14", "--widths", "2048", "--all", "--max_entries", "1000"], "max_entries"),
     ],
 )
-def test_bad_spectrum_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["spectrum", *args])
-    assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+def test_bad_spectrum_arguments(args: list[str], field: str, capsys: pytest.CaptureFixture) -> None:
+    assert field in error_field(capsys, ["spectrum", *args])
 
 
 def test_figure_s1_lambda_max_grows_with_the_scaling_index(capsys: pytest.CaptureFixture) -> None:

@@ -1,15 +1,8 @@
-"""Analyses of trained or freshly initialised networks: singular values of their layers (Hayase &
-Karakida 2024, Sec. 4.3, App. D.1) and the effective wide-MLP view of Mixers (Sec. 3). Also here:
-`width_spectra` (σ_max over width at fixed Ω, Fig. 4 right, App. D.1), `cka` (minibatch CKA, Sec. 3.4),
-`fewshot` (linear few-shot evaluation), `visualize` (weight pictures), `features` (what they read),
-`curves` (training curves from logs)."""
+"""Analyses of trained or freshly initialised networks: singular values of their layers (`spectrum`,
+`width_spectra`: Hayase & Karakida 2024, Sec. 4.3, App. D.1), the effective wide-MLP view of Mixers
+(`effective`, Sec. 3), minibatch CKA (`cka`, Sec. 3.4), few-shot evaluation (`fewshot`), weight pictures
+(`visualize`), what the commands read (`features`) and training curves from logs (`curves`)."""
 
-from mixer_lightning.analysis.spectrum import (
-    mixing_layer_spectra,
-    register_spectrum,
-    singular_values,
-    spectral_norm,
-    weight_layers,
-)
+from mixer_lightning.analysis.spectrum import mixing_layer_spectra, singular_values, spectral_norm, weight_layers
 
-__all__ = ["mixing_layer_spectra", "register_spectrum", "singular_values", "spectral_norm", "weight_layers"]
+__all__ = ["mixing_layer_spectra", "singular_values", "spectral_norm", "weight_layers"]

@@ -19,7 +19,9 @@ process would (`torchmetrics.Metric` gathers and sums the states at `compute`).
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
+import numpy as np
 import torch
 from lightning.pytorch import LightningModule
 from torch.utils.data import DataLoader, Dataset, Sampler
@@ -63,11 +65,10 @@ def hsic_unbiased(k: torch.Tensor, l: torch.Tensor, pairwise: bool = True) -> to
 class MinibatchCKA(Metric):
     """Minibatch linear CKA between every layer of network A and every layer of network B.
 
-    ``update(features_a, features_b)`` takes two lists of per-layer features of the same minibatch
-    ((n, …) tensors of any shape: a Mixer's (n, S, C), an SW-MLP's (n, m)); ``compute()`` returns the
-    (len(features_a), len(features_b)) CKA matrix. States (float64 sums over minibatches):
-    ``hsic_ab`` Σ HSIC₁(K_a, L_b), ``hsic_aa`` Σ HSIC₁(K_a, K_a), ``hsic_bb`` Σ HSIC₁(L_b, L_b), and the
-    counts of minibatches and examples; all reduced by summation across processes.
+    ``update(features_a, features_b)`` takes the per-layer features of one minibatch ((n, …) tensors: a
+    Mixer's (n, S, C), an SW-MLP's (n, m)); ``compute()`` returns ``cka``, the (layers A, layers B) matrix,
+    and the ``batches`` and ``examples`` it is over. The float64 sums Σ HSIC₁ (``hsic_ab``, ``hsic_aa``,
+    ``hsic_bb``) and the counts are states reduced by summation across processes.
     """
 
     full_state_update = False
@@ -84,10 +85,6 @@ class MinibatchCKA(Metric):
         self.add_state("examples", torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
 
     def update(self, features_a: list[torch.Tensor], features_b: list[torch.Tensor]) -> None:
-        if len(features_a) != self.layers_a or len(features_b) != self.layers_b:
-            raise ValueError(
-                f"expected {self.layers_a} and {self.layers_b} layers, got {len(features_a)} and {len(features_b)}"
-            )
         k = torch.stack([gram_linear(f) for f in features_a])
         l = torch.stack([gram_linear(f) for f in features_b])
         # Out of place: with ddp_spawn on CPU the states travel to the processes in shared memory, and
@@ -98,41 +95,22 @@ class MinibatchCKA(Metric):
         self.batches = self.batches + 1
         self.examples = self.examples + k.shape[-1]
 
-    def compute(self) -> torch.Tensor:
-        return self.hsic_ab / torch.sqrt(torch.outer(self.hsic_aa, self.hsic_bb))
-
-    def compute_with_counts(self) -> dict[str, torch.Tensor]:
-        """The CKA matrix and the minibatches and examples it is over, all from the synced states."""
-        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync):
-            return {
-                "cka": self.hsic_ab / torch.sqrt(torch.outer(self.hsic_aa, self.hsic_bb)),
-                "batches": self.batches.clone(),
-                "examples": self.examples.clone(),
-            }
+    def compute(self) -> dict[str, torch.Tensor]:
+        cka = self.hsic_ab / torch.sqrt(torch.outer(self.hsic_aa, self.hsic_bb))
+        return {"cka": cka, "batches": self.batches.clone(), "examples": self.examples.clone()}
 
 
 # ------------------------------------------------------------------------ evaluation with a Trainer
 
 
 class MinibatchSampler(Sampler[list[int]]):
-    """The minibatches of a CKA evaluation, the same whatever the number of processes.
+    """The minibatches of a CKA evaluation, the same whatever the number of processes: the dataset
+    shuffled once with `seed`, cut into full minibatches (every HSIC₁ term is over n = batch_size), at
+    most `num_batches`; process `rank` of `world_size` takes minibatches rank, rank + world_size, …
+    whole, so the summed states equal one process's (a DistributedSampler would deal examples round-robin
+    and pad, changing every minibatch)."""
 
-    The dataset is shuffled once with `seed` and cut into full minibatches of `batch_size` (a last
-    partial one is dropped: every HSIC₁ term is over n = batch_size examples); at most `num_batches`
-    are kept. Process `rank` of `world_size` takes minibatches rank, rank + world_size, … whole, so
-    the set of minibatches, hence the summed HSIC states and the CKA, equal a single process's
-    (a DistributedSampler would instead deal examples round-robin and pad, changing every minibatch).
-    """
-
-    def __init__(
-        self,
-        num_examples: int,
-        batch_size: int,
-        num_batches: int | None = None,
-        seed: int = 0,
-        rank: int = 0,
-        world_size: int = 1,
-    ):
+    def __init__(self, num_examples: int, batch_size: int, num_batches: int | None = None, seed: int = 0, rank: int = 0, world_size: int = 1):  # fmt: skip
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         total = num_examples // batch_size
         self.total = total if num_batches is None else min(total, num_batches)
@@ -148,34 +126,19 @@ class MinibatchSampler(Sampler[list[int]]):
 
 
 class CKAEvaluation(LightningModule):
-    """Runs two frozen networks over a dataset in a Lightning test loop and accumulates
-    `MinibatchCKA` between the inputs of their skip connections (``forward_skip_inputs``). Each
-    entry of the matrix is logged as ``cka/{i}/{j}`` (what ``trainer.test`` returns, also from
-    spawned processes); ``cka/examples`` and ``cka/batches`` count what was seen on all processes."""
+    """Two frozen networks run over a dataset in a Lightning test loop, `MinibatchCKA` accumulated between
+    the inputs of their skip connections (``forward_skip_inputs``); the matrix is logged as ``cka/{i}/{j}``
+    (what ``trainer.test`` returns, spawned processes too) with ``cka/examples`` and ``cka/batches``."""
 
-    def __init__(
-        self,
-        net_a: SkipInputs,
-        net_b: SkipInputs,
-        layers_a: int,
-        layers_b: int,
-        dataset: Dataset,
-        batch_size: int,
-        num_batches: int | None = None,
-        seed: int = 0,
-        num_workers: int = 0,
-    ):
+    def __init__(self, nets: list[SkipInputs], layers: list[int], dataset: Dataset, sampling: dict, num_workers: int):
         super().__init__()
-        self.net_a, self.net_b = net_a, net_b
-        self.cka = MinibatchCKA(layers_a, layers_b)
-        self.dataset, self.batch_size, self.num_batches = dataset, batch_size, num_batches
-        self.seed, self.num_workers = seed, num_workers
+        self.net_a, self.net_b = nets
+        self.cka = MinibatchCKA(*layers)
+        self.dataset, self.sampling, self.num_workers = dataset, sampling, num_workers
 
     def test_dataloader(self) -> DataLoader:
-        trainer = self.trainer
-        sampler = MinibatchSampler(
-            len(self.dataset), self.batch_size, self.num_batches, self.seed, trainer.global_rank, trainer.world_size
-        )
+        ranks = {"rank": self.trainer.global_rank, "world_size": self.trainer.world_size}
+        sampler = MinibatchSampler(len(self.dataset), **self.sampling, **ranks)
         return DataLoader(self.dataset, batch_sampler=sampler, num_workers=self.num_workers)
 
     def test_step(self, batch, batch_idx: int) -> None:
@@ -183,17 +146,11 @@ class CKAEvaluation(LightningModule):
         self.cka.update(self.net_a.forward_skip_inputs(images), self.net_b.forward_skip_inputs(images))
 
     def on_test_epoch_end(self) -> None:
-        result = self.cka.compute_with_counts()  # the states summed over every process
-        matrix = result["cka"]
-        metrics = {f"cka/{i}/{j}": matrix[i, j] for i in range(matrix.shape[0]) for j in range(matrix.shape[1])}
+        result = self.cka.compute()  # the states summed over every process
+        metrics = {f"cka/{i}/{j}": value for (i, j), value in np.ndenumerate(result["cka"].cpu().numpy())}
         metrics.update({"cka/examples": result["examples"].double(), "cka/batches": result["batches"].double()})
         self.log_dict(metrics, sync_dist=True)  # the same values on every process: their mean changes nothing
         self.cka.reset()
-
-
-def matrix_from_results(results: dict[str, float], layers_a: int, layers_b: int) -> list[list[float]]:
-    """The CKA matrix from the metrics `CKAEvaluation` logs."""
-    return [[float(results[f"cka/{i}/{j}"]) for j in range(layers_b)] for i in range(layers_a)]
 
 
 def compute_matrix(
@@ -204,94 +161,55 @@ def compute_matrix(
     batch_size: int | None = None,
     batches: int | None = None,
     seed: int = 0,
-    accelerator: str = "auto",
-    devices: int | str = 1,
-    strategy: str = "auto",
-    num_nodes: int = 1,
-    precision: str | None = None,
+    **trainer_args: Any,
 ) -> dict:
     """Minibatch CKA between the skip-connection inputs of the networks in two checkpoints, on the
-    images of the ``data:`` section of `configs` (`mixer cka`, and `mixer sweep report` for Fig. 2(a))."""
+    images of the ``data:`` section of `configs` (`mixer cka`, and `mixer sweep report` for Fig. 2(a));
+    `trainer_args` (accelerator, devices, strategy, num_nodes, precision) go to Lightning's Trainer."""
     from lightning.pytorch import Trainer
 
     from mixer_lightning.analysis.features import check_fits_data, datamodule_from_config, skip_input_names
     from mixer_lightning.tasks.loading import load_classifier
 
-    modules, names = [], []
-    for path in (ckpt_a, ckpt_b):
-        module = load_classifier(path, field="ckpt")
-        net = module.net
-        layers = skip_input_names(net)
-        require(
-            bool(layers) and hasattr(net, "forward_skip_inputs"),
-            "ckpt",
-            f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections",
-            "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs",
-        )
-        modules.append(module)
-        names.append(layers)
+    modules = [load_classifier(path, field="ckpt") for path in (ckpt_a, ckpt_b)]
+    nets = [module.net for module in modules]
+    names = [skip_input_names(net) for net in nets]
+    for path, net, layers in zip((ckpt_a, ckpt_b), nets, names, strict=True):
+        fix = "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs"
+        problem = f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections"
+        require(bool(layers) and hasattr(net, "forward_skip_inputs"), "ckpt", problem, fix)
     datamodule = datamodule_from_config(configs)
     for module in modules:
         check_fits_data(module, datamodule, "config")
     datamodule.setup("test" if split == "test" else "validate")
     dataset = datamodule.test_set if split == "test" else datamodule.val_set
     batch_size = batch_size or datamodule.eval_batch_size
-    require(batch_size >= 4, "batch_size", f"the unbiased HSIC needs at least 4 images per minibatch, got {batch_size}")
-    require(batches is None or batches > 0, "batches", f"must be positive, got {batches}")
-    full = len(dataset) // batch_size
-    require(
-        full > 0,
-        "batch_size",
-        f"the {split} split has {len(dataset)} images, fewer than one minibatch",
-        "lower --batch_size",
-    )
-    evaluation = CKAEvaluation(
-        modules[0].net,
-        modules[1].net,
-        len(names[0]),
-        len(names[1]),
-        dataset,
-        batch_size,
-        batches,
-        seed,
-        datamodule.num_workers,
-    )
-    trainer_args = dict(
-        accelerator=accelerator,
-        devices=devices,
-        strategy=strategy,
-        num_nodes=num_nodes,
-        logger=False,
-        enable_checkpointing=False,
-        enable_model_summary=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-    )
-    if precision:
-        trainer_args["precision"] = precision
+    require(len(dataset) >= batch_size, "batch_size", f"the {split} split has {len(dataset)} images, < one minibatch")
+    sampling = {"batch_size": batch_size, "num_batches": batches, "seed": seed}
+    evaluation = CKAEvaluation(nets, [len(n) for n in names], dataset, sampling, datamodule.num_workers)
+    trainer_args = {k: v for k, v in trainer_args.items() if v is not None}
+    quiet = {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_model_summary": False,
+        "enable_progress_bar": False,
+    }
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", ".*does not have many workers.*")
-        trainer = Trainer(**trainer_args)
+        trainer = Trainer(**trainer_args, **quiet, use_distributed_sampler=False)  # MinibatchSampler shards
         results = trainer.test(evaluation, verbose=False)[0]
-    matrix = matrix_from_results(results, len(names[0]), len(names[1]))
-    result = {
-        "cka": matrix,
-        "layers_a": names[0],
-        "layers_b": names[1],
-        "ckpt_a": ckpt_a,
-        "ckpt_b": ckpt_b,
-        "model_a": type(modules[0].net).__name__,
-        "model_b": type(modules[1].net).__name__,
-        "split": split,
+    matrix = [[float(results[f"cka/{i}/{j}"]) for j in range(len(names[1]))] for i in range(len(names[0]))]
+    result = {"cka": matrix, "layers_a": names[0], "layers_b": names[1], "ckpt_a": ckpt_a, "ckpt_b": ckpt_b}
+    result |= {"model_a": type(nets[0]).__name__, "model_b": type(nets[1]).__name__, "split": split}
+    result |= {
         "batch_size": batch_size,
         "batches": int(results["cka/batches"]),
         "examples": int(results["cka/examples"]),
-        "main_process": trainer.is_global_zero,
     }
-    if len(names[0]) == len(names[1]):
-        result["diagonal_mean"] = sum(matrix[i][i] for i in range(len(matrix))) / len(matrix)  # Figure 2(a)
-    for key, module in (("mixing_a", modules[0]), ("mixing_b", modules[1])):
-        net = module.net
+    result["main_process"] = trainer.is_global_zero
+    if len(names[0]) == len(names[1]):  # Figure 2(a): the mean of the diagonal
+        result["diagonal_mean"] = sum(matrix[i][i] for i in range(len(matrix))) / len(matrix)
+    for key, net in (("mixing_a", nets[0]), ("mixing_b", nets[1])):
         if hasattr(net, "mixing_layers"):  # a Mixer: its mixing sizes (its density is (1/S + 1/C)/2)
             result[key] = {"S": int(net.tokens), "C": int(net.channels)}
     return result

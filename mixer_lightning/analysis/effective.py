@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+from mixer_lightning.analysis.spectrum import mixing_blocks
 from mixer_lightning.models.layers import FcBlock, MlpBlock
 from mixer_lightning.models.pk import MixingLayer, PKMixer
 
@@ -76,11 +77,6 @@ def layer_permutations(layer: MixingLayer, dtype: torch.dtype = torch.float64) -
     return jc, jc.T
 
 
-def _blocks(layer: MixingLayer) -> int:
-    """n1, the number of blocks the mixing function is applied to (C for token, S for channel mixing)."""
-    return layer.channels if layer.axis == "token" else layer.tokens
-
-
 def kron_identity(weight: torch.Tensor, blocks: int) -> torch.Tensor:
     """I_{blocks} ⊗ W."""
     return torch.kron(torch.eye(blocks, dtype=weight.dtype, device=weight.device), weight)
@@ -103,7 +99,7 @@ def effective_linears(layer: MixingLayer, dtype: torch.dtype = torch.float64) ->
     """The branch's FC layers as dense m×m matrices in vec coordinates: [P_out (I ⊗ W) P_in] for an
     S-Mixer layer, [(I ⊗ W1) P_in, P_out (I ⊗ W2)] for an MLP-Mixer layer (the hidden layer of width
     γ·m is left in block order, which no permutation touches)."""
-    n1 = _blocks(layer)
+    n1 = mixing_blocks(layer)
     p_in, p_out = layer_permutations(layer, dtype)
     mlp = layer.mlp
     if isinstance(mlp, FcBlock):
@@ -117,10 +113,6 @@ def effective_linears(layer: MixingLayer, dtype: torch.dtype = torch.float64) ->
             EffectiveLinear(p_out @ kron_identity(w2, n1), p_out @ b2.repeat(n1)),
         ]
     raise TypeError(f"no effective form for a mixing function of type {type(mlp).__name__}")
-
-
-def _activation(mlp: nn.Module) -> nn.Module:
-    return mlp.act
 
 
 class EffectiveWideMLP(nn.Module):
@@ -152,7 +144,7 @@ class EffectiveWideMLP(nn.Module):
         for layer, linears in self.layers:
             s_in, s_out, c = layer.tokens_in, layer.tokens, layer.channels
             h = self._layer_norm(x, layer.norm, s_in, c)
-            act = _activation(layer.mlp)
+            act = layer.mlp.act
             for i, linear in enumerate(linears):
                 h = F.linear(h, linear.weight, linear.bias)
                 if isinstance(layer.mlp, FcBlock) or i == 0:

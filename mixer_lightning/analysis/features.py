@@ -1,61 +1,31 @@
-"""What the analysis commands share: the data module of a config, checks that a trained network fits
-the data, and the names of the features each network exposes.
-
-Only the ``data:`` section of a config is read (a full training config works as well), and it is
-built exactly as ``mixer fit`` builds it, with the same one-line errors (`ConfigError`s of the data
-module name the field as ``data.<argument>``).
-"""
+"""What the analysis commands share: the data module of a config's ``data:`` section (built as ``mixer
+fit`` builds it, with the same errors), checks that a trained network fits the data, and the names of
+the features each network exposes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mixer_lightning.errors import ConfigError, require
-
-find_config_error = lambda error: error.__cause__ or error.__context__  # TEMPORARY (house-lead): H3 rewrites it
+from mixer_lightning.errors import require
 from mixer_lightning.models.protocols import MixingNetwork, SkipInputs
 from mixer_lightning.safety.config_files import load_configs
 
 
 def datamodule_from_config(paths: list[str] | str, overrides: dict[str, Any] | None = None, field: str = "config"):
-    """The `ImageDataModule` of the ``data:`` section of the YAML config(s) at `paths` (later files
-    override earlier ones, as repeated ``--config`` do), with `overrides` applied to its init args."""
+    """The data module of the ``data:`` section of the YAML config(s) at `paths` (later files override
+    earlier ones, as repeated ``--config`` do), with `overrides` applied to its init args."""
     from jsonargparse import ArgumentParser
     from lightning.pytorch import LightningDataModule
 
     paths = [paths] if isinstance(paths, str) else list(paths)
-    require(bool(paths), field, "no config given", "give --config DATA.yaml (a config with a data: section)")
-    config = load_configs(paths, field)
-    data = config.get("data")
-    require(
-        isinstance(data, dict),
-        field,
-        f"{' + '.join(paths)} has no data: section",
-        "give a config with data: {class_path: mixer_lightning.data.ImageDataModule, init_args: ...}",
-    )
-    data = dict(data)
-    data.setdefault("class_path", "mixer_lightning.data.ImageDataModule")
+    data = load_configs(paths, field).get("data")
+    fix = "give a config with data: {class_path: mixer_lightning.data.ImageDataModule, init_args: ...}"
+    require(isinstance(data, dict), field, f"{' + '.join(paths)} has no data: section", fix)
+    data = {"class_path": "mixer_lightning.data.ImageDataModule", **data}
     data["init_args"] = {**(data.get("init_args") or {}), **(overrides or {})}
-    parser = ArgumentParser(exit_on_error=False)
+    parser = ArgumentParser(exit_on_error=False)  # jsonargparse: its import policy and its errors, as `mixer fit`
     parser.add_subclass_arguments(LightningDataModule, "data")
-    try:
-        return parser.instantiate_classes(parser.parse_object({"data": data})).data
-    except Exception as error:
-        cause = find_config_error(error)
-        if isinstance(cause, ConfigError):
-            raise cause from None
-        raise ConfigError("data", _first_problem(str(error)), "check the data: section of the config") from None
-
-
-def _first_problem(message: str) -> str:
-    """The informative line of a jsonargparse error (it nests the real one inside a Union report)."""
-    lines = [line.strip(" -") for line in message.splitlines() if line.strip()]
-    for i, line in enumerate(lines):
-        if line.startswith("Problem with given class_path") and i + 1 < len(lines):
-            return lines[i + 1]
-        if line.startswith("data.") or "is not accepted" in line:
-            return line
-    return lines[0] if lines else "cannot build the data module"
+    return parser.instantiate_classes(parser.parse_object({"data": data})).data
 
 
 def check_fits_data(module, datamodule, field: str) -> None:

@@ -1,22 +1,13 @@
-"""Linear few-shot evaluation of frozen features (Tolstikhin et al. 2021, Sec. 3: "few-shot accuracies
-obtained by solving the ℓ2-regularized linear regression problem between the frozen learned
-representations of images and the labels"; the same protocol as ViT and BiT).
+"""Linear few-shot evaluation of frozen features (Tolstikhin et al. 2021, Sec. 3: "ℓ2-regularized linear
+regression" from frozen representations to the labels, as ViT and BiT), following big_vision's
+``fewshot_lsr``: k images per class drawn per seed; their pre-logit features standardised (mean, std +
+1e-5 of the k-shot set) with a constant feature of 100 appended; one-hot targets in {−1, +1};
+W = (XᵀX + λI)⁻¹XᵀY through one eigendecomposition (of XXᵀ when there are fewer examples than
+features), so each λ of a grid costs a matrix product; the accuracy of argmax(X_test W) on the test split.
 
-The protocol follows Google's big_vision ``fewshot_lsr`` evaluator, the code behind those papers:
-
-1. k images per class are drawn from the training split with a seed (a fresh draw per seed);
-2. their pre-logit features are standardised with the mean and standard deviation (+ 1e-5) of the
-   k-shot set, and a constant feature of 100 is appended (a bias that the penalty barely touches);
-3. targets are one-hot vectors rescaled to {−1, +1};
-4. W = (XᵀX + λI)⁻¹XᵀY in closed form, through one eigendecomposition of XᵀX (or XXᵀ when there
-   are fewer examples than features), so every λ of a grid costs one matrix product;
-5. the accuracy of argmax(X_test W) on the test split.
-
-The regulariser λ: big_vision fixes λ = 2¹⁰ (``--l2 1024``); its earlier evaluators tried the grid
-2⁻¹⁰ … 2¹⁹ and picked one λ per shot count from the other datasets' test accuracies. With one dataset
-that would select on the test set, so ``--l2 auto`` (our default) picks λ from the same grid by the
-accuracy on held-out training images of the same seed, disjoint from the k shots (``holdout`` per
-class; ties go to the larger λ), and only then looks at the test split.
+λ: big_vision fixes 2¹⁰; its earlier grid 2⁻¹⁰ … 2¹⁹ was chosen on other datasets' test accuracies. With
+one dataset that would select on the test set, so ``auto`` picks λ by the accuracy on held-out training
+images of the same seed, disjoint from the shots (ties: the larger λ).
 """
 
 from __future__ import annotations

@@ -1,31 +1,17 @@
 """Singular values of a layer's weight as the effective wide MLP sees it (Hayase & Karakida 2024,
-Sec. 4.3, App. D.1, Fig. 4 right, Fig. S.1).
+Sec. 4.3, App. D.1, Fig. 4 right, Fig. S.1), float64, descending.
 
-`singular_values(layer)` dispatches on the layer's type: the first registered type the layer is an
-instance of gives the function (`register_spectrum`). Built in:
-
-- ``nn.Linear``: svdvals of its weight (a Mixer's W is N(0, 1/n) with λ_max ≈ 1 + √γ, and I ⊗ W
-  or a permutation of it has the same singular values, so W's are the layer's);
-- the SW-MLP's `MaskedLinear` / `SparseLinear`: svdvals of the dense s·(M ⊙ W), formed only up to
-  ``max_entries`` entries (the spectrum of M ⊙ A has no closed form; eq. 17 approximates λ_max);
-- `KronLinear`: exact from the structure, σ(V ⊗ W) = {σ_i(V)·σ_j(W)}, with no n×n matrix;
-- any other module with an ``effective_weight()`` method (e.g. `MonarchLinear`): svdvals of it;
-- a Mixer's `MixingLayer` with one FC layer (S-Mixer): the singular values of I ⊗ W, or of the PK
-  layer J2 (I ⊗ W) J1, are W's, each repeated n1 times (n1 = C for token mixing, S for channel
-  mixing; permutations are orthogonal), so nothing of size m×m is formed (Sec. 4.3, App. D.1). An
-  MLP-Mixer layer has two FC layers: `mixing_layer_spectra` gives both.
-
-Values are float64, in descending order.
-
-For monitoring during training, `spectral_norm` gives only σ_max, cheaply (exact for small weights,
-warm-started power iteration on the sparse or dense weight otherwise), and `weight_layers` lists the
-FC layers of the effective wide MLP of any of the project's networks with their names.
+`singular_values(layer)`: an ``nn.Linear``'s W (a Mixer's I ⊗ W, or a permutation of it, has W's
+singular values); a `KronLinear`'s from its structure, σ(V ⊗ W) = {σ_i(V)·σ_j(W)}; any layer with an
+``effective_weight()`` (the SW-MLP's s·(M ⊙ W), `MonarchLinear`) by a dense svd up to ``max_entries``;
+a Mixer's single-FC `MixingLayer` (S-Mixer) W's, each repeated n1 times, no m×m matrix formed
+(`mixing_layer_spectra` gives both FC layers of an MLP-Mixer layer). For monitoring, `spectral_norm`
+gives σ_max cheaply and `weight_layers` lists the FC layers of the effective wide MLP of a network.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -39,62 +25,34 @@ from mixer_lightning.models.sparse import MaskedLinear, SparseLinear
 
 DEFAULT_MAX_ENTRIES = 2**26  # a 8192×8192 matrix: 512 MB in float64
 
-SpectrumFn = Callable[..., torch.Tensor]
-_SPECTRA: dict[type, SpectrumFn] = {}
-
-
-def register_spectrum(layer_type: type) -> Callable[[SpectrumFn], SpectrumFn]:
-    """Register ``fn(layer, max_entries) -> singular values`` for layers of `layer_type`."""
-
-    def wrap(fn: SpectrumFn) -> SpectrumFn:
-        _SPECTRA[layer_type] = fn
-        return fn
-
-    return wrap
-
 
 def _svdvals(matrix: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(matrix.detach().to(torch.float64))
 
 
 def _check_size(rows: int, cols: int, max_entries: int, what: str) -> None:
-    require(
-        rows * cols <= max_entries,
-        "max_entries",
-        f"the {rows}×{cols} matrix of this {what} has more than {max_entries} entries",
-        "analyse a smaller model or raise max_entries",
-    )
-
-
-@register_spectrum(nn.Linear)
-def _linear(layer: nn.Linear, max_entries: int) -> torch.Tensor:
-    return _svdvals(layer.weight)
-
-
-@register_spectrum(MaskedLinear)
-@register_spectrum(SparseLinear)
-def _static_sparse(layer: MaskedLinear | SparseLinear, max_entries: int) -> torch.Tensor:
-    _check_size(layer.out_features, layer.in_features, max_entries, type(layer).__name__)
-    return _svdvals(layer.effective_weight())
-
-
-@register_spectrum(KronLinear)
-def _kron(layer: KronLinear, max_entries: int) -> torch.Tensor:
-    return layer.singular_values()
+    fix = "analyse a smaller model or raise max_entries"
+    require(rows * cols <= max_entries, "max_entries", f"the {rows}×{cols} matrix of this {what} is larger", fix)
 
 
 def singular_values(layer: nn.Module, max_entries: int = DEFAULT_MAX_ENTRIES) -> torch.Tensor:
     """The singular values (float64, descending) of `layer`'s effective weight matrix."""
-    for layer_type in type(layer).__mro__:
-        if layer_type in _SPECTRA:
-            return _SPECTRA[layer_type](layer, max_entries)
-    effective = getattr(layer, "effective_weight", None)
-    if callable(effective):
-        weight = effective()
-        _check_size(weight.shape[-2], weight.shape[-1], max_entries, type(layer).__name__)
-        return _svdvals(weight)
-    known = ", ".join(sorted(t.__name__ for t in _SPECTRA))
-    raise TypeError(f"no singular values for {type(layer).__name__}: register one with register_spectrum ({known})")
+    if isinstance(layer, MixingLayer):
+        spectra = mixing_layer_spectra(layer)
+        if len(spectra) != 1:
+            raise TypeError(f"a {layer.axis}-mixing layer has one spectrum per FC layer: use mixing_layer_spectra")
+        return next(iter(spectra.values()))
+    if isinstance(layer, KronLinear):
+        return layer.singular_values()
+    if isinstance(layer, nn.Linear):
+        return _svdvals(layer.weight)
+    if not callable(getattr(layer, "effective_weight", None)):
+        raise TypeError(f"no singular values for a {type(layer).__name__} (no effective_weight())")
+    rows, cols = getattr(layer, "out_features", 0), getattr(layer, "in_features", 0)
+    _check_size(rows, cols, max_entries, type(layer).__name__)  # before the dense weight is formed
+    weight = layer.effective_weight()
+    _check_size(weight.shape[-2], weight.shape[-1], max_entries, type(layer).__name__)
+    return _svdvals(weight)
 
 
 # ----------------------------------------------------------------------------------- Mixer mixing layers
@@ -121,32 +79,16 @@ def mixing_layer_spectra(layer: MixingLayer, repeat: bool = True) -> dict[str, t
     return {name: _svdvals(fc.weight).repeat_interleave(blocks) for name, fc in mixing_weights(layer)}
 
 
-@register_spectrum(MixingLayer)
-def _mixing_layer(layer: MixingLayer, max_entries: int) -> torch.Tensor:
-    spectra = mixing_layer_spectra(layer)
-    if len(spectra) != 1:
-        raise TypeError(
-            f"a {layer.axis}-mixing layer with FC layers {', '.join(spectra)} has one spectrum per FC layer: "
-            "use mixing_layer_spectra(layer)"
-        )
-    return next(iter(spectra.values()))
-
-
 # --------------------------------------------------------------------------------- monitoring helpers
 
 EXACT_MAX_ENTRIES = 2**22  # above this, σ_max by power iteration (e.g. the SW-MLP's γm×m weights)
 
 
 def weight_layers(model: nn.Module) -> list[tuple[str, nn.Module, float]]:
-    """(name, layer, density) for every FC layer of the effective wide MLP of `model`, input to output.
-
-    - a Mixer (`MixingNetwork`): ``block{i}.{token|channel}.{fc|fc1|fc2}``, the `nn.Linear` holding W;
-      density = the non-zero ratio of I ⊗ W in the m-wide effective weight, 1/n1 (Sec. 3.1, eq. 14);
-    - an SW-MLP (`SparseNetwork`): ``block{i}.{fc|fc1|fc2}``, the static sparse layer; density p;
-    - a shallow structured MLP (`StructuredNetwork`): ``b{i}``, density = non-zeros / entries of
-      the effective weight.
-    (`mixer_lightning.models.protocols`; none for another network.)
-    """
+    """(name, layer, density) for every FC layer of the effective wide MLP of `model`, input to output: a
+    Mixer's ``block{i}.{token|channel}.{fc|fc1|fc2}`` (the `nn.Linear` holding W; density 1/n1, the non-zero
+    ratio of I ⊗ W, Sec. 3.1), an SW-MLP's ``block{i}.{fc|fc1|fc2}`` (density p), a shallow structured
+    MLP's ``b{i}`` (non-zeros / entries); none for another network (`models.protocols`)."""
     layers: list[tuple[str, nn.Module, float]] = []
     if isinstance(model, MixingNetwork):
         for i, layer in enumerate(model.mixing_layers()):
@@ -194,18 +136,12 @@ def _power_iteration(
 
 @torch.no_grad()
 def spectral_norm(
-    layer: nn.Module,
-    state: dict | None = None,
-    exact_max_entries: int = EXACT_MAX_ENTRIES,
-    iterations: int = 20,
+    layer: nn.Module, state: dict | None = None, exact_max_entries: int = EXACT_MAX_ENTRIES, iterations: int = 20
 ) -> float:
-    """σ_max of a layer's weight as the effective wide MLP sees it (W's for a Mixer's I ⊗ W).
-
-    Exact (svd) when the weight has at most `exact_max_entries` entries; otherwise `iterations` steps
-    of power iteration, warm-started from ``state["v"]`` (updated in place), which converges over
-    successive calls as the weights drift slowly (as `torch.nn.utils.spectral_norm` does). A sparse
-    layer's weight is used in its sparse form: O(connections) per step, no m×m tensor.
-    """
+    """σ_max of a layer's weight as the effective wide MLP sees it (W's for a Mixer's I ⊗ W): exact up to
+    `exact_max_entries` entries, else `iterations` steps of power iteration warm-started from ``state["v"]``
+    (updated: it converges over calls as the weights drift, as `torch.nn.utils.spectral_norm`), on a sparse
+    layer in its sparse form (O(connections) per step)."""
     state = {} if state is None else state
     if isinstance(layer, SparseLinear):
         rows, cols = layer.out_features, layer.in_features
@@ -214,14 +150,8 @@ def spectral_norm(
         weight = layer.sparse_weight().detach().float()
         weight_t = weight.t().to_sparse_csr()
         # torch.mm with a one-column dense matrix: the CSR kernels of torch.mv are ~100× slower on CPU.
-        sigma, state["v"] = _power_iteration(
-            lambda v: torch.mm(weight, v[:, None])[:, 0],
-            lambda u: torch.mm(weight_t, u[:, None])[:, 0],
-            cols,
-            state.get("v"),
-            iterations,
-            layer.values.detach().float(),
-        )
+        products = lambda v: torch.mm(weight, v[:, None])[:, 0], lambda u: torch.mm(weight_t, u[:, None])[:, 0]  # noqa: E731
+        sigma, state["v"] = _power_iteration(*products, cols, state.get("v"), iterations, layer.values.detach().float())
         return sigma
     if isinstance(layer, (nn.Linear, MaskedLinear)):
         weight = (layer.weight if isinstance(layer, nn.Linear) else layer.effective_weight()).detach().float()
@@ -281,34 +211,21 @@ def sw_mlp_weight(width: int, density: float, gamma: float) -> torch.Tensor:
 
 
 def sparse_singular_values(weight: torch.Tensor, k: int = 1) -> torch.Tensor:
-    """The `k` largest singular values of a sparse CSR matrix: the square roots of the top eigenvalues
-    of WᵀW by Lanczos (ARPACK via scipy), applying W and Wᵀ in sparse form, O(non-zeros) per step and
-    no dense array (the 8192×4096 weights of Figure 4 take a fraction of a second); exact svdvals for
-    tiny matrices."""
+    """The `k` largest singular values of a sparse CSR matrix, by scipy's ``svds`` (ARPACK's Lanczos on
+    the sparse matrix, O(non-zeros) per step, no dense array); exact svdvals for tiny matrices."""
     rows, cols = weight.shape
     if min(rows, cols) <= k + 1 or rows * cols <= 4096:
         return _svdvals(weight.to_dense())[:k]
     import numpy as np
-    import scipy.sparse
-    import scipy.sparse.linalg
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.linalg import svds
 
     weight = weight.detach()
-    matrix = scipy.sparse.csr_matrix(
-        (
-            weight.values().double().numpy(),
-            weight.col_indices().numpy().astype(np.int64),
-            weight.crow_indices().numpy().astype(np.int64),
-        ),
-        shape=(rows, cols),
-    )
-    transposed = matrix.T.tocsr()
-    gram = scipy.sparse.linalg.LinearOperator(
-        (cols, cols), matvec=lambda v: transposed @ (matrix @ v), dtype=np.float64
-    )
-    start = np.random.default_rng(0).standard_normal(cols)
-    # tol is relative to the eigenvalue σ²: 1e-7 leaves σ_max exact to the digits reported.
-    eigenvalues = scipy.sparse.linalg.eigsh(gram, k=k, which="LA", tol=1e-7, v0=start, return_eigenvectors=False)
-    return torch.from_numpy(np.sqrt(np.clip(np.sort(eigenvalues)[::-1], 0, None)).copy())
+    matrix = csr_matrix((weight.values().double(), weight.col_indices(), weight.crow_indices()), shape=(rows, cols))
+    start = np.random.default_rng(0).standard_normal(min(rows, cols))
+    # tol is relative: 1e-7 leaves σ_max exact to the digits reported.
+    values = svds(matrix, k=k, tol=1e-7, v0=start, return_singular_vectors=False)
+    return torch.from_numpy(np.sort(values)[::-1].copy())
 
 
 def mixer_pair(omega: float, width: float, gamma: float) -> tuple[float, float] | None:

@@ -1,19 +1,13 @@
-"""Pictures of trained weights (Tolstikhin et al. 2021, Sec. 3.5, Figure 5, supplementary D, Figures 1-2;
-Hayase & Karakida 2024, Figure 1 and Figure S.9).
+"""Pictures of trained weights (Tolstikhin et al. 2021, Sec. 3.5, Figure 5, supp. D; Hayase & Karakida 2024,
+Figures 1 and S.9).
 
-- Token-mixing units: each row of the first FC layer of a token-mixing MLP (W1 ∈ R^{D_S×S}; the S-Mixer's
-  single W ∈ R^{S×S}) has one weight per incoming token. Where the tokens are the patches of the
-  image (a block whose input is still the patch grid), the row is drawn as a √S0×√S0 image, each
-  pixel being the weight given to the patch at that position. The Mixer paper sorts the units "by a
-  heuristic that tries to show low frequency filters first" and shows "each unit followed by its
-  closest inverse"; ours: the frequency of a unit is the spectral centroid of its 2-D DFT power
-  (Σ |F(k)|²·|k| / Σ |F(k)|², DC included, so smooth one-signed units come first), and its closest
-  inverse is the other unit with the most negative cosine similarity to it.
-- Stem units: the per-patch FC (a P×P stride-P convolution) has C units of in_chans×P×P weights, drawn
-  as P×P (RGB) images, each scaled so that 0 is mid-grey (supplementary Figure 2), sorted the same way.
-- Sparsity patterns: the effective m×m weight of a mixing layer (I_C ⊗ W, Wᵀ ⊗ I_S, J2 (I ⊗ W) J1)
-  or an SW-MLP layer (M ⊙ W) as a picture of its non-zero entries (Figures 1 and S.9): 0/1 per entry, or
-  the fraction of non-zeros per pixel where the matrix is larger than the picture.
+- Token-mixing units: each row of a token-mixing MLP's first FC layer has one weight per input token;
+  where the tokens are the patches, it is drawn on the √S0×√S0 patch grid. Sorted as the Mixer paper's
+  "heuristic that tries to show low frequency filters first" (ours: the spectral centroid of the 2-D DFT
+  power), each followed by "its closest inverse" (the most negative cosine similarity).
+- Stem units: the per-patch FC's C units as P×P (RGB) images, sorted the same way.
+- Sparsity patterns: the non-zeros of an effective m×m weight (I_C ⊗ W, Wᵀ ⊗ I_S, J2 (I ⊗ W) J1, M ⊙ W),
+  0/1 per entry or the fraction of non-zeros per pixel where the matrix is larger than the picture.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""σ_max of random SW-MLP and Mixer weights over width at a fixed number of connections Ω (Hayase &
-Karakida 2024, Sec. 4.3, Figure 4 right: `compute` on a grid of widths, `default_grid` / `user_grid`), and
-App. D.1's scaling of the normalised singular values with the sparsity index a (Figure S.1: `compute_d1`);
-drawn and told by ``mixer spectrum`` (`mixer_lightning.commands.spectrum`, whose docstring says what is
-drawn how)."""
+"""σ_max of random SW-MLP and Mixer weights over width at a fixed Ω (Hayase & Karakida 2024, Sec. 4.3,
+Figure 4 right: `compute`), and App. D.1's normalised singular values over the sparsity index a (Figure
+S.1: `compute_d1`), as ``mixer spectrum`` draws them."""
 
 from __future__ import annotations
 
@@ -51,32 +49,14 @@ def user_grid(omega: int, gamma: float, widths: list[int]) -> list[dict]:
     return points
 
 
-def compute(
-    omega: int,
-    gamma: float,
-    points: list[dict],
-    seeds: list[int],
-    full: bool = False,
-    max_entries: int = DEFAULT_MAX_ENTRIES,
-) -> dict:
-    """σ_max (mean and std over seeds) of the SW-MLP and Mixer weights at each grid point."""
-    require(omega > 0, "omega", f"must be positive, got {omega}", "give e.g. 2**19")
-    require(gamma >= 1, "gamma", f"must be >= 1 (a γm×m hidden layer), got {gamma}", "give e.g. 2")
-    for point in points:
-        m, p = point["m"], omega / (gamma * point["m"] ** 2)
-        require(
-            p <= 1,
-            "widths",
-            f"m = {m} is narrower than a dense layer with Ω = {omega:,} connections (p = Ω/(γm²) = {p:.3g} > 1)",
-            f"use widths >= {math.ceil(math.sqrt(omega / gamma))}",
-        )
-    if full:
-        require(
-            any(hidden_width(gamma, pt["m"]) * pt["m"] <= max_entries for pt in points),
-            "max_entries",
-            f"every width's γm×m weight has more than {max_entries:,} entries for the dense svd of --all",
-            "add smaller --widths or raise --max_entries",
-        )
+def compute(omega: int, gamma: float, points: list[dict], seeds: list[int], full: bool = False, max_entries: int = DEFAULT_MAX_ENTRIES) -> dict:  # fmt: skip
+    """σ_max (mean and std over seeds) of the SW-MLP and Mixer weights at each grid point (with ``full``,
+    every singular value of the widths whose γm×m weight has at most `max_entries` entries)."""
+    narrowest = min(point["m"] for point in points)
+    fix = f"use widths >= {math.ceil(math.sqrt(omega / gamma))}"
+    require(omega <= gamma * narrowest**2, "widths", f"m = {narrowest} is narrower than a dense layer with Ω", fix)
+    fits = any(hidden_width(gamma, point["m"]) * point["m"] <= max_entries for point in points)
+    require(not full or fits, "max_entries", f"no width's γm×m weight has at most {max_entries:,} entries", "raise it")
     sw_rows, mixer_rows, mixer_values = [], [], []
     for point in points:
         m = point["m"]

@@ -1,16 +1,9 @@
-"""The project's own subcommands (``mixer models``, ``mixer width``, ...), beside Lightning's
-``fit``, ``validate``, ``test`` and ``predict``.
+"""The project's own subcommands (``mixer models``, ``mixer width``, ...), beside Lightning's ``fit``,
+``validate``, ``test`` and ``predict``.
 
-A command is a module with a docstring (its ``--help`` text) and two functions::
-
-    def add_arguments(parser: jsonargparse.ArgumentParser) -> None: ...
-    def run(args: jsonargparse.Namespace) -> int | None: ...
-
-A command with sub-commands (``mixer sweep report DIR``) also has
-``SUBCOMMANDS = {"report": (add_report_arguments, run_report)}``.
-
-Adding one is one line in `COMMANDS`: its name, its module and the one-line summary that
-``mixer --help`` shows. Modules are imported only when their command runs.
+A command is a module with a docstring (its ``--help``), ``add_arguments(parser)`` and ``run(args)``; one
+with sub-commands (``mixer sweep report DIR``) also has ``SUBCOMMANDS = {"report": (add_arguments, run)}``.
+Adding one is a line in `COMMANDS`; modules are imported only when their command runs.
 """
 
 from __future__ import annotations
@@ -45,10 +38,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "cka": ("mixer_lightning.commands.cka", "minibatch CKA between the skip-connection inputs of two checkpoints"),
     "visualize": ("mixer_lightning.commands.visualize", "token-mixing units, stem units, effective weight patterns"),
     "fewshot": ("mixer_lightning.commands.fewshot", "linear few-shot accuracy of frozen features (ridge regression)"),
-    "export": (
-        "mixer_lightning.commands.export",
-        "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript, checked",
-    ),
+    "export": ("mixer_lightning.commands.export", "a checkpoint's network to ONNX, torch.export (.pt2) or TorchScript"),
     "push": ("mixer_lightning.commands.push", "a checkpoint as a Hub repo folder (timm layout); --repo_id uploads it"),
     "average": ("mixer_lightning.commands.average", "the mean of checkpoints' weights (timm's avg_checkpoints)"),
     "data": (
@@ -64,29 +54,14 @@ def summary() -> str:
     return "\n".join(f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items())
 
 
-def build_parser(name: str) -> tuple[ArgumentParser, object]:
-    module = importlib.import_module(COMMANDS[name][0])
-    # exit_on_error=False: a bad argument is raised, and `mixer_lightning.cli.main` prints it as one line.
-    parser = ArgumentParser(
-        prog=f"mixer {name}", description=module.__doc__, formatter_class=HelpFormatter, exit_on_error=False
-    )
-    module.add_arguments(parser)
-    return parser, module
-
-
 def run_command(name: str, argv: list[str]) -> int | None:
-    """Parse `argv` for the command `name` (or one of its sub-commands) and run it."""
+    """Parse `argv` for the command `name` (or one of its sub-commands) and run it; a bad argument is
+    raised (exit_on_error=False) for the entry point to print in one line."""
     module = importlib.import_module(COMMANDS[name][0])
-    subcommands = getattr(module, "SUBCOMMANDS", {})
-    if argv and argv[0] in subcommands:
-        add_arguments, run = subcommands[argv[0]]
-        parser = ArgumentParser(  # the docstring's own indentation would show in --help: cleandoc drops it
-            prog=f"mixer {name} {argv[0]}",
-            description=inspect.cleandoc(run.__doc__ or ""),
-            formatter_class=HelpFormatter,
-            exit_on_error=False,
-        )
-        add_arguments(parser)
-        return run(parser.parse_args(argv[1:]))
-    parser, module = build_parser(name)
-    return module.run(parser.parse_args(argv))
+    add_arguments, run, prog, doc = module.add_arguments, module.run, f"mixer {name}", module.__doc__
+    if argv and argv[0] in getattr(module, "SUBCOMMANDS", {}):
+        (add_arguments, run), prog, argv = module.SUBCOMMANDS[argv[0]], f"{prog} {argv[0]}", argv[1:]
+        doc = inspect.cleandoc(run.__doc__ or "")
+    parser = ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter, exit_on_error=False)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

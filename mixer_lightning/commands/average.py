@@ -1,20 +1,14 @@
 """Average the weights of several checkpoints of one model into one checkpoint (timm's
-``avg_checkpoints.py``; "checkpoint averaging", post-training weight averaging akin to SWA or a model
-soup of fine-tunes of one pretrained model).
+``avg_checkpoints.py``: post-training weight averaging, akin to SWA or a model soup of fine-tunes).
 
-Every floating tensor of the network is summed in float64 and divided by the number of checkpoints,
-then cast back to its own dtype (clamped to that dtype's range, as timm does); integer and boolean
-buffers (an RP Mixer's permutations, an SW-MLP's sparsity pattern) must be equal in every checkpoint
-and are kept. The checkpoints must hold the same model: the same family, the same architecture
-hyper-parameters and the same tensors; anything else is refused in one line naming the file.
-Training settings (learning rate, optimiser, dropout, ...) may differ. The training metrics' states
-are not the network's and are left out.
+Every floating tensor of the network is summed in float64, divided by the number of checkpoints and
+cast back to its dtype; integer and boolean buffers (an RP Mixer's permutations, an SW-MLP's sparsity
+pattern) must be equal in every checkpoint. The checkpoints must hold the same network (class,
+architecture, data facts, tensors); training settings (lr, optimiser, dropout) may differ.
 
-The output is a checkpoint as ``mixer convert`` writes one (weights only): ``mixer test --ckpt_path``,
-``mixer predict --ckpt_path`` and ``model.init_from`` take it. It carries the first checkpoint's
-hyper-parameters, the data facts when every input carries the same ones (what ``mixer predict
---data.predict_root`` reads), and under ``mixer_average`` the path, sha256, epoch and step of each
-checkpoint averaged. Written atomically; an existing --out is replaced only with --overwrite.
+The output is a weights-only checkpoint, as ``mixer convert`` writes: ``mixer test``, ``mixer predict``
+and ``model.init_from`` take it. It carries the first checkpoint's hyper-parameters, the data facts
+when all carry the same, and under ``mixer_average`` the path, sha256, epoch and step of each input.
 
 Examples:
     mixer average --ckpt_path runs/x/version_0/checkpoints/epoch=*.ckpt --out runs/x/version_0/checkpoints/avg.ckpt
@@ -23,125 +17,67 @@ Examples:
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
 from jsonargparse import ArgumentParser, Namespace
 
-# Hyper-parameters that change how a network is trained, not which function it computes: checkpoints
-# that differ in these are still averaged (a model soup of fine-tunes with other learning rates).
+from mixer_lightning.errors import ConfigError, require
+
+# Network arguments that change how it is trained, not which function it computes.
 TRAINING_ONLY = {"drop_rate", "drop_path", "init"}
-# The data facts every family's network is built for (ClassifierModule's, not the family's own).
 DATA_HPARAMS = ("num_classes", "image_size", "in_chans", "upscale")
 
 
 def add_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument(
-        "--ckpt_path",
-        nargs="+",
-        required=True,
-        help="two or more checkpoints of one model (`mixer fit` top-k files, fine-tunes of one pretrained model)",
-    )
+    parser.add_argument("--ckpt_path", nargs="+", required=True, help="two or more checkpoints of one model")
     parser.add_argument("--out", required=True, help="the averaged checkpoint to write (.ckpt)")
     parser.add_argument("--overwrite", action="store_true", help="replace --out if it exists (atomically)")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
-def sha256_of(path: str | Path) -> str:
-    """The sha256 of a file's bytes (read in 1 MiB blocks), as timm prints for its average."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def network(checkpoint: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What fixes a checkpoint's function (its network class and architecture, the data facts), and the
+    network's tensors (the training metrics' states left out)."""
+    from mixer_lightning.tasks.classifier import NON_NETWORK_PREFIXES
+
+    hparams = checkpoint["hyper_parameters"]
+    net = hparams.get("net") or {}
+    init_args = {k: v for k, v in (net.get("init_args") or {}).items() if k not in TRAINING_ONLY}
+    identity = {"network": net.get("class_path"), **init_args, **{k: hparams.get(k) for k in DATA_HPARAMS}}
+    state = {k: v for k, v in checkpoint["state_dict"].items() if not str(k).startswith(NON_NETWORK_PREFIXES)}
+    return identity, state
 
 
-def architecture_keys(cls: type) -> set[str]:
-    """The hyper-parameters that fix the network of family `cls`: the arguments of the family's own
-    __init__ (those below ClassifierModule's, which are training settings) and the data's, less
-    `TRAINING_ONLY`."""
-    import inspect
-
-    from mixer_lightning.tasks.classifier import ClassifierModule
-
-    keys = set(DATA_HPARAMS)
-    for klass in cls.__mro__:
-        if klass is ClassifierModule or not issubclass(klass, ClassifierModule):
-            break
-        if "__init__" in vars(klass):
-            keys |= {
-                name
-                for name, parameter in inspect.signature(klass.__init__).parameters.items()
-                if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
-            }
-    return keys - TRAINING_ONLY
-
-
-def network_state(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    """The network's tensors of a checkpoint: its state dict less the training metrics' states."""
-    from mixer_lightning.tasks.loading import NON_NETWORK_PREFIXES
-
-    return {k: v for k, v in checkpoint["state_dict"].items() if not str(k).startswith(NON_NETWORK_PREFIXES)}
-
-
-def _distinct_names(path_a: str, path_b: str) -> tuple[str, str]:
-    """The two paths below the folder they share (``run/version_0/…/last.ckpt`` and ``…/best.ckpt``),
-    or as given where they share nothing but the root."""
-    import os
-
-    a, b = os.path.abspath(path_a), os.path.abspath(path_b)
-    common = os.path.commonpath([a, b])
-    if common == os.path.dirname(common):  # only the root (or a drive) in common
-        return path_a, path_b
-    return os.path.relpath(a, common), os.path.relpath(b, common)
-
-
-def check_same_model(first: tuple[str, dict], other: tuple[str, dict], field: str) -> None:
-    """A `ConfigError` naming `other`'s file unless it holds the same model as `first` (family,
-    architecture hyper-parameters, tensor names, shapes and dtypes)."""
-    from mixer_lightning.errors import ConfigError
-    from mixer_lightning.tasks.loading import module_class
-
+def check_same_model(first: tuple[str, dict], other: tuple[str, dict]) -> None:
+    """A `ConfigError` naming `other`'s file unless it holds the same network as `first`."""
     (path_a, a), (path_b, b) = first, other
+    common = os.path.commonpath([os.path.abspath(path_a), os.path.abspath(path_b)])
+    if common != os.path.dirname(common):  # name them below the folder they share: what tells them apart
+        path_a, path_b = os.path.relpath(path_a, common), os.path.relpath(path_b, common)
+    (identity_a, state_a), (identity_b, state_b) = network(a), network(b)
     fix = "average checkpoints of one run, or fine-tunes of one pretrained model"
-    cls_a, cls_b = module_class(a, path_a, field), module_class(b, path_b, field)
-    path_a, path_b = _distinct_names(path_a, path_b)  # the error line is bounded: what tells them apart
-    if cls_a is not cls_b:
-        raise ConfigError(field, f"{path_b} holds a {cls_b.__name__}, {path_a} a {cls_a.__name__}", fix)
-    hparams_a, hparams_b = a.get("hyper_parameters") or {}, b.get("hyper_parameters") or {}
-    for key in sorted(architecture_keys(cls_a)):
-        if hparams_a.get(key) != hparams_b.get(key):
-            raise ConfigError(
-                field,
-                f"{path_b} was built with {key}={hparams_b.get(key)!r}, {path_a} with {key}={hparams_a.get(key)!r}",
-                fix,
-            )
-    state_a, state_b = network_state(a), network_state(b)
-    missing = [k for k in state_a if k not in state_b]
-    unexpected = [k for k in state_b if k not in state_a]
-    misshaped = [
-        f"{k} {tuple(state_b[k].shape)} {state_b[k].dtype} vs {tuple(state_a[k].shape)} {state_a[k].dtype}"
-        for k in state_a
-        if k in state_b and (state_a[k].shape != state_b[k].shape or state_a[k].dtype != state_b[k].dtype)
-    ]
-    for label, keys in (("lacks", missing), ("has other tensors", unexpected), ("has other shapes", misshaped)):
-        if keys:
-            more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
-            raise ConfigError(field, f"{path_b} {label} than {path_a}: {', '.join(keys[:3])}{more}", fix)
+    for key in sorted(set(identity_a) | set(identity_b)):
+        value_a, value_b = identity_a.get(key), identity_b.get(key)
+        require(value_a == value_b, "--ckpt_path", f"{path_b} has {key}={value_b!r}, {path_a} {key}={value_a!r}", fix)
+    layout_a = {k: (tuple(v.shape), v.dtype) for k, v in state_a.items()}
+    layout_b = {k: (tuple(v.shape), v.dtype) for k, v in state_b.items()}
+    if layout_a != layout_b:
+        key = next(k for k in sorted(set(layout_a) | set(layout_b)) if layout_a.get(k) != layout_b.get(k))
+        problem = f"{key} is {layout_b.get(key)} in {path_b}, {layout_a.get(key)} in {path_a}"
+        raise ConfigError("--ckpt_path", problem, fix)
     for key, tensor in state_a.items():
         if not tensor.is_floating_point() and not bool((tensor == state_b[key]).all()):
-            raise ConfigError(
-                field,
-                f"{key} differs: {path_b} and {path_a} drew other permutations or sparsity patterns (other seeds)",
-                "average checkpoints of one run",
-            )
+            problem = f"{key} differs: {path_b} and {path_a} drew other permutations or sparsity patterns"
+            raise ConfigError("--ckpt_path", problem, "average checkpoints of one run")
 
 
 def average_state(states: list[dict[str, Any]]) -> dict[str, Any]:
-    """The mean of every floating tensor over `states` (summed in float64, clamped to the dtype's range,
-    cast back); every other tensor from the first (`check_same_model` found them equal)."""
+    """The mean of every floating tensor over `states` (summed in float64, clamped to the dtype's range
+    as timm does, cast back); every other tensor from the first (`check_same_model` found them equal)."""
     import torch
 
     averaged = {}
@@ -149,112 +85,58 @@ def average_state(states: list[dict[str, Any]]) -> dict[str, Any]:
         if not first.is_floating_point():
             averaged[key] = first.clone()
             continue
-        total = torch.zeros(first.shape, dtype=torch.float64)
-        for state in states:
-            total += state[key].detach().to("cpu", torch.float64)
+        total = sum(state[key].detach().to("cpu", torch.float64) for state in states)
         info = torch.finfo(first.dtype)
         averaged[key] = (total / len(states)).clamp(info.min, info.max).to(first.dtype)
     return averaged
 
 
-def common_data_facts(checkpoints: list[dict[str, Any]]) -> tuple[dict | None, str | None]:
-    """The data facts (``data``) every checkpoint carries alike, or None and why not."""
-    facts = [checkpoint.get("data") for checkpoint in checkpoints]
-    if any(not isinstance(fact, dict) or not fact for fact in facts):
-        return None, "not every checkpoint carries data facts"
-    differing = sorted(
-        {key for fact in facts[1:] for key in set(fact) | set(facts[0]) if fact.get(key) != facts[0].get(key)}
-    )
-    if differing:
-        return None, f"the checkpoints' data facts differ ({', '.join(differing)})"
-    return dict(facts[0]), None
-
-
 def run(args: Namespace) -> None:
-    import sys
-
     import lightning
     import torch
 
-    from mixer_lightning.errors import ConfigError, require
-    from mixer_lightning.safety.atomic import atomic_write, check_output_file
-    from mixer_lightning.tasks.loading import module_class, read_checkpoint
+    from mixer_lightning.safety.atomic import atomic_write, check_output_file, sha256_file
+    from mixer_lightning.tasks.loading import read_checkpoint
 
-    field = "--ckpt_path"
     paths = [str(path) for path in args.ckpt_path]
-    require(
-        len(paths) >= 2,
-        field,
-        f"averaging needs two or more checkpoints, got {len(paths)}",
-        "give them all after --ckpt_path: --ckpt_path A.ckpt B.ckpt ...",
-    )
+    require(len(paths) >= 2, "--ckpt_path", f"averaging needs two or more checkpoints, got {len(paths)}")
     out = Path(args.out)
     require(out.suffix == ".ckpt", "--out", f"unknown output type {out.suffix!r}", "end it in .ckpt")
-    check_output_file(out, "--out", args.overwrite)  # before reading anything: one line, nothing written
-    checkpoints, records, seen = [], [], {}
+    check_output_file(out, "--out", args.overwrite)  # before reading anything: nothing written
+    checkpoints, records = [], []
     for path in paths:
-        checkpoint = read_checkpoint(path, field)  # trusted names only, finite weights
-        digest = sha256_of(path)
-        if digest in seen:
-            raise ConfigError(
-                field,
-                f"the same checkpoint twice (sha256 {digest[:12]}…, which would count twice): {path}",
-                "give each checkpoint once",
-            )
-        seen[digest] = path
+        checkpoint = read_checkpoint(path, "--ckpt_path")  # trusted names only, finite weights
+        digest = sha256_file(path)
+        twice = [r["path"] for r in records if r["sha256"] == digest]
+        require(not twice, "--ckpt_path", f"the same checkpoint twice ({twice[0] if twice else ''}, {path})")
         if checkpoints:
-            check_same_model((paths[0], checkpoints[0]), (path, checkpoint), field)
+            check_same_model((paths[0], checkpoints[0]), (path, checkpoint))
         checkpoints.append(checkpoint)
-        records.append(
-            {
-                "path": path,
-                "sha256": digest,
-                "epoch": checkpoint.get("epoch"),
-                "global_step": checkpoint.get("global_step"),
-            }
-        )
-    cls = module_class(checkpoints[0], paths[0], field)
-    state = average_state([network_state(checkpoint) for checkpoint in checkpoints])
-    hparams = dict(checkpoints[0]["hyper_parameters"])
-    hparams["init_from"] = None  # the weights are here: rebuilt without the file a fine-tune started from
-    facts, no_facts = common_data_facts(checkpoints)
-    epochs = [record["epoch"] for record in records if isinstance(record["epoch"], int)]
-    steps = [record["global_step"] for record in records if isinstance(record["global_step"], int)]
-    averaged = {
-        # The latest epoch and step averaged, which `mixer test` records with its results.
-        "epoch": max(epochs, default=0),
-        "global_step": max(steps, default=0),
-        # The first input's version: Lightning's checkpoint migration reads the state dict by it.
-        "pytorch-lightning_version": checkpoints[0].get("pytorch-lightning_version", lightning.__version__),
-        "state_dict": state,
-        "hparams_name": checkpoints[0].get("hparams_name", "kwargs"),
-        "hyper_parameters": hparams,
-        "mixer_average": {"method": "mean (float64) of the floating tensors", "checkpoints": records},
-    }
-    if facts is not None:
-        averaged["data"] = facts
-    # Atomic: a full disk or a kill mid-write leaves an existing --out as it was (--overwrite included).
-    with atomic_write(out, "wb", field="--out") as f:
+        records.append({"path": path, "sha256": digest} | {k: checkpoint.get(k) for k in ("epoch", "global_step")})
+    state = average_state([network(checkpoint)[1] for checkpoint in checkpoints])
+    facts = [checkpoint.get("data") for checkpoint in checkpoints]
+    same_facts = facts[0] if facts[0] and all(fact == facts[0] for fact in facts) else None
+    latest = {k: max((r[k] for r in records if isinstance(r[k], int)), default=0) for k in ("epoch", "global_step")}
+    averaged = (
+        latest
+        | {  # the latest epoch and step averaged: what `mixer test` records with its results
+            "pytorch-lightning_version": checkpoints[0].get("pytorch-lightning_version", lightning.__version__),
+            "state_dict": state,
+            "hparams_name": "kwargs",
+            "hyper_parameters": {**checkpoints[0]["hyper_parameters"], "init_from": None},  # the weights are here
+            "mixer_average": {"method": "mean (float64) of the floating tensors", "checkpoints": records},
+        }
+        | ({"data": same_facts} if same_facts else {})
+    )
+    with atomic_write(out, "wb", field="--out") as f:  # a kill or a full disk leaves an existing --out as it was
         torch.save(averaged, f)
-    report = {
-        "out": str(out),
-        "sha256": sha256_of(out),
-        "family": cls.__name__,
-        "checkpoints": records,
-        "tensors": len(state),
-        "data_facts": facts is not None,
-    }
+    name = (checkpoints[0]["hyper_parameters"].get("net") or {}).get("class_path", "?").rsplit(".", 1)[-1]
+    report = {"out": str(out), "sha256": sha256_file(out), "family": name, "checkpoints": records}
+    report |= {"tensors": len(state), "data_facts": same_facts is not None}
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        parameters = sum(t.numel() for t in state.values() if t.is_floating_point())
-        print(
-            f"Wrote {out}: the mean of {len(paths)} {cls.__name__} checkpoints "
-            f"(epochs {', '.join(str(record['epoch']) for record in records)}), {parameters:,} averaged values; "
-            f"sha256 {report['sha256']}"
-        )
-    if no_facts:
-        print(
-            f"mixer average: note: {no_facts}: {out} carries none, so `mixer predict` needs --config",
-            file=sys.stderr,
-        )
+        epochs = ", ".join(str(record["epoch"]) for record in records)
+        print(f"Wrote {out}: the mean of {len(paths)} {name} checkpoints (epochs {epochs}); sha256 {report['sha256']}")
+    if same_facts is None:
+        print(f"mixer average: note: no common data facts: `mixer predict` of {out} needs --config", file=sys.stderr)

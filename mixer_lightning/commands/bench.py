@@ -18,71 +18,40 @@ Examples:
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+from typing import Literal
 
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveFloat, PositiveInt, restricted_number_type
 
-from mixer_lightning.errors import ConfigError, require
-
-PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
+SUITE_KEYS = "mixer_vs_timm_train mixer_vs_timm_infer rp_overhead rp_overhead_compiled compile_speedup".split()
+SUITE_KEYS += "sw_sparse_mem_ratio sw_sparse_speed_ratio cifar_fit_vs_step cifar_fit_speedup noise".split()
 
 
 def add_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument("--model", type=str, default=None, help="a registered model (see `mixer models`)")
-    parser.add_argument("--config", type=str, default=None, help="or an experiment config: its model and data")
-    parser.add_argument("--vs", type=str, default=None, help="'timm': also run timm's equivalent model")
-    parser.add_argument("--compile", action="store_true", help="also run the model compiled (torch.compile)")
-    parser.add_argument(
-        "--kernels",
-        action="store_true",
-        help="time the memory-bound kernels instead: RP permutations and element-wise ops, eager vs compiled",
-    )
-    parser.add_argument(
-        "--table_s3",
-        action="store_true",
-        help="Hayase & Karakida Table S.3: SW-MLP (dense), RP Mixer, Mixer at its CIFAR and ImageNet settings (batch 128)",
-    )
-    parser.add_argument(
-        "--fit",
-        action="store_true",
-        help="time end-to-end `mixer fit` of the Fig. 5 config (or --config) through the tensor and "
-        "the PIL data path against the model's training step: cifar_fit_vs_step, cifar_fit_speedup",
-    )
-    parser.add_argument(
-        "--data",
-        action="store_true",
-        help="images/s per CPU core of ImageNet's training pipeline (decode, random-resized crop, RandAugment, "
-        "erasing) from an image folder vs from WebDataset shards, on a synthetic set it makes; cores per GPU",
-    )
-    parser.add_argument("--data_images", type=int, default=256, help="--data: synthetic training JPEGs")
-    parser.add_argument(
-        "--gpu_images_per_s",
-        type=float,
-        default=None,
-        help="--data: the GPU training throughput to feed (default: Mixer-B/16, bf16, one H100: 2,030 img/s)",
-    )
-    parser.add_argument("--fit_warmup", type=int, default=8, help="--fit: training batches before the timing")
-    parser.add_argument("--fit_batches", type=int, default=32, help="--fit: timed training batches per fit")
-    parser.add_argument(
-        "--data_root",
-        type=str,
-        default=None,
-        help="--fit: the CIFAR-10 folder, Hugging Face layout (default: $MIXER_DATA_ROOT/cifar10, "
-        "else <checkout>/../shared/data/cifar10, else a synthetic CIFAR-shaped set)",
-    )
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--image_size", type=int, default=None, help="default: the model's / the data's")
-    parser.add_argument("--num_classes", type=int, default=1000)
-    parser.add_argument("--device", type=str, default="cpu", help="cpu or cuda")
-    parser.add_argument("--precision", type=str, default="32-true", help=f"one of {', '.join(PRECISIONS)}")
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=None,
-        help="timed steps per candidate (default 10; the suite: 12 at CIFAR size, fewer for the big models)",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add = parser.add_argument
+    add("--model", type=str, default=None, help="a registered model (see `mixer models`)")
+    add("--config", type=str, default=None, help="or an experiment config: its model and data")
+    add("--vs", type=Literal["timm"] | None, default=None, help="'timm': also run timm's equivalent")
+    add("--compile", action="store_true", help="also run the model compiled (torch.compile)")
+    add("--kernels", action="store_true", help="the RP permutation and element-wise kernels instead")
+    add("--table_s3", action="store_true", help="Hayase & Karakida Table S.3 at its settings")
+    add("--fit", action="store_true", help="`mixer fit` (tensor, PIL data path) vs the training step")
+    add("--data", action="store_true", help="ImageNet's training pipeline per CPU core: image folder vs shards")
+    add("--data_images", type=restricted_number_type(None, int, (">=", 16)), default=256, help="--data: JPEGs")
+    add("--gpu_images_per_s", type=PositiveFloat | None, default=None, help="--data: GPU img/s to feed (2,030)")
+    add("--fit_warmup", type=PositiveInt, default=8, help="--fit: training batches before timing")
+    add("--fit_batches", type=PositiveInt, default=32, help="--fit: timed training batches per fit")
+    add("--data_root", type=str, default=None, help="--fit: the CIFAR-10 folder (default: $MIXER_DATA_ROOT/cifar10)")
+    add("--batch_size", type=PositiveInt, default=32)
+    add("--image_size", type=PositiveInt | None, default=None, help="default: the model's / data's")
+    add("--num_classes", type=PositiveInt, default=1000)
+    add("--device", type=str, default="cpu", help="cpu or cuda")
+    add("--precision", type=Literal["32-true", "bf16-mixed", "bf16-true"], default="32-true")
+    add("--repeats", type=PositiveInt | None, default=None, help="timed steps per candidate")
+    add("--json", action="store_true", help="print JSON")
 
 
 def _model_from_config(path: str):
@@ -94,178 +63,71 @@ def _model_from_config(path: str):
     from mixer_lightning.tasks import ClassifierModule
 
     data = datamodule_from_config([path])
-    config = load_configs([path])
-    model = dict(config.get("model") or {})
-    require("class_path" in model, "config", f"{path!r} has no model: section with a class_path")
-    model["init_args"] = {
-        **(model.get("init_args") or {}),
-        "num_classes": data.num_classes,
-        "image_size": data.image_size,
-        "in_chans": data.in_chans,
-    }
+    model = {**(load_configs([path]).get("model") or {}), "init_from": None}
+    model.update(num_classes=data.num_classes, image_size=data.image_size, in_chans=data.in_chans)
     parser = Parser(exit_on_error=False)
-    parser.add_subclass_arguments(ClassifierModule, "model")
+    parser.add_class_arguments(ClassifierModule, "model")
     module = parser.instantiate_classes(parser.parse_object({"model": model})).model
     return module.net, data.image_size, data.in_chans, data.num_classes
 
 
-def run(args: Namespace) -> None:
-    from mixer_lightning.benchmarks.models import benchmark, standard_suite, timm_equivalent
+def _print(report: dict, args: Namespace, text) -> None:
+    print(json.dumps(report, indent=2) if args.json else text(report))
 
-    require(
-        args.precision in PRECISIONS,
-        "precision",
-        f"unknown precision {args.precision!r}",
-        f"choose one of {', '.join(PRECISIONS)}",
-    )
-    require(args.batch_size > 0, "batch_size", f"must be positive, got {args.batch_size}")
-    require(args.repeats is None or args.repeats > 0, "repeats", f"must be positive, got {args.repeats}")
-    require(args.vs in (None, "timm"), "vs", f"unknown baseline {args.vs!r}", "use --vs timm")
+
+def run(args: Namespace) -> None:
+    from mixer_lightning.errors import require
+
+    modes = [f"--{mode}" for mode in ("data", "fit", "kernels", "table_s3") if args[mode]]
+    require(len(modes) <= 1, "model", f"{' and '.join(modes)} are different measurements", "give one of them")
+    require(not (modes and args.model), "model", f"{''.join(modes)} measures no --model", "drop --model")
+    log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
+    repeats = {"repeats": args.repeats} if args.repeats else {}
     if args.data:
         from mixer_lightning.benchmarks.pipeline import MIXER_B16_H100_IMG_S, data_pipeline, format_report
 
-        require(
-            args.model is None and args.config is None and not (args.fit or args.kernels or args.table_s3),
-            "data",
-            "measures the data pipeline alone",
-            "drop --model/--config/--fit/--kernels/--table_s3",
-        )
-        require(args.data_images >= 16, "data_images", f"must be >= 16, got {args.data_images}")
-        gpu = args.gpu_images_per_s if args.gpu_images_per_s is not None else MIXER_B16_H100_IMG_S
-        require(gpu > 0, "gpu_images_per_s", f"must be positive, got {gpu}")
-        log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
+        gpu = args.gpu_images_per_s or MIXER_B16_H100_IMG_S
         report = data_pipeline(args.data_images, args.repeats or 9, gpu_images_per_s=gpu, log=log)
-        print(json.dumps(report, indent=2) if args.json else format_report(report))
-        return
+        return _print(report, args, format_report)
     if args.fit:
         from mixer_lightning.benchmarks.fit import FIG5_CONFIG, fit_vs_step
 
-        require(args.model is None and not args.kernels, "fit", "takes no --model or --kernels", "drop them")
-        if args.device.startswith("cuda"):
-            import torch
-
-            require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
-        require(
-            args.fit_warmup > 0 and args.fit_batches > 0,
-            "fit_batches",
-            "--fit_warmup and --fit_batches must be positive",
-        )
-        log = (lambda *a, **k: print(*a, **k, file=sys.stderr)) if args.json else print
+        setting = {"warmup": args.fit_warmup, "batches": args.fit_batches, "precision": args.precision}
         report = fit_vs_step(
-            config=args.config or FIG5_CONFIG,
-            root=args.data_root,
-            repeats=args.repeats or 5,
-            warmup=args.fit_warmup,
-            batches=args.fit_batches,
-            device=args.device,
-            precision=args.precision,
-            log=log,
+            args.config or FIG5_CONFIG, args.data_root, args.repeats or 5, device=args.device, log=log, **setting
         )
-        if args.json:
-            print(json.dumps(report, indent=2))
-            return
-        rates = report["img_per_s"]
-        print(
-            f"fit, tensor path   {rates['fit_tensor']:9.1f} img/s   (waiting for batches {report['waiting_share']['tensor']:.1%})"
-        )
-        print(
-            f"fit, PIL path      {rates['fit_pil']:9.1f} img/s   (waiting for batches {report['waiting_share']['pil']:.1%})"
-        )
-        print(f"training step      {rates['train_step']:9.1f} img/s")
-        for key in ("cifar_fit_vs_step", "cifar_fit_speedup", "pil_fit_vs_step"):
-            low, high = report["rounds_spread"][key]
-            print(
-                f"{key:<18} {report[key]:9.3f}   (median of {report['setting']['repeats']} rounds: {low:.3f}–{high:.3f})"
-            )
-        print("noise: the rounds' range; a ratio whose range includes 1 is not resolved")
-        return
+        return _print(report, args, fit_text)
     if args.kernels:
         from mixer_lightning.benchmarks.kernels import format_report, kernel_suite
 
-        require(
-            args.model is None and args.config is None,
-            "kernels",
-            "takes no --model or --config",
-            "drop --model/--config, or drop --kernels",
-        )
-        require(args.device == "cpu", "device", "--kernels measures CPU kernels", "drop --device")
-        report = kernel_suite(**({"repeats": args.repeats} if args.repeats else {}))
-        print(json.dumps(report, indent=2) if args.json else format_report(report))
-        return
-    if args.device.startswith("cuda"):
-        import torch
-
-        require(torch.cuda.is_available(), "device", "no CUDA GPU is visible", "use --device cpu")
+        return _print(kernel_suite(**repeats), args, format_report)
     if args.table_s3:
         from mixer_lightning.benchmarks.table_s3 import format_table_s3, table_s3
 
-        require(
-            args.model is None and args.config is None and not args.kernels,
-            "table_s3",
-            "builds the models of Table S.3 itself",
-            "drop --model/--config/--kernels",
-        )
-        report = table_s3(device=args.device, **({"repeats": args.repeats} if args.repeats else {}))
-        print(json.dumps(report, indent=2) if args.json else format_table_s3(report))
-        return
+        return _print(table_s3(device=args.device, **repeats), args, format_table_s3)
+    from mixer_lightning.benchmarks.models import benchmark, standard_suite, timm_equivalent
+
     if args.model is None and args.config is None:
-        log = (lambda *a, **k: None) if args.json else print
-        report = standard_suite(**({"repeats": args.repeats} if args.repeats else {}), log=log)
-        if args.json:
-            print(json.dumps(report, indent=2))
-            return
-        for key in (
-            "mixer_vs_timm_train",
-            "mixer_vs_timm_infer",
-            "rp_overhead",
-            "rp_overhead_compiled",
-            "compile_speedup",
-            "sw_sparse_mem_ratio",
-            "sw_sparse_speed_ratio",
-            "cifar_fit_vs_step",
-            "cifar_fit_speedup",
-            "noise",
-        ):
-            print(f"{key:<24} {report[key]:8.3f}")
-        return
+        report = standard_suite(**repeats, log=(lambda *a, **k: None) if args.json else print)
+        return _print(report, args, lambda r: "\n".join(f"{key:<24} {r[key]:8.3f}" for key in SUITE_KEYS))
     if args.config is not None:
-        require(args.model is None, "model", "give --model or --config, not both")
         net, image_size, in_chans, num_classes = _model_from_config(args.config)
     else:
-        from mixer_lightning.models import create_model, get_entry
+        from mixer_lightning.models import create_model
 
-        get_entry(args.model, field="model")
-        kwargs = {"num_classes": args.num_classes}
-        if args.image_size:
-            kwargs["image_size"] = args.image_size
-        net = create_model(args.model, **kwargs)
+        size = {"image_size": args.image_size} if args.image_size else {}
+        net = create_model(args.model, num_classes=args.num_classes, **size)
         image_size, in_chans, num_classes = net.stem.image_size, net.stem.proj.in_channels, args.num_classes
-    import copy
-
     candidates = {"ours": net}
     if args.vs == "timm":
         candidates["timm"] = timm_equivalent(net)
     if args.compile:
-        compiled = copy.deepcopy(net)
-        compiled.compile()
-        candidates["ours_compiled"] = compiled
+        candidates["ours_compiled"] = copy.deepcopy(net)
+        candidates["ours_compiled"].compile()
     if len(candidates) > 1:  # a comparison: an identical copy of ours beside it says how far a ratio is noise
         candidates["twin"] = copy.deepcopy(net)
-    try:
-        results = benchmark(
-            candidates,
-            batch_size=args.batch_size,
-            image_size=image_size,
-            in_chans=in_chans,
-            num_classes=num_classes,
-            device=args.device,
-            precision=args.precision,
-            repeats=args.repeats or 10,
-        )
-    except RuntimeError as error:
-        if "out of memory" in str(error).lower():
-            raise ConfigError("batch_size", f"{args.batch_size} does not fit in memory", "lower --batch_size") from None
-        raise
+    shape = {"batch_size": args.batch_size, "image_size": image_size, "in_chans": in_chans, "num_classes": num_classes}
+    results = benchmark(candidates, **shape, device=args.device, precision=args.precision, repeats=args.repeats or 10)
     noise = twin_noise(results)
     if args.json:
         print(json.dumps({**results, **({"noise": noise} if noise else {})}, indent=2))
@@ -278,6 +140,21 @@ def run(args: Namespace) -> None:
         print(f"{label:<16} {r['train_img_s']:>12.1f} {r['infer_img_s']:>12.1f} {flops:>18} {mfu:>6}")
     for line in ratio_lines(results, noise):
         print(line)
+
+
+def fit_text(report: dict) -> str:
+    rates, waiting, spread = report["img_per_s"], report["waiting_share"], report["rounds_spread"]
+    lines = [
+        f"fit, tensor path   {rates['fit_tensor']:9.1f} img/s   (waiting for batches {waiting['tensor']:.1%})",
+        f"fit, PIL path      {rates['fit_pil']:9.1f} img/s   (waiting for batches {waiting['pil']:.1%})",
+        f"training step      {rates['train_step']:9.1f} img/s",
+    ]
+    for key in ("cifar_fit_vs_step", "cifar_fit_speedup", "pil_fit_vs_step"):
+        rounds = report["setting"]["repeats"]
+        lines.append(
+            f"{key:<18} {report[key]:9.3f}   (median of {rounds} rounds: {spread[key][0]:.3f}–{spread[key][1]:.3f})"
+        )
+    return "\n".join([*lines, "noise: the rounds' range; a ratio whose range includes 1 is not resolved"])
 
 
 def twin_noise(results: dict[str, dict]) -> dict[str, float] | None:

@@ -1,17 +1,11 @@
 """Minibatch CKA between the hidden features of two trained networks (Hayase & Karakida 2024, Sec. 3.4,
-Figure 2(b, c); Nguyen, Raghu & Kornblith 2021, Sec. 3.1, linear kernel, unbiased HSIC).
+Figure 2(b, c); Nguyen, Raghu & Kornblith 2021, Sec. 3.1: linear kernel, unbiased HSIC).
 
-The features are those just before every skip connection (App. C.1): the input of each token- and
-channel-mixing layer of a Mixer (labelled ``block.token`` / ``block.channel``), the input of each block
-of an SW-MLP (``block``), in order from the input. Any two checkpoints that take the same images can be
-compared: a Mixer with an SW-MLP (Figure 2), two seeds, a normal and an RP Mixer.
-
-The images are the test split (or ``--split val``) of the data config, with its evaluation
-pre-processing, shuffled once with ``--seed`` and cut into full minibatches of ``--batch_size`` (the
-last partial one is dropped; ``--batches`` keeps fewer). The HSIC sums are torchmetrics states, so a
-run on several devices (``--devices 2``) takes whole minibatches on each and gives the same matrix as
-one process. ``--strategy ddp`` relaunches the command line, so use it from a shell; ``ddp_spawn``
-works anywhere.
+The features are those before every skip connection (App. C.1): the input of each mixing layer of a
+Mixer (``block.token`` / ``block.channel``), of each block of an SW-MLP (``block``). The images are the
+test split (or ``--split val``) of the data config, shuffled once with ``--seed`` and cut into full
+minibatches of ``--batch_size``. The HSIC sums are torchmetrics states: several devices (``--devices
+2``) give the one-process matrix. ``--strategy ddp`` relaunches the command line (use it from a shell).
 
 Examples:
     mixer cka --ckpt runs/mixer/version_0/checkpoints/best.ckpt --ckpt runs/sw_mlp/version_0/checkpoints/best.ckpt \\
@@ -23,67 +17,46 @@ Examples:
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Literal
 
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveInt, restricted_number_type
 
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure
-from mixer_lightning.safety.distributed import end_process_group
 
 
 def add_arguments(parser: ArgumentParser) -> None:
-    parser.add_argument(
-        "--ckpt",
-        type=str,
-        action="append",
-        required=True,
-        help="a checkpoint; give it twice (A, then B; the same file twice compares a network with itself)",
-    )
-    parser.add_argument(
-        "--config", type=str, action="append", required=True, help="YAML config(s) whose data: section gives the images"
-    )
+    parser.add_argument("--ckpt", type=str, action="append", required=True, help="a checkpoint; give it twice (A, B)")
+    parser.add_argument("--config", type=str, action="append", required=True, help="config(s) whose data: gives images")
     parser.add_argument("--split", type=Literal["test", "val"], default="test", help="which split's images")
-    parser.add_argument("--batch_size", type=int, default=None, help="minibatch size n (default: data.eval_batch_size)")
-    parser.add_argument("--batches", type=int, default=None, help="use at most this many minibatches")
+    parser.add_argument(
+        "--batch_size",  # the unbiased HSIC needs n >= 4
+        type=restricted_number_type(None, int, (">=", 4)) | None,
+        default=None,
+        help="minibatch size n (default: data.eval_batch_size)",
+    )
+    parser.add_argument("--batches", type=PositiveInt | None, default=None, help="use at most this many minibatches")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of the images")
     parser.add_argument("--accelerator", type=str, default="auto", help="Lightning accelerator: auto, cpu, gpu, …")
-    parser.add_argument("--devices", type=str, default="1", help="Lightning devices: 1, 2, auto, …")
+    parser.add_argument("--devices", type=int | str, default=1, help="Lightning devices: 1, 2, auto, …")
     parser.add_argument("--strategy", type=str, default="auto", help="Lightning strategy: auto, ddp, ddp_spawn, …")
-    parser.add_argument("--num_nodes", type=int, default=1, help="Lightning num_nodes")
+    parser.add_argument("--num_nodes", type=PositiveInt, default=1, help="Lightning num_nodes")
     parser.add_argument("--precision", type=str, default=None, help="Lightning precision, e.g. bf16-mixed")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--plot", type=str, default=None, help="draw the heat map (Figure 2(b, c)) to this PNG")
 
 
-def _devices(text: str) -> int | str:
-    return int(text) if str(text).lstrip("-").isdigit() else text
-
-
 def compute(args: Namespace) -> dict:
     """The CKA matrix of the two checkpoints of ``--ckpt`` (`mixer_lightning.analysis.cka.compute_matrix`)."""
-    require(
-        len(args.ckpt) == 2,
-        "ckpt",
-        f"needs exactly two checkpoints, got {len(args.ckpt)}",
-        "give --ckpt A --ckpt B (the same file twice compares a network with itself)",
-    )
     from mixer_lightning.analysis.cka import compute_matrix
 
+    require(len(args.ckpt) == 2, "ckpt", f"needs two checkpoints, got {len(args.ckpt)}", "give --ckpt A --ckpt B")
+    lightning_args = {key: args[key] for key in ("accelerator", "devices", "strategy", "num_nodes", "precision")}
     return compute_matrix(
-        args.ckpt[0],
-        args.ckpt[1],
-        args.config,
-        split=args.split,
-        batch_size=args.batch_size,
-        batches=args.batches,
-        seed=args.seed,
-        accelerator=args.accelerator,
-        devices=_devices(args.devices),
-        strategy=args.strategy,
-        num_nodes=args.num_nodes,
-        precision=args.precision,
+        *args.ckpt, args.config, args.split, args.batch_size, args.batches, args.seed, **lightning_args
     )
 
 
@@ -91,13 +64,13 @@ def checkpoint_labels(result: dict) -> tuple[str, str]:
     """Axis names of the two networks that tell them apart: the family, its mixing sizes and the
     checkpoint's path below the folder the two share (``reference/seed0/last.ckpt``), not both
     "SMixer (last.ckpt)"."""
-    paths = [Path(result["ckpt_a"]).absolute().parts, Path(result["ckpt_b"]).absolute().parts]
-    common = 0
-    while common < min(map(len, paths)) - 1 and paths[0][common] == paths[1][common]:
-        common += 1
+    import os
+
+    paths = [os.path.abspath(result["ckpt_a"]), os.path.abspath(result["ckpt_b"])]
+    common = os.path.dirname(os.path.commonpath(paths)) if paths[0] == paths[1] else os.path.commonpath(paths)
     labels = []
-    for key, parts in zip("ab", paths, strict=True):
-        where = "/".join(part for part in parts[common:] if part != "checkpoints")
+    for key, path in zip("ab", paths, strict=True):
+        where = "/".join(part for part in Path(os.path.relpath(path, common)).parts if part != "checkpoints")
         mixing = result.get(f"mixing_{key}")
         sizes = f", S = {mixing['S']}, C = {mixing['C']}" if mixing else ""
         labels.append(f"{key.upper()}: {result[f'model_{key}']}{sizes}\n({where})")
@@ -111,46 +84,36 @@ def plot(result: dict, path: str) -> None:
     import numpy as np
 
     plt = pyplot()
-
     matrix = np.array(result["cka"])
     rows, cols = matrix.shape
     fig, ax = plt.subplots(figsize=(max(5.6, 2.0 + 0.6 * cols), max(4.4, 1.4 + 0.5 * rows)))
     image = ax.imshow(matrix, cmap="magma", vmin=0.0, vmax=1.0, origin="lower")
     if rows * cols <= 400:
-        for i in range(rows):
-            for j in range(cols):
-                ax.text(
-                    j,
-                    i,
-                    f"{matrix[i, j]:.2f}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="black" if matrix[i, j] > 0.6 else "white",
-                )
+        for (i, j), value in np.ndenumerate(matrix):
+            color = "black" if value > 0.6 else "white"
+            ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7, color=color)
     ax.set_xticks(range(cols), result["layers_b"], rotation=45 if cols > 8 else 0, fontsize=8)
     ax.set_yticks(range(rows), result["layers_a"], fontsize=8)
     label_a, label_b = checkpoint_labels(result)
     ax.set_xlabel(label_b, fontsize=9)
     ax.set_ylabel(label_a, fontsize=9)
-    ax.set_title(
-        f"Minibatch CKA (unbiased HSIC), {result['examples']} {result['split']} images\nlayers from the input",
-        fontsize=10,
-    )
+    images = f"{result['examples']} {result['split']} images"
+    ax.set_title(f"Minibatch CKA (unbiased HSIC), {images}\nlayers from the input", fontsize=10)
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04, label="CKA (1: same up to rotation, scale)")
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
 
 
 def run(args: Namespace) -> None:
-    import warnings
-
     from mixer_lightning.commands.quiet import quiet_libraries
 
     with warnings.catch_warnings():  # the console of `mixer fit`: no GPU/TPU lines, tips, DDP banners
         quiet_libraries()
         result = compute(args)
-    end_process_group()  # `--strategy ddp`'s gloo group, on every process, as `mixer fit` does after a run
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():  # Lightning ends NCCL's only; a gloo one left alive
+        dist.destroy_process_group()  # aborts the interpreter's exit now and then (pytorch#65513)
     if not result.pop("main_process"):
         return  # `--strategy ddp` runs this command once per device: one of them reports
     if args.plot:

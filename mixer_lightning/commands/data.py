@@ -1,13 +1,10 @@
 """Sharded data for cluster file systems (docs/data.md, "ImageNet at cluster scale").
 
     mixer data pack SOURCE OUT     an image folder (root/train/<class>/*, root/val/<class>/*) or a Hugging
-                                   Face dataset (hub id or local folder) → WebDataset tar shards in the
-                                   hub's layout (OUT/NAME-train-0000.tar, ...) and OUT/manifest.json (classes,
-                                   counts per class, bytes, SHA-256 per shard); resumable: run it again
-    mixer data check ROOT          index and check shards as `mixer fit --data.dataset wds` reads them (a
-                                   truncated tar, a sample without an image or label, a label out of range:
-                                   one line naming the shard and the sample); with a manifest, also verify
-                                   every shard's SHA-256
+                                   Face dataset → WebDataset tar shards in the hub's layout and
+                                   OUT/manifest.json (classes, counts, bytes, SHA-256 per shard); resumable
+    mixer data check ROOT          index and check shards as `mixer fit --data.dataset wds` reads them;
+                                   with a manifest, also verify every shard's SHA-256
 
 Examples:
     mixer data pack /datasets/imagenet /scratch/imagenet-wds --shard_size 1250
@@ -17,11 +14,14 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveInt, restricted_number_type
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import ConfigError
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -35,10 +35,8 @@ def run(args: Namespace) -> None:
 def add_pack_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("source", type=str, help="an image folder, or a Hugging Face hub id / local dataset folder")
     parser.add_argument("out", type=str, help="the folder the shards and manifest.json are written into")
-    parser.add_argument(
-        "--prefix", type=str, default=None, help="shard names PREFIX-train-0000.tar (default: OUT's name)"
-    )
-    parser.add_argument("--shard_size", type=int, default=1000, help="samples per shard (the hub's ImageNet: ≈1,250)")
+    parser.add_argument("--prefix", type=str, default=None, help="shard names PREFIX-train-0000.tar (default: OUT's)")
+    parser.add_argument("--shard_size", type=PositiveInt, default=1000, help="samples per shard (hub ImageNet: 1,250)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order of the samples across the shards")
     parser.add_argument("--no_shuffle", action="store_true", help="keep the source's order (sorted by class)")
     parser.add_argument("--image_column", type=str, default=None, help="Hugging Face: the image column")
@@ -51,19 +49,9 @@ def run_pack(args: Namespace) -> None:
     from mixer_lightning.safety.atomic import check_output_dir
 
     check_output_dir(args.out, "out", "the shards")
-    try:
-        manifest = pack(
-            args.source,
-            args.out,
-            prefix=args.prefix,
-            shard_size=args.shard_size,
-            seed=args.seed,
-            shuffle=not args.no_shuffle,
-            image_column=args.image_column,
-            label_column=args.label_column,
-        )
-    except ConfigError as error:  # the data module's checks of a Hugging Face source: named as this command's
-        raise _renamed(error, {"data.root": "source", "data.image_column": "image_column"}) from None
+    settings = {k: args[k] for k in ("prefix", "shard_size", "seed", "image_column", "label_column")}
+    with renamed({"data.root": "source", "data.image_column": "image_column"}):
+        manifest = pack(args.source, args.out, shuffle=not args.no_shuffle, **settings)
     for split, entry in manifest["splits"].items():
         print(
             f"{split:<10} {entry['samples']:>10,} images in {len(entry['shards']):,} shards, "
@@ -74,7 +62,12 @@ def run_pack(args: Namespace) -> None:
 
 def add_check_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("root", type=str, help="the folder of the shards, or a brace pattern of training shards")
-    parser.add_argument("--num_classes", type=int, default=None, help="labels must lie in 0..num_classes-1")
+    parser.add_argument(
+        "--num_classes",
+        type=restricted_number_type(None, int, (">=", 2)) | None,
+        default=None,
+        help="labels must lie in 0..num_classes-1",
+    )
     parser.add_argument("--cache_dir", type=str, default=None, help="where the index is kept (as data.cache_dir)")
 
 
@@ -84,11 +77,8 @@ def run_check(args: Namespace) -> None:
     from mixer_lightning.data.shards import MANIFEST
     from mixer_lightning.data.sources.webdataset import WebDataset
 
-    require(args.num_classes is None or args.num_classes >= 2, "num_classes", f"must be >= 2, got {args.num_classes}")
-    try:
+    with renamed({"data.root": "root", "data.num_classes": "num_classes"}):
         source = WebDataset(args.root, download=False, num_classes=args.num_classes, cache_dir=args.cache_dir)
-    except ConfigError as error:  # named as this command's argument, not the data module's
-        raise _renamed(error, {"data.root": "root", "data.num_classes": "num_classes"}) from None
     for split, index in source.indices.items():
         classes = len(set(index.label.tolist()))
         print(
@@ -100,10 +90,15 @@ def run_check(args: Namespace) -> None:
         verify(folder)
 
 
-def _renamed(error: ConfigError, fields: dict[str, str]) -> ConfigError:
-    """`error` with its field named as this command's argument (``data.root`` → ``root``)."""
-    field = fields.get(error.field, error.field.removeprefix("data."))
-    return ConfigError(field, error.problem, error.fix)
+@contextmanager
+def renamed(fields: dict[str, str]) -> Iterator[None]:
+    """The data module's errors named as this command's arguments (``data.root`` → ``root``)."""
+    try:
+        yield
+    except ConfigError as error:
+        raise ConfigError(
+            fields.get(error.field, error.field.removeprefix("data.")), error.problem, error.fix
+        ) from None
 
 
 SUBCOMMANDS = {"pack": (add_pack_arguments, run_pack), "check": (add_check_arguments, run_check)}

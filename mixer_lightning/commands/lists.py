@@ -1,13 +1,10 @@
-"""Comma-separated flag values (``--seeds 0,1,2``, ``--channels 16,32,48``, ``--densities 2**-6,0.5``):
-the one parser every project command uses, so that every such flag fails the same way, in one line
-naming the flag: an empty item (``0,,1``), an item that is not a number (``x``), a value out of range,
-or a value given twice (a sweep would otherwise emit the same run twice).
-
-Integers may be written as the paper writes them (``2**18``), reals too (``2**-6``, ``1/64``).
-"""
+"""Comma-separated flag values (``--seeds 0,1,2``, ``--channels 16,32,48``, ``--densities 2**-6,0.5``), as
+the papers write them (``2**18``, ``1/64``): one parser, so every such flag fails alike, in one line
+naming the flag (an empty item, no number, out of range, a value twice: a sweep would run it twice)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,7 +13,6 @@ from mixer_lightning.width import parse_int_expression, parse_real_expression
 
 T = TypeVar("T")
 
-NOUNS = {"integers": "an integer", "numbers": "a number", "values": "a value", "grid point ids": "a grid point id"}
 SEED_LIMIT = 2**32  # numpy's (and Lightning's seed_everything's) seeds are 0 … 2**32 − 1
 
 
@@ -30,59 +26,36 @@ def comma_list(
     valid_text: str | None = None,
     allow_duplicates: bool = False,
 ) -> list[T]:
-    """The values of a comma-separated flag, each read with `parse`; any problem is one `ConfigError`
-    on `field`: ``cannot read '0,,x': item 2 is empty; give comma-separated integers, e.g. 0,1,2``."""
-    text = str(text)
+    """The values of a comma-separated flag, each read with `parse` (and checked by `valid`); any
+    problem is one `ConfigError` on `field`."""
+    text, values = str(text), []
     fix = f"give comma-separated {what}, e.g. {example}"
-    if not text.strip():
-        raise ConfigError(field, "is empty", fix)
-    values: list[T] = []
-    for i, item in enumerate(text.split(","), start=1):
+    for item in text.split(","):
         item = item.strip()
-        if not item:
-            raise ConfigError(field, f"cannot read {text!r}: item {i} is empty", fix)
         try:
             value = parse(item)
         except (ValueError, TypeError, OverflowError, ConfigError):
-            raise ConfigError(
-                field, f"cannot read {text!r}: {item!r} is not {NOUNS.get(what, 'a value')}", fix
-            ) from None
+            raise ConfigError(field, f"cannot read {text!r}: {item!r} is not one of the {what}", fix) from None
         if valid is not None and not valid(value):
             raise ConfigError(field, f"needs {valid_text or what}, got {text!r} ({item!r})", fix)
-        if not allow_duplicates and value in values:
-            raise ConfigError(
-                field, f"{item!r} is given twice in {text!r} (the same run would be made twice)", "give each value once"
-            )
+        if value in values and not allow_duplicates:
+            raise ConfigError(field, f"{item!r} is given twice in {text!r}", "give each value once")
         values.append(value)
     return values
 
 
-def _integer(item: str) -> int:
-    return parse_int_expression(item, "value")
-
-
-def _real(item: str) -> float:
-    return parse_real_expression(item, "value")
+_integer = functools.partial(parse_int_expression, field="value")
+_real = functools.partial(parse_real_expression, field="value")
 
 
 def integers(text: str | int, field: str, minimum: int = 1, example: str = "16,32,48") -> list[int]:
     """Integers >= `minimum` (``2**10`` allowed)."""
-    return comma_list(
-        text,
-        field,
-        _integer,
-        "integers",
-        example,
-        lambda v: v >= minimum,
-        "positive integers" if minimum == 1 else f"integers >= {minimum}",
-    )
+    return comma_list(text, field, _integer, "integers", example, lambda v: v >= minimum, f"integers >= {minimum}")
 
 
 def seeds(text: str | int, field: str = "seeds") -> list[int]:
     """Seeds in numpy's range 0 … 2**32 − 1."""
-    return comma_list(
-        text, field, _integer, "integers", "0,1,2", lambda v: 0 <= v < SEED_LIMIT, f"integers in [0, {SEED_LIMIT - 1}]"
-    )
+    return comma_list(text, field, _integer, "integers", "0,1,2", lambda v: 0 <= v < SEED_LIMIT, "seeds < 2**32")
 
 
 def reals(
@@ -97,17 +70,19 @@ def reals(
 
 
 def scalar(item: str) -> Any:
-    """A config value as YAML reads it, numbers first: ``0.01`` and ``1e-2`` are floats (PyYAML would
-    read ``1e-2`` as a string), ``true``/``false`` booleans, ``null`` None, anything else a string."""
+    """A config value as YAML reads it, numbers first (PyYAML reads ``1e-2`` as a string)."""
+    import yaml
+
     for kind in (int, float):
         try:
             return kind(item)
         except ValueError:
             pass
-    from mixer_lightning.safety.config_files import bounded_safe_load
-
-    value = bounded_safe_load(item, "grid", "the value")
-    if isinstance(value, (list, dict)):
+    try:
+        value = yaml.safe_load(item)
+    except yaml.YAMLError as error:
+        raise ValueError(str(error)) from None
+    if isinstance(value, (list, dict)) or not item:
         raise ValueError("a grid value is a single scalar")
     return value
 

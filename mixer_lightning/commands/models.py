@@ -4,9 +4,9 @@ Examples:
     mixer models                 every family and preset
     mixer models 'mixer_*' --json
 
-The table is a function of the package's model code alone: it is computed once (every model built on
-the meta device) and kept in ``$MIXER_CACHE_DIR`` (default ``~/.cache/mixer_lightning``) under a
-fingerprint of that code, so later calls answer without importing torch.
+The table depends on the package's model code alone: it is computed once (every model built on the
+meta device) and kept in ``$MIXER_CACHE_DIR`` (default ``~/.cache/mixer_lightning``) under a hash of
+that code, so later calls answer without importing torch.
 """
 
 from __future__ import annotations
@@ -34,49 +34,32 @@ def describe(name: str) -> dict:
     from mixer_lightning.models import get_entry, num_params
 
     entry = get_entry(name)
-    with torch.device("meta"):  # shapes only: counts parameters of even Mixer-H/14 instantly
+    with torch.device("meta"):  # shapes only: even Mixer-H/14 is counted at once
         model = entry.build()
-    return {
-        "name": name,
-        "family": entry.family,
-        "params": num_params(model),
-        "params_without_head": num_params(model, exclude_head=True),
-        "source": entry.source,
-    }
-
-
-def fingerprint() -> str:
-    """A hash of the code the table depends on: the model package and the width arithmetic."""
-    digest = hashlib.sha256()
-    for path in sorted([*(PACKAGE / "models").glob("*.py"), PACKAGE / "width.py"]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:16]
+    counts = {"params": num_params(model), "params_without_head": num_params(model, exclude_head=True)}
+    return {"name": name, "family": entry.family, **counts, "source": entry.source}
 
 
 def cache_file() -> Path:
-    root = os.environ.get("MIXER_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "mixer_lightning"
-    )
-    return Path(root) / f"models-{fingerprint()}.json"
+    digest = hashlib.sha256()
+    for path in sorted([*(PACKAGE / "models").glob("*.py"), PACKAGE / "width.py"]):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mixer_lightning")
+    return Path(os.environ.get("MIXER_CACHE_DIR") or cache) / f"models-{digest.hexdigest()[:16]}.json"
 
 
 def all_rows() -> list[dict]:
     """Every registered model's row (`describe`), from the cache when it holds this code's table."""
     path = cache_file()
-    try:
-        rows = json.loads(path.read_text())
-        if isinstance(rows, list) and all(isinstance(row, dict) and "name" in row for row in rows):
-            return rows
-    except (OSError, ValueError):
-        pass
+    if path.is_file():
+        return json.loads(path.read_text())
     from mixer_lightning.models import list_models
+    from mixer_lightning.safety.atomic import write_text
 
     rows = [describe(name) for name in list_models("*")]
     try:
-        from mixer_lightning.safety.atomic import write_text
-
         write_text(path, json.dumps(rows), field="cache")
-    except Exception:  # a read-only home: the table is computed each time, that is all
+    except Exception:  # a read-only home: the table is computed each time
         pass
     return rows
 

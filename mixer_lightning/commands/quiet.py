@@ -1,15 +1,7 @@
-"""The quiet console of every ``mixer`` command that runs a Lightning Trainer (``fit``, ``validate``,
-``test``, ``predict``, ``cka``, a sweep's points, each process of a DDP run): Lightning's and torch's
-chatter is dropped from the default output: the "GPU available: False" / "TPU available" lines, the
-LitLogger / LitModels advertising, "Seed set to", the checkpoint-restoring lines (the run header says
-which checkpoint), DDP's start-up banner ("Initializing distributed", "distributed_backend=gloo ..."),
-the warning that an epoch has fewer batches than ``log_every_n_steps`` (the project's line progress
-prints its own lines), and third-party deprecation warnings that a user cannot act on (``LeafSpec``).
-Warnings that ask for an action ("GPU available but not used") stay.
-
-No Lightning import here: `quiet_libraries` filters loggers by name, before or after Lightning is
-imported, and a command calls it without paying for it.
-"""
+"""The quiet console of every ``mixer`` command that runs a Lightning Trainer: Lightning's and torch's
+lines that ask nothing of the user ("GPU available: False", tips, "Seed set to", checkpoint-restoring
+lines, DDP's start-up banner, the log-interval warning the line progress makes moot) are dropped;
+warnings that ask for an action stay. No Lightning import: loggers are filtered by name."""
 
 from __future__ import annotations
 
@@ -17,7 +9,6 @@ import logging
 import re
 import warnings
 
-# Messages of Lightning's info loggers that say nothing a user acts on (the header says what runs).
 _CHATTER = (
     "GPU available:",
     "TPU available:",
@@ -27,27 +18,24 @@ _CHATTER = (
     "Restoring states from the checkpoint path",
     "Restored all states from the checkpoint",
     "Loaded model weights from the checkpoint",
-    "SLURM auto-requeueing enabled",  # the project's own line replaces it (`mixer_lightning.safety.slurm`)
-    "Initializing distributed:",  # one line per process of a DDP run
-    "distributed_backend=",  # the banner between dashed lines, "All distributed processes registered"
+    "SLURM auto-requeueing enabled",  # the project's own line replaces it
+    "Initializing distributed:",
+    "distributed_backend=",
 )
-_CHATTY_LOGGERS = (
-    "lightning.pytorch.utilities.rank_zero",
-    "lightning.fabric.utilities.rank_zero",
-    "lightning.fabric.utilities.seed",
-    "lightning.pytorch.utilities.seed",
-    "lightning.pytorch.trainer.connectors.signal_connector",
-    "lightning.fabric.utilities.distributed",
+_CHATTY_LOGGERS = [
+    f"lightning.{part}.utilities.{name}" for part in ("pytorch", "fabric") for name in ("rank_zero", "seed")
+]
+_CHATTY_LOGGERS += ["lightning.pytorch.trainer.connectors.signal_connector", "lightning.fabric.utilities.distributed"]
+_WARNINGS = (
+    r".*isinstance\(treespec, LeafSpec\).*",  # a library's deprecation about another library
+    r".*LeafSpec.*is deprecated.*",
+    r".*is smaller than the logging interval Trainer\(log_every_n_steps=.*",
 )
-# Deprecation warnings raised inside libraries about their own use of another library.
-_LIBRARY_WARNINGS = (r".*isinstance\(treespec, LeafSpec\).*", r".*LeafSpec.*is deprecated.*")
-# Lightning's warnings about its own settings that the project's console makes moot.
-_MOOT_WARNINGS = (r".*is smaller than the logging interval Trainer\(log_every_n_steps=.*",)
 
 
 class _DropChatter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        message = re.sub(r"^\s*\[rank: \d+\]\s*", "", record.getMessage())  # Lightning's prefix under DDP/SLURM
+        message = re.sub(r"^\s*\[rank: \d+\]\s*", "", record.getMessage())  # Lightning's prefix under DDP
         return not message.lstrip("-\n ").startswith(_CHATTER)  # the DDP banner opens with a line of dashes
 
 
@@ -55,11 +43,11 @@ _FILTER = _DropChatter()
 
 
 def quiet_libraries() -> None:
-    """Drop the libraries' chatter (module docstring) from this process's output. Idempotent; the
-    warning filters last until the caller's ``warnings.catch_warnings()`` ends."""
+    """Drop the libraries' chatter from this process's output (idempotent; the warning filters last
+    until the caller's ``warnings.catch_warnings()`` ends)."""
     for name in _CHATTY_LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
-    for pattern in (*_LIBRARY_WARNINGS, *_MOOT_WARNINGS):
+    for pattern in _WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)

@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 
 from jsonargparse import ArgumentParser, Namespace
+from jsonargparse.typing import PositiveFloat
 
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.errors import require
-from mixer_lightning.safety.atomic import save_figure
+from mixer_lightning.safety.atomic import pyplot, save_figure
 from mixer_lightning.width import (
     check_omega,
     default_channels,
@@ -46,35 +47,23 @@ PAPER_SPARSITIES = [0.1, 0.3, 0.5, 0.7, 0.9]  # App. C.4: 1 - p for the SW-MLPs 
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**18 or 262144")
-    parser.add_argument("--gamma", type=float, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
+    parser.add_argument("--gamma", type=PositiveFloat, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--sparsity", type=str, default=None, help="comma-separated SW-MLP sparsities 1-p")
-    parser.add_argument(
-        "--width", type=str, default=None, help="fix the width m = S·C and vary γ instead (eq. S.46), e.g. 4096"
-    )
+    parser.add_argument("--width", type=str, default=None, help="fix the width m = S·C and vary γ (eq. S.46)")
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument(
-        "--plot",
-        type=str,
-        default=None,
-        help="draw Figure 3 (m and p against C), or with --width γ against C, to this PNG",
-    )
+    parser.add_argument("--plot", type=str, default=None, help="draw Figure 3 (or, with --width, γ against C) to a PNG")
 
 
 def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsity: list[float] | None = None) -> dict:
     """The pairs, the optimum and the SW-MLP widths, as `mixer width --json` prints them."""
     check_omega(omega)
-    require(0 < gamma <= 1024, "gamma", f"must be in (0, 1024], got {gamma}")
-    channels = channels or default_channels(omega, gamma)
-    require(all(c > 0 for c in channels), "channels", f"must be positive, got {channels}")
-    sparsity = PAPER_SPARSITIES if sparsity is None else sparsity
-    for s in sparsity:
-        require(0 <= s < 1, "sparsity", f"1-p must be in [0, 1), got {s}", "give values such as 0.1,0.5,0.9")
     best = optimum(omega, gamma)
+    sparsity = PAPER_SPARSITIES if sparsity is None else sparsity
     return {
         "omega": omega,
         "gamma": gamma,
-        "pairs": [pair.as_dict() for pair in width_pairs(omega, gamma, channels)],
+        "pairs": [pair.as_dict() for pair in width_pairs(omega, gamma, channels or default_channels(omega, gamma))],
         "optimum": {"S": best["S"], "C": best["C"], "m": best["m"], "p": omega / (gamma * best["m"] ** 2)},
         "sw_mlp": [{"sparsity": s, "p": 1 - s, "m": round(sw_mlp_width(omega, 1 - s, gamma))} for s in sparsity],
     }
@@ -91,22 +80,13 @@ def compute_at_width(omega: int, width: int, channels: list[int] | None = None) 
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot(result: dict, path: str) -> None:
     """Figure 3: the effective width m = S·C (left axis) and the non-zero ratio p = Ω/(γm²) (right
     axis, log) against C at fixed Ω and γ (S from eq. 14), over C = 1 … the C with S = 1; the single
     peak of m (and the minimum of p) at C* = (Ω/γ)^{1/3} dashed, the computed pairs marked."""
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     omega, gamma = result["omega"], result["gamma"]
     c_star, m_max = result["optimum"]["C"], result["optimum"]["m"]
     c_last = (np.sqrt(1 + 8 * omega / gamma) - 1) / 2  # S = 1 (eq. S.45's lower bound of m)
@@ -133,7 +113,7 @@ def plot_at_width(result: dict, path: str) -> None:
     """γ = 2Ω/(m(C + m/C)) against C at fixed (Ω, m) (eq. S.46): a single peak at C* = √m."""
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     omega, width, best = result["omega"], result["width"], result["optimum"]
     cs = np.geomspace(1, width, 600)
     fig, ax = plt.subplots(figsize=(6.2, 4))
@@ -141,12 +121,8 @@ def plot_at_width(result: dict, path: str) -> None:
     grid = result["gamma_grid"]
     ax.scatter([p["C"] for p in grid], [p["gamma"] for p in grid], color="C2", s=14, zorder=3)
     ax.axvline(best["C"], color="gray", linestyle="--", label=f"C* = S* = √m = {best['C']:.4g}")
-    ax.set(
-        xscale="log",
-        xlabel="C (S = m/C)",
-        ylabel="expansion factor γ",
-        title=f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}",
-    )
+    title = f"Ω = {omega:.4g}, m = {width:,}: γ_max = Ω/(m√m) = {best['gamma']:.4g}"
+    ax.set(xscale="log", xlabel="C (S = m/C)", ylabel="expansion factor γ", title=title)
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
@@ -156,44 +132,28 @@ def run(args: Namespace) -> None:
     omega = parse_int_expression(args.omega, "omega")
     channels = integers(args.channels, "channels") if args.channels else None
     if args.width is not None:
-        require(
-            args.sparsity is None,
-            "sparsity",
-            "--sparsity is for the SW-MLP at fixed Ω, not at fixed width",
-            "drop --sparsity or --width",
-        )
+        require(args.sparsity is None, "sparsity", "is for the SW-MLP at fixed Ω, not at fixed width", "drop one")
         width = parse_int_expression(args.width, "width")
         result = compute_at_width(omega, width, channels)
-        if args.plot:
-            plot_at_width(result, args.plot)
-        if args.json:
-            print(json.dumps(result, indent=2))
-            return
-        print(f"Ω = {omega:,} connections per layer at fixed width m = S·C = {width:,} (eq. S.46)")
-        print(f"{'C':>6} {'S':>6} {'γ':>9} {'p':>9} {'connections (D rounded)':>24}")
-        for row in result["gamma_grid"]:
-            print(f"{row['C']:>6} {row['S']:>6} {row['gamma']:>9.4f} {row['p']:>9.5f} {row['connections']:>24,.0f}")
+        lines = [f"Ω = {omega:,} connections per layer at fixed width m = S·C = {width:,} (eq. S.46)"]
+        lines.append(f"{'C':>6} {'S':>6} {'γ':>9} {'p':>9} {'connections (D rounded)':>24}")
+        for r in result["gamma_grid"]:
+            lines.append(f"{r['C']:>6} {r['S']:>6} {r['gamma']:>9.4f} {r['p']:>9.5f} {r['connections']:>24,.0f}")
         best = result["optimum"]
-        print(f"optimum: C* = S* = √m = {best['C']:.4g}, γ_max = Ω/(m√m) = {best['gamma']:.4g}")
-        if args.plot:
-            print(f"γ against C written to {args.plot}")
-        return
-    sparsity = reals(args.sparsity, "sparsity") if args.sparsity else None
-    result = compute(omega, args.gamma, channels, sparsity)
+        lines.append(f"optimum: C* = S* = √m = {best['C']:.4g}, γ_max = Ω/(m√m) = {best['gamma']:.4g}")
+    else:
+        in_range = (lambda s: 0 <= s < 1), "sparsities 1-p in [0, 1)"
+        sparsity = reals(args.sparsity, "sparsity", *in_range) if args.sparsity else None
+        result = compute(omega, args.gamma, channels, sparsity)
+        lines = [f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}"]
+        lines.append(f"{'C':>6} {'S':>6} {'m = S·C':>10} {'p':>9} {'connections':>14}")
+        for r in result["pairs"]:
+            lines.append(f"{r['C']:>6} {r['S']:>6} {r['m']:>10,} {r['p']:>9.5f} {r['connections']:>14,.0f}")
+        best = result["optimum"]
+        lines.append(f"optimum: S* = C* = {best['S']:.4g}, m_max = {best['m']:,.0f}, p_min = {best['p']:.5f}")
+        widths = ",  ".join(f"1-p = {row['sparsity']:g}: m = {row['m']:,}" for row in result["sw_mlp"])
+        lines.append(f"SW-MLP at the same Ω:  {widths}")
     if args.plot:
-        plot(result, args.plot)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        return
-    print(f"Ω = {omega:,} connections per layer, γ = {args.gamma:g}")
-    print(f"{'C':>6} {'S':>6} {'m = S·C':>10} {'p':>9} {'connections':>14}")
-    for pair in result["pairs"]:
-        print(f"{pair['C']:>6} {pair['S']:>6} {pair['m']:>10,} {pair['p']:>9.5f} {pair['connections']:>14,.0f}")
-    best = result["optimum"]
-    print(f"optimum: S* = C* = {best['S']:.4g}, m_max = {best['m']:,.0f}, p_min = {best['p']:.5f}")
-    print(
-        "SW-MLP at the same Ω:  "
-        + ",  ".join(f"1-p = {row['sparsity']:g}: m = {row['m']:,}" for row in result["sw_mlp"])
-    )
-    if args.plot:
-        print(f"Figure 3 written to {args.plot}")
+        (plot_at_width if args.width is not None else plot)(result, args.plot)
+        lines.append(f"{'γ against C' if args.width is not None else 'Figure 3'} written to {args.plot}")
+    print(json.dumps(result, indent=2) if args.json else "\n".join(lines))

@@ -1,5 +1,5 @@
-"""What `read_weights` returns: weights read from any file, in this project's key layout (`WeightsFile`),
-with the file's own spelling of each key for errors (`mixer_lightning.weights.keys`)."""
+"""What `read_weights` returns: weights from any file in this project's key layout, with the file's
+own spelling of each key for errors (`mixer_lightning.weights.keys`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ from typing import Any, Literal
 import torch
 
 from mixer_lightning.weights.keys import jax_key, jax_shape, timm_key
-
-Format = Literal["lightning", "timm", "jax", "mixer"]
 
 FORMAT_NAMES = {
     "lightning": "a mixer-lightning checkpoint",
@@ -24,24 +22,14 @@ HUB_PREFIXES = ("timm:", "hf-hub:")
 
 @dataclass
 class WeightsFile:
-    """Weights read from a file, in this project's key layout.
-
-    Attributes:
-        path: the file.
-        format: what wrote it (see `FORMAT_NAMES`).
-        state_dict: parameter name → tensor, this project's names and PyTorch layouts.
-        architecture: architecture arguments the file implies (a mixer-lightning checkpoint's saved
-            hyper-parameters; ``act="gelu_tanh"`` for a JAX file), to use where the user gives none.
-        class_path: the LightningModule class of a mixer-lightning checkpoint.
-        preprocessing: what the weights were trained on, from timm's ``pretrained_cfg`` (``mean``,
-            ``std``, ``crop_pct``, ``crop_mode``, ``interpolation``, ``input_size``; ``label_names``, the
-            name of each class, where the hub's config gives them), for weights named on a hub.
-        data: a mixer-lightning checkpoint's facts of its data (its ``data`` entry), carried over by
-            ``mixer convert``.
-    """
+    """Weights read from `path`, written by `format` (`FORMAT_NAMES`): `state_dict` in this project's
+    names and layouts; `architecture`, the architecture arguments the file implies (a checkpoint's
+    hyper-parameters, ``act="gelu_tanh"`` for a JAX file); `class_path`, a checkpoint's LightningModule;
+    `preprocessing`, timm's ``pretrained_cfg`` of hub weights (with ``label_names``); `data`, a
+    checkpoint's data facts."""
 
     path: str
-    format: Format
+    format: Literal["lightning", "timm", "jax", "mixer"]
     state_dict: dict[str, torch.Tensor]
     architecture: dict[str, Any] = field(default_factory=dict)
     class_path: str | None = None

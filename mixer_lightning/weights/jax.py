@@ -1,5 +1,4 @@
-"""Writing a model as an official JAX checkpoint (`to_jax_npz`; the layout is in
-`mixer_lightning.weights.keys`)."""
+"""A model as an official JAX checkpoint (`to_jax_npz`; the layout: `mixer_lightning.weights.keys`)."""
 
 from __future__ import annotations
 
@@ -14,19 +13,13 @@ from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.weights.keys import jax_key, torch_to_jax
 
 
-def to_jax_npz(model: MLPMixer, path: str | Path) -> dict[str, np.ndarray]:
-    """Write ``model`` as an official JAX checkpoint (``.npz``, the layout of the module docstring)
-    and return the arrays. The JAX Mixer has neither SkipLayer nor permutations, so models with
-    them are refused. A K-upscaled model (region-ordered tokens) is written with its token-mixing
-    weights permuted to the raster token order of the JAX code: the same function, since a
-    permutation of the tokens commutes with everything but token mixing."""
-    require(isinstance(model, MLPMixer), "model", f"cannot write a {type(model).__name__} as a JAX Mixer")
-    require(
-        not any(model.permute) and model.blocks[0].token_mixing.skip is None,
-        "model",
-        "the JAX Mixer has no random permutations and no SkipLayer",
-        "export a normal MLP-Mixer with S = S0",
-    )
+def to_jax_npz(model: MLPMixer, path: str | Path, field: str = "model") -> dict[str, np.ndarray]:
+    """Write `model` as an official JAX ``.npz`` (which has no SkipLayer nor permutations) and return
+    the arrays. A K-upscaled model's region-ordered token mixing is permuted to the JAX code's raster
+    order: the same function, as a permutation of the tokens commutes with all but token mixing."""
+    require(isinstance(model, MLPMixer), field, f"cannot write a {type(model).__name__} as a JAX Mixer")
+    plain = not any(model.permute) and model.blocks[0].token_mixing.skip is None
+    require(plain, field, "the JAX Mixer has no random permutations and no SkipLayer", "export one with S = S0")
     state = model.state_dict()
     regions = model.stem.regions
     if regions > 1:

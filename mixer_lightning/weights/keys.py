@@ -1,16 +1,10 @@
-"""Key and tensor layouts: each maps this project's parameter names (and PyTorch tensor layouts) to a
-file's, in both directions.
+"""This project's parameter names (and PyTorch tensor layouts) to a file's, both ways.
 
 timm's ``MlpMixer`` names block i's parts ``norm1``, ``mlp_tokens``, ``norm2``, ``mlp_channels``. The
-official JAX model (Mixer supplementary, Listing 1; ``vit_jax/models_mixer.py``) is flax: ``stem`` is
-an ``nn.Conv`` with an HWIO kernel (P, P, in, C), every ``nn.Dense`` has an (in, out) kernel
-(PyTorch's ``nn.Linear`` stores (out, in)), LayerNorms have ``scale`` and ``bias``; block i is
-``MixerBlock_{i}`` with ``LayerNorm_0`` → ``token_mixing/Dense_{0,1}`` → ``LayerNorm_1`` →
-``channel_mixing/Dense_{0,1}``, then ``pre_head_layer_norm`` and ``head``.
-
-A translation that meets a key a plain Mixer does not have raises a `ConfigError` on ``field``, its
-problem prefixed by ``source`` (the file) when given.
-"""
+official JAX model (Mixer supplementary, Listing 1) is flax: ``stem`` an HWIO conv kernel, every
+``nn.Dense`` an (in, out) kernel, LayerNorms ``scale`` and ``bias``; block i is ``MixerBlock_{i}`` with
+``LayerNorm_0``, ``token_mixing/Dense_{0,1}``, ``LayerNorm_1``, ``channel_mixing/Dense_{0,1}``, then
+``pre_head_layer_norm`` and ``head``."""
 
 from __future__ import annotations
 
@@ -19,8 +13,6 @@ import re
 import numpy as np
 import torch
 from einops import rearrange
-
-from mixer_lightning.errors import ConfigError, require
 
 _OUR_BLOCK = re.compile(r"blocks\.(\d+)\.(token_mixing|channel_mixing)\.(norm|mlp\.fc1|mlp\.fc2)\.(weight|bias)")
 
@@ -32,19 +24,6 @@ _TIMM_PART = {
 }
 _TIMM_PART_INV = {ours: timm for timm, ours in _TIMM_PART.items()}
 _TIMM_BLOCK = re.compile(r"blocks\.(\d+)\.(norm1|norm2|mlp_tokens|mlp_channels)\.(fc1\.|fc2\.)?(weight|bias)")
-
-# Keys of timm's other MlpMixer block types, and what in them a plain Mixer lacks.
-_TIMM_UNSUPPORTED = [
-    (
-        re.compile(r"\.(linear_tokens|ls1|ls2)\b|\.(alpha|beta)$"),
-        "ResMLP blocks (affine 'norm', layer scale, a single linear token-mixing layer)",
-    ),
-    (
-        re.compile(r"\.gate\.|^blocks\.\d+\.norm\.|mlp_channels\.gate"),
-        "gMLP blocks (spatial gating unit instead of token mixing)",
-    ),
-    (re.compile(r"^stem\.norm\."), "a LayerNorm after the stem (stem_norm=True)"),
-]
 
 # Names only timm's MlpMixer family uses (Mixer, GLU-Mixer, ResMLP, gMLP blocks): a file with them is timm's.
 TIMM_NAMES = re.compile(r"^blocks\.\d+\.(norm1|norm2|mlp_tokens|mlp_channels|linear_tokens|ls1|ls2)\b")
@@ -66,37 +45,28 @@ def timm_key(key: str) -> str:
     return f"blocks.{block}.{name}.{fc + '.' if fc else ''}{kind}"
 
 
-def from_timm_key(key: str, field: str = "weights", source: str = "") -> str:
-    """timm's parameter name → this project's (`ConfigError` for what a plain Mixer does not have)."""
-    for pattern, what in _TIMM_UNSUPPORTED:
-        if pattern.search(key):
-            raise ConfigError(
-                field,
-                about(source, f"{key!r} belongs to {what}, which an MLP-Mixer does not have"),
-                "convert a plain MLP-Mixer",
-            )
+def from_timm_key(key: str) -> str:
+    """timm's parameter name → this project's (other keys as they are: no plain Mixer has them)."""
     m = _TIMM_BLOCK.fullmatch(key)
-    if m is not None:
-        block, part, fc, kind = m.groups()
-        return f"blocks.{block}.{_TIMM_PART[part]}.{fc or ''}{kind}"
-    return key
+    if m is None:
+        return key
+    block, part, fc, kind = m.groups()
+    return f"blocks.{block}.{_TIMM_PART[part]}.{fc or ''}{kind}"
 
 
 def jax_key(key: str) -> str:
     """This project's parameter name → the official JAX checkpoint's."""
     m = _OUR_BLOCK.fullmatch(key)
-    if m is not None:
-        block, axis, part, kind = m.groups()
-        if part == "norm":
-            norm = "LayerNorm_0" if axis == "token_mixing" else "LayerNorm_1"
-            return f"MixerBlock_{block}/{norm}/{'scale' if kind == 'weight' else 'bias'}"
-        dense = "Dense_0" if part == "mlp.fc1" else "Dense_1"
-        return f"MixerBlock_{block}/{axis}/{dense}/{'kernel' if kind == 'weight' else 'bias'}"
-    return _JAX_TOP_INV.get(key, key)
+    if m is None:
+        return _JAX_TOP_INV.get(key, key)
+    block, axis, part, kind = m.groups()
+    if part == "norm":
+        return f"MixerBlock_{block}/LayerNorm_{int(axis == 'channel_mixing')}/{'scale' if kind == 'weight' else 'bias'}"
+    return f"MixerBlock_{block}/{axis}/Dense_{int(part == 'mlp.fc2')}/{'kernel' if kind == 'weight' else 'bias'}"
 
 
 _JAX_BLOCK = re.compile(
-    r"MixerBlock_(\d+)/(?:(LayerNorm_[01])/(scale|bias)|(token_mixing|channel_mixing)/(Dense_[01])/(kernel|bias))"
+    r"MixerBlock_(\d+)/(?:LayerNorm_([01])/(scale|bias)|(token_mixing|channel_mixing)/Dense_([01])/(kernel|bias))"
 )
 _JAX_TOP = {
     "stem/kernel": "stem.proj.weight",
@@ -118,24 +88,17 @@ def from_jax_key(key: str) -> str | None:
         return None
     block, norm, norm_kind, axis, dense, dense_kind = m.groups()
     if norm is not None:
-        axis = "token_mixing" if norm == "LayerNorm_0" else "channel_mixing"
+        axis = ("token_mixing", "channel_mixing")[int(norm)]
         return f"blocks.{block}.{axis}.norm.{'weight' if norm_kind == 'scale' else 'bias'}"
-    fc = "fc1" if dense == "Dense_0" else "fc2"
-    return f"blocks.{block}.{axis}.mlp.{fc}.{'weight' if dense_kind == 'kernel' else 'bias'}"
+    return f"blocks.{block}.{axis}.mlp.fc{int(dense) + 1}.{'weight' if dense_kind == 'kernel' else 'bias'}"
 
 
-def jax_to_torch(key: str, array: np.ndarray, field: str = "weights", source: str = "") -> torch.Tensor:
+def jax_to_torch(key: str, array: np.ndarray) -> torch.Tensor:
     """A flax array as the PyTorch tensor: HWIO conv kernel → OIHW, (in, out) dense kernel → (out, in)."""
     tensor = torch.from_numpy(np.ascontiguousarray(array))
     if key == "stem/kernel":
-        shape = tuple(tensor.shape)
-        require(tensor.ndim == 4, field, about(source, f"{key} must be a 4-D HWIO kernel, got shape {shape}"))
         return rearrange(tensor, "h w i o -> o i h w").contiguous()
-    if key.endswith("/kernel"):
-        shape = tuple(tensor.shape)
-        require(tensor.ndim == 2, field, about(source, f"{key} must be a 2-D (in, out) kernel, got shape {shape}"))
-        return rearrange(tensor, "i o -> o i").contiguous()
-    return tensor
+    return rearrange(tensor, "i o -> o i").contiguous() if key.endswith("/kernel") else tensor
 
 
 def torch_to_jax(key: str, tensor: torch.Tensor) -> np.ndarray:

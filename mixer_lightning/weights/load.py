@@ -24,13 +24,9 @@ def load_weights(
     field: str = "init_from",
     new_head: bool = True,
 ) -> list[str]:
-    """Copy ``weights`` into ``model`` and return messages for the user.
-
-    With ``new_head``, a head of another size than the model's (or none in the file) is not loaded:
-    the model's head is re-initialised to zero, as the Mixer paper initialises the head for
-    fine-tuning, and a message says so. Any other missing, unexpected or misshaped parameter is a
-    `ConfigError` on ``field`` naming the key as the file spells it.
-    """
+    """Copy `weights` into `model`; messages for the user. With `new_head`, a head of another size (or
+    none in the file) is not loaded but zeroed, as the Mixer paper starts fine-tuning (App. C); any other
+    missing, unexpected or misshaped parameter is a `ConfigError` on `field` in the file's spelling."""
     if not isinstance(weights, WeightsFile):
         weights = read_weights(weights, field)
     expected = model.state_dict()
@@ -58,45 +54,36 @@ def load_weights(
             expected = {k: v for k, v in expected.items() if not k.startswith("head.")}
 
     name = FORMAT_NAMES[weights.format]
+    fix = "build the architecture the weights were trained with (model.upscale: fine-tune at a larger image size)"
     for key, tensor in given.items():
-        if key not in expected:
-            raise ConfigError(
-                field,
-                f"{weights.file_key(key)} in {weights.path} ({name}) is not a parameter of the model",
-                "build the architecture the weights were trained with (model.preset and architecture arguments)",
-            )
+        require(key in expected, field, f"{weights.file_key(key)} in {weights.path} ({name}) is not in the model", fix)
         if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise ConfigError(
-                field,
-                f"{weights.file_key(key)} in {weights.path} has shape {weights.file_shape(key, tensor.shape)}, "
-                f"the model needs {weights.file_shape(key, expected[key].shape)}",
-                "build the architecture the weights were trained with (model.preset, architecture arguments, "
-                "data.image_size; use model.upscale to fine-tune at a larger image size)",
-            )
+            shapes = weights.file_shape(key, tensor.shape), weights.file_shape(key, expected[key].shape)
+            problem = f"{weights.file_key(key)} in {weights.path} has shape {shapes[0]}, the model needs {shapes[1]}"
+            raise ConfigError(field, problem, fix)
     missing = [k for k in expected if k not in given]
+    more = f" and {len(missing) - 1} more parameters" if len(missing) > 1 else ""
     if missing:
-        raise ConfigError(
-            field,
+        problem = (
             f"{weights.file_key(missing[0])} is missing from {weights.path} ({name}, {weights.num_blocks()} blocks)"
-            + (f" and {len(missing) - 1} more parameters" if len(missing) > 1 else ""),
-            "build the architecture the weights were trained with (model.preset and architecture arguments)",
         )
+        raise ConfigError(field, problem + more, fix)
     model.load_state_dict(given, strict=False)
     messages.insert(0, f"{field}: loaded {len(given)} tensors from {weights.path} ({name})")
     return messages
 
 
-def infer_architecture(state_dict: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+def infer_architecture(state_dict: Mapping[str, torch.Tensor], field: str = "weights") -> dict[str, Any]:
     """`MLPMixer` arguments that reproduce the shapes of a state dict in this project's layout: patch
     size, input channels and C from the stem, S0 (so the image size), S and D_S from the token-mixing
     MLPs, D_C, the depth and the classes. (LayerNorm ε and the activation are not in the weights.)"""
-    require("stem.proj.weight" in state_dict, "weights", "no stem.proj.weight: not an MLP-Mixer")
+    require("stem.proj.weight" in state_dict, field, "no stem.proj.weight: not an MLP-Mixer")
     channels, in_chans, patch, _ = state_dict["stem.proj.weight"].shape
     first = state_dict.get("blocks.0.token_mixing.mlp.fc1.weight")
-    require(first is not None, "weights", "no blocks.0.token_mixing.mlp.fc1.weight: not an MLP-Mixer")
+    require(first is not None, field, "no blocks.0.token_mixing.mlp.fc1.weight: not an MLP-Mixer")
     token_hidden, tokens_in = first.shape
     grid = math.isqrt(tokens_in)
-    require(grid * grid == tokens_in, "weights", f"{tokens_in} input tokens are not a square patch grid")
+    require(grid * grid == tokens_in, field, f"{tokens_in} input tokens are not a square patch grid")
     blocks = {int(m.group(1)) for k in state_dict if (m := re.match(r"blocks\.(\d+)\.", k))}
     head = state_dict.get("head.weight")
     return dict(

@@ -1,57 +1,46 @@
-"""The preprocessing that pretrained weights were trained with, as the data's defaults.
-
-Weights named on a hub (``model.init_from: timm:mixer_b16_224.goog_in21k_ft_in1k`` or
-``hf-hub:ORG/REPO``) come with timm's ``pretrained_cfg``: Google's Mixer weights expect inputs
-normalised with mean = std = 0.5, bicubic resizing and a 0.875 centre crop, not ImageNet's statistics.
-`data_defaults` turns it into the data module's arguments (``mean``, ``std``, ``interpolation``,
-``eval_crop_pct``), which the ``mixer`` command applies where the config does not set them; a config
-that sets one differently keeps its value, with one warning line naming both (`apply_defaults`).
-
-The ``pretrained_cfg`` is read without the weights (timm's registry for ``timm:`` names; the repo's
-``config.json`` from the hub cache for ``hf-hub:``), the same one `mixer_lightning.weights.timm.
-read_hub_weights` records as ``WeightsFile.preprocessing``.
+"""The preprocessing pretrained weights were trained with, as the data's defaults: timm's
+``pretrained_cfg`` of hub weights (Google's Mixer weights expect mean = std = 0.5, bicubic resizing and
+a 0.875 centre crop, not ImageNet's statistics) becomes the data module's ``mean``, ``std``,
+``interpolation`` and ``eval_crop_pct`` where the config does not set them (`data_defaults`,
+`apply_defaults`: a config that sets one differently keeps it, with one warning line).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from mixer_lightning.weights.file import HUB_PREFIXES, WeightsFile
 
-# What of timm's pretrained_cfg is preprocessing.
 PRETRAINED_KEYS = ("mean", "std", "crop_pct", "crop_mode", "interpolation", "input_size")
-# timm's pretrained_cfg key -> the data module's argument.
 DATA_ARGUMENTS = {"mean": "mean", "std": "std", "interpolation": "interpolation", "crop_pct": "eval_crop_pct"}
 
 
 def hub_preprocessing(name: str) -> dict[str, Any]:
-    """timm's ``pretrained_cfg`` preprocessing (mean, std, crop_pct, interpolation, input_size) of the
-    hub weights `name`, or of the ``config.json`` of a local folder in the hub layout (`mixer push`'s);
-    empty for a file, or when the config cannot be read (the model then says why in one line when it
-    reads the weights)."""
+    """The ``pretrained_cfg`` preprocessing of hub weights `name` (timm's registry for ``timm:``, the
+    repo's config.json for ``hf-hub:``) or of a local hub-layout folder, read without the weights; empty
+    for a file, or when it cannot be read (reading the weights then says why in one line)."""
     if not isinstance(name, str):
         return {}
-    if not name.startswith(HUB_PREFIXES):
-        from mixer_lightning.weights.hub_folder import folder_pretrained_cfg
+    if not name.startswith(HUB_PREFIXES):  # a folder in the hub layout (`mixer push`'s), or a file
+        config_file = Path(name) / "config.json"
+        if not config_file.is_file():
+            return {}
+        config = json.loads(config_file.read_text())
+        return pretrained_preprocessing(
+            {**{k: config[k] for k in ("num_classes", "label_names") if k in config}, **config["pretrained_cfg"]}
+        )
+    from timm.models import get_pretrained_cfg, load_model_config_from_hf
 
-        cfg = folder_pretrained_cfg(name)
-        return pretrained_preprocessing(cfg) if cfg else {}
-    if name.startswith("hf-hub:"):
-        from mixer_lightning.hub import offline_or_reachable
-
-        offline_or_reachable()  # no network: the cache only (not a minute of retries)
     try:
         if name.startswith("timm:"):
-            from timm.models import get_pretrained_cfg
-
-            cfg: Any = get_pretrained_cfg(name.removeprefix("timm:"), allow_unregistered=False)
+            cfg: Any = get_pretrained_cfg(name.removeprefix("timm:"), allow_unregistered=False).to_dict()
         else:
-            from timm.models._hub import load_model_config_from_hf
-
             cfg = load_model_config_from_hf(name.removeprefix("hf-hub:"))[0]
-    except Exception:  # an unknown name, no network and no cache: the weights' reader says so
+    except Exception:  # an unknown name; not in the cache offline; no network
         return {}
-    return pretrained_preprocessing(cfg if isinstance(cfg, dict) else cfg.to_dict())
+    return pretrained_preprocessing(cfg)
 
 
 def pretrained_preprocessing(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -70,30 +59,18 @@ def pretrained_preprocessing(cfg: dict[str, Any]) -> dict[str, Any]:
 
 def data_defaults(preprocessing: dict[str, Any]) -> dict[str, Any]:
     """The data module's arguments that `preprocessing` implies."""
-    defaults = {}
-    for key, argument in DATA_ARGUMENTS.items():
-        value = preprocessing.get(key)
-        if value is None:
-            continue
-        if key in ("mean", "std"):
-            value = [float(v) for v in value]
-        elif key == "crop_pct":
-            value = float(value)
-        defaults[argument] = value
-    return defaults
+    cast = {"mean": lambda v: [float(x) for x in v], "std": lambda v: [float(x) for x in v], "crop_pct": float}
+    return {
+        argument: cast.get(key, lambda v: v)(preprocessing[key])
+        for key, argument in DATA_ARGUMENTS.items()
+        if preprocessing.get(key) is not None
+    }
 
 
 # timm's crop_mode -> the data module's eval_crop (Mixer supplementary C; `data.transforms.TIMM_CROP_MODE`).
 EVAL_CROPS = {"center": "resmall_crop", "squash": "resize_crop"}
-# Google's MLP-Mixer weights (the official JAX .npz files): timm's pretrained_cfg of the same weights
-# (``mixer_b16_224.goog_in21k_ft_in1k``), with which timm measures their ImageNet accuracy.
-GOOGLE_MIXER_PREPROCESSING = {
-    "mean": [0.5, 0.5, 0.5],
-    "std": [0.5, 0.5, 0.5],
-    "interpolation": "bicubic",
-    "crop_pct": 0.875,
-    "crop_mode": "center",
-}
+# Google's Mixer weights (the official JAX .npz): timm's pretrained_cfg of them (mixer_b16_224.goog_in21k_ft_in1k).
+GOOGLE_MIXER_PREPROCESSING = {"mean": [0.5] * 3, "std": [0.5] * 3, "interpolation": "bicubic", "crop_pct": 0.875}
 
 
 def imagenet_class_names(num_classes: int) -> list[str] | None:
@@ -142,19 +119,19 @@ def converted_data_facts(
 
 
 def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return abs(float(a) - float(b)) <= 1e-6 * max(1.0, abs(float(b)))
-    return a == b
+    import numpy as np
+
+    try:
+        return np.shape(a) == np.shape(b) and bool(np.allclose(a, b, rtol=1e-6, atol=1e-6))
+    except TypeError:  # strings (the interpolation)
+        return a == b
 
 
 def apply_defaults(
     init_args: Any, defaults: dict[str, Any], explicit: set[str], source: str
 ) -> tuple[dict, str | None]:
-    """Set each of `defaults` in the data module's `init_args` (a namespace or dict) unless the config
-    sets it (`explicit`). Returns what was set and, if the config contradicts any, one warning line
-    naming both values."""
+    """Set each of `defaults` in the data module's `init_args` unless the config sets it (`explicit`):
+    what was set, and one warning line naming both values where the config's differs."""
     applied, conflicts = {}, []
     for key, value in defaults.items():
         current = init_args.get(key) if hasattr(init_args, "get") else getattr(init_args, key, None)
@@ -164,13 +141,12 @@ def apply_defaults(
             continue
         init_args[key] = tuple(value) if isinstance(value, list) else value
         applied[key] = value
-    warning = None
-    if conflicts:
-        warning = (
-            f"the config's preprocessing differs from that of the pretrained weights: {'; '.join(conflicts)}; "
-            "the config's is used"
-        )
-    return applied, warning
+    if not conflicts:
+        return applied, None
+    return (
+        applied,
+        f"the config's preprocessing differs from the pretrained weights': {'; '.join(conflicts)}; the config's is used",
+    )
 
 
 def _show(value: Any) -> str:
