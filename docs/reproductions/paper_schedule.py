@@ -73,7 +73,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from mixer_lightning.analysis.curves import epoch_curves, epoch_log, has_logs  # noqa: E402
-from mixer_lightning.commands.sweep.ticks import grid_ticks  # noqa: E402
+from mixer_lightning.commands.sweep.plots import grid_ticks  # noqa: E402
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
 CURVE_KEYS_ORDER = ("sweep", "point", "seed", "epoch", "test_error")  # curves.csv's columns
