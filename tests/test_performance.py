@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from helpers import ROOT, TEST_CONFIGS, read_json, run_dirs
+from helpers import ROOT, TEST_CONFIGS, error_field, read_json, run_dirs
 from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.models import create_model
@@ -148,25 +148,20 @@ def test_bench_ours_against_timm_through_the_cli(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "field"),
     [
-        (["--model", "mixer_x99"], "model: unknown model 'mixer_x99'"),
-        (["--model", "mixer_s16", "--vs", "flax"], "vs: unknown baseline 'flax'; use --vs timm"),
-        (["--model", "mixer_s16", "--precision", "fp8"], "precision: unknown precision 'fp8'"),
-        (["--model", "mixer_s16", "--batch_size", "0"], "batch_size: must be positive, got 0"),
-        (["--model", "s_mixer", "--vs", "timm"], "vs: timm has no equivalent of a SMixer"),
-        (["--kernels", "--model", "mixer_s16"], "kernels: takes no --model or --config; drop --model/--config"),
-        (["--fit", "--kernels"], "fit: takes no --model or --kernels; drop them"),
-        (["--fit", "--fit_batches", "0"], "fit_batches: --fit_warmup and --fit_batches must be positive"),
-        (["--fit", "--config", "nowhere.yaml"], "config: no nowhere.yaml"),
+        (["--model", "mixer_x99"], "model"),
+        (["--model", "mixer_s16", "--vs", "flax"], "vs"),
+        (["--model", "mixer_s16", "--precision", "fp8"], "precision"),
+        (["--model", "mixer_s16", "--batch_size", "0"], "batch_size"),
+        (["--model", "s_mixer", "--vs", "timm"], "vs"),  # timm has no S-Mixer
+        (["--kernels", "--model", "mixer_s16"], "kernels"),
+        (["--fit", "--kernels"], "fit"),
+        (["--fit", "--fit_batches", "0"], "fit_batches"),
     ],
 )
-def test_bad_bench_arguments(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench", *args])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
+def test_bad_bench_arguments(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert error_field(capsys, ["bench", *args]) == field
 
 
 def test_bench_kernels_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:

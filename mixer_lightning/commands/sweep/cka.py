@@ -21,16 +21,11 @@ from mixer_lightning.safety.atomic import pyplot, save_figure, write_csv, write_
 CACHE = "cka_reference.json"
 
 
-def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int | None, accelerator: str) -> dict:
+def pair_cka(reference: dict, entry: dict, batches=None, batch_size=None, accelerator: str = "auto") -> dict:
     """The CKA of a run against the reference run (from the cache while both checkpoints are unchanged)."""
     a, b = (Path(r["run_dir"], "checkpoints", "last.ckpt") for r in (reference, entry))
-    key = {
-        "reference": str(a),
-        "reference_mtime": a.stat().st_mtime_ns,
-        "ckpt": str(b),
-        "ckpt_mtime": b.stat().st_mtime_ns,
-    }
-    key |= {"batches": batches, "batch_size": batch_size, "split": "test"}
+    key = {"reference": str(a), "reference_mtime": a.stat().st_mtime_ns, "ckpt": str(b)}
+    key |= {"ckpt_mtime": b.stat().st_mtime_ns, "batches": batches, "batch_size": batch_size, "split": "test"}
     cache = Path(entry["run_dir"], CACHE)
     try:
         stored = json.loads(cache.read_text())
@@ -42,69 +37,45 @@ def pair_cka(reference: dict, entry: dict, batches: int | None, batch_size: int 
     from mixer_lightning.commands.quiet import quiet_libraries
 
     quiet_libraries()
-    result = compute_matrix(
-        str(a), str(b), [entry["config"]], batch_size=batch_size, batches=batches, accelerator=accelerator, devices=1
-    )
+    options = {"batch_size": batch_size, "batches": batches, "accelerator": accelerator, "devices": 1}
+    result = compute_matrix(str(a), str(b), [entry["config"]], **options)
     result.pop("main_process", None)
     if "diagonal_mean" not in result:
+        inputs = f"{len(result['layers_a'])} and {len(result['layers_b'])} skip inputs"
         raise ConfigError(
-            "cka_reference",
-            f"the reference has {len(result['layers_a'])} skip inputs and {entry['name']} has {len(result['layers_b'])}",
-            "give the SW-MLP 2L blocks for an L-block Mixer (App. C.1)",
+            "cka_reference", f"the reference and {entry['name']} have {inputs}", "give the SW-MLP 2L blocks"
         )
     write_text(cache, json.dumps({"key": key, "result": result}, indent=2) + "\n", field="cka_reference")
     return result
 
 
-def cka_report(
-    names: list[str],
-    manifests: list[dict],
-    out: Path,
-    plot: bool,
-    batches: int | None = None,
-    batch_size: int | None = None,
-    accelerator: str = "auto",
-) -> dict:
-    """CKA diagonals of every finished SW-MLP run against its seed's finished reference run."""
-    rows, references = [], {}
+def cka_report(names: list[str], manifests: list[dict], out: Path, plot: bool, **options) -> dict:
+    """CKA diagonals of every finished SW-MLP run against its seed's finished reference run (`options`: of
+    `pair_cka`)."""
+    rows, references, groups = [], {}, {}
     for series, manifest in zip(names, manifests, strict=True):
         by_seed = {r["seed"]: r for r in manifest["runs"] if r.get("role") == REFERENCE}
         for entry in manifest["runs"]:
-            reference = by_seed.get(entry["seed"])
+            pair = (by_seed.get(entry["seed"]), entry)
             if (
                 entry.get("role") == REFERENCE
-                or reference is None
-                or any(run_state(r["run_dir"]) not in (FITTED, TESTED) for r in (reference, entry))
+                or pair[0] is None
+                or any(run_state(r["run_dir"]) not in (FITTED, TESTED) for r in pair)
             ):
                 continue
-            result = pair_cka(reference, entry, batches, batch_size, accelerator)
-            diagonal = [result["cka"][i][i] for i in range(len(result["cka"]))]
+            result = pair_cka(*pair, **options)
             references[series] = result.get("mixing_a")
-            rows.append(
-                {"series": series, "point": entry["point"], "p": entry["p"], "m": entry["m"], "seed": entry["seed"]}
-                | {
-                    "cka_diagonal_mean": result["diagonal_mean"],
-                    "cka_diagonal": " ".join(f"{v:.6f}" for v in diagonal),
-                    "examples": result["examples"],
-                }
-            )
-    groups: dict[tuple, list[dict]] = {}
-    for row in rows:
-        groups.setdefault((row["series"], row["point"]), []).append(row)
+            diagonal = " ".join(f"{result['cka'][i][i]:.6f}" for i in range(len(result["cka"])))
+            row = {k: entry[k] for k in ("point", "p", "m", "seed")} | {"cka_diagonal_mean": result["diagonal_mean"]}
+            rows.append({"series": series, **row, "cka_diagonal": diagonal, "examples": result["examples"]})
+            groups.setdefault((series, entry["point"]), []).append(rows[-1])
     summary = []
     for (series, point), members in groups.items():
         values = [r["cka_diagonal_mean"] for r in members]
-        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        row = {"series": series, "point": point, "p": members[0]["p"], "m": members[0]["m"], "seeds": len(values)}
         summary.append(
-            {
-                "series": series,
-                "point": point,
-                "p": members[0]["p"],
-                "m": members[0]["m"],
-                "seeds": len(values),
-                "cka_mean": statistics.fmean(values),
-                "cka_std": spread,
-            }
+            row
+            | {"cka_mean": statistics.fmean(values), "cka_std": statistics.stdev(values) if len(values) > 1 else 0.0}
         )
     summary.sort(key=lambda r: (r["series"], -r["p"]))
     outcome = {"rows": rows, "summary": summary, "csv": None, "plots": []}

@@ -54,56 +54,37 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--config", action="append", required=True, help="base config(s), composed in order")
     parser.add_argument("--omega", type=str, default=None, help="connections per layer Ω of a width grid, e.g. 2**18")
     parser.add_argument("--gamma", type=float, default=None, help="γ (default: the base config's; 1 for S-Mixers)")
-    parser.add_argument(
-        "--width", type=str, default=None, help="fixed width m: a γ grid (MLP-Mixer) or a density grid (SW-MLP)"
-    )
+    parser.add_argument("--width", type=str, default=None, help="fixed width m: a γ grid or a density grid")
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--patch_sizes", type=str, default=None, help="sweep P with C = in_chans·P² instead")
     parser.add_argument("--in_chans", type=PositiveInt, default=3, help="image channels, for C = in_chans·P²")
-    parser.add_argument(
-        "--densities", type=str, default=None, help="SW-MLP: comma-separated densities p, e.g. 0.9,0.5 or 2**-6"
-    )
-    parser.add_argument(
-        "--grid", type=str, action="append", default=None, help="a generic axis KEY=V1,V2,… (repeatable)"
-    )
-    parser.add_argument(
-        "--cka_reference",
-        type=str,
-        action="append",
-        default=None,
-        help="the Mixer config(s) to compare with every SW-MLP by CKA",
-    )
+    parser.add_argument("--densities", type=str, default=None, help="SW-MLP densities p, e.g. 0.9,0.5 or 2**-6")
+    parser.add_argument("--grid", type=str, action="append", help="a generic axis KEY=V1,V2,… (repeatable)")
+    parser.add_argument("--cka_reference", type=str, action="append", help="Mixer config(s) to compare by CKA")
     parser.add_argument("--seeds", type=str, default="0", help="comma-separated seeds")
     parser.add_argument("--emit", type=str, default=None, help="write configs and scripts to this directory")
     parser.add_argument("--run", type=str, default=None, help="write them there and run them here")
-    parser.add_argument(
-        "--parallel", type=PositiveInt, default=1, help="with --run: this many runs at a time, each its own process"
-    )
+    parser.add_argument("--parallel", type=PositiveInt, default=1, help="with --run: this many runs at a time")
 
 
 def run(args: Namespace) -> None:
     require(bool(args.emit) != bool(args.run), "emit", "give exactly one of --emit DIR or --run DIR")
-    require(
-        args.parallel == 1 or bool(args.run),
-        "parallel",
-        "runs the points here, so it needs --run DIR",
-        "or run PARALLEL=N bash DIR/run_all.sh",
-    )
+    require(args.parallel == 1 or bool(args.run), "parallel", "runs the points here, so it needs --run DIR")
     directory, field = (args.emit, "emit") if args.emit else (args.run, "run")
     extra = extra_arguments() if args.run else []  # a bad $MIXER_ARGS is an error before anything is written
     runs = emit(args, directory, field)
     if args.emit:
-        print(
-            f"{len(runs)} runs in {directory}/configs; run them with {directory}/run_all.sh or sbatch {directory}/slurm_array.sh, then: mixer sweep report {directory}"
-        )
+        print(f"{len(runs)} runs in {directory}/configs; run them with {directory}/run_all.sh or sbatch", end=" ")
+        print(f"{directory}/slurm_array.sh, then: mixer sweep report {directory}")
         return
     if args.parallel > 1:
         from mixer_lightning.commands.sweep.parallel import run_points_in_parallel
 
         failed = run_points_in_parallel(directory, runs, args.parallel)
         if failed:
+            logs = f"their logs are in {Path(directory, LOGS)}; run the same command again to continue them"
             raise TrainingError(
-                f"sweep {directory}: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); their logs are in {Path(directory, LOGS)}; run the same command again to continue them"
+                f"sweep {directory}: {len(failed)} of {len(runs)} runs failed ({', '.join(failed)}); {logs}"
             )
     else:
         for entry in runs:
@@ -121,12 +102,7 @@ def run_point_command(args: Namespace) -> None:
     """Bring one run of a sweep to its end: skip it if tested, test it if fitted, resume it from its own
     checkpoints/last.ckpt if killed, else fit it; then test. What run_all.sh and slurm_array.sh call."""
     runs = {entry["name"]: entry for entry in read_manifest(args.directory, "directory")["runs"]}
-    require(
-        args.name in runs,
-        "name",
-        f"{args.name!r} is not a run of {args.directory!r}",
-        f"give one of {', '.join(list(runs)[:6])}",
-    )
+    require(args.name in runs, "name", f"{args.name!r} is not a run of {args.directory!r}", f"e.g. {next(iter(runs))}")
     run_point(runs[args.name])
 
 

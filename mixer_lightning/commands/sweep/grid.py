@@ -148,14 +148,9 @@ def _sw_mlp_grid(
     the γ their width was solved with (a single-FC block has γ = 1)."""
     from mixer_lightning.models.sw_mlp import SWMLP
 
-    require(
-        not args.channels and not args.patch_sizes, "channels", "an SW-MLP sweep is over densities", "use --densities"
-    )
+    require(not args.channels and not args.patch_sizes, "channels", "an SW-MLP sweep is over densities")
     block = init_args.get("block") or inspect.signature(SWMLP).parameters["block"].default
-    if block == "fc":
-        require(
-            args.gamma in (None, 1), "gamma", "a single-FC SW-MLP block has γ = 1", "drop --gamma (or use block: mlp)"
-        )
+    require(block != "fc" or args.gamma in (None, 1), "gamma", "a single-FC SW-MLP block has γ = 1")
     gamma = 1.0 if block == "fc" else float(args.gamma or init_args.get("gamma") or 2.0)
     keep = {} if block == "fc" else {"gamma": gamma}
     default = PAPER_DENSITIES_AT_OMEGA if omega is not None else PAPER_DENSITIES_AT_WIDTH
@@ -177,12 +172,7 @@ def _sw_mlp_grid(
     elif init_args.get("width"):
         width, keep_width = int(init_args["width"]), {}
     else:  # the config's channels × S0 patches (S0 from the data's image size)
-        require(
-            bool(init_args.get("channels")),
-            "width",
-            "the base config sets neither width nor channels",
-            "give --width M",
-        )
+        require(bool(init_args.get("channels")), "width", "the config sets neither width nor channels", "give --width")
         from mixer_lightning.analysis.features import datamodule_from_config
 
         image_size = datamodule_from_config(config_paths).image_size
@@ -205,14 +195,8 @@ def width_grid(
         check_omega(omega)
     name, init_args, _ = network(base)
     sizes = args.channels or args.patch_sizes or args.width is not None or args.densities is not None
-    if name not in FAMILIES:
-        require(
-            omega is None and not sizes,
-            "config",
-            f"network {name or '(none)'} has no width grid",
-            f"sweep one of {', '.join(FAMILIES)}, or vary it with --grid",
-        )
     family, fixed_gamma = FAMILIES.get(name, (None, None))
+    require(family or (omega is None and not sizes), "config", f"network {name or '(none)'} has no width grid")
     if family == "sw_mlp":
         kind, points, gamma, width = _sw_mlp_grid(args, config_paths, init_args, omega)
         return kind, points, omega, gamma, width
@@ -221,12 +205,8 @@ def width_grid(
         if fixed_gamma is not None and args.gamma not in (None, fixed_gamma):
             raise ConfigError("gamma", f"the {family} family has γ = {fixed_gamma:g}", "drop --gamma")
     if args.width is not None:
-        require(
-            family == "mlp_mixer", "width", f"the {family} family has γ = 1: a fixed width cannot keep Ω (eq. S.46)"
-        )
-        require(
-            omega is not None, "omega", "a γ grid at fixed width needs --omega (eq. S.46)", "give e.g. --omega 2**20"
-        )
+        require(family == "mlp_mixer", "width", f"{family} has γ = 1: a fixed width cannot keep Ω (eq. S.46)")
+        require(omega is not None, "omega", "a γ grid at fixed width needs --omega (eq. S.46)")
         require(not args.patch_sizes and args.gamma is None, "width", "a fixed-width grid takes --channels only")
         width = parse_int_expression(args.width, "width")
         return "gamma_at_width", _gamma_grid(args, omega, width), omega, None, width
@@ -262,17 +242,10 @@ def build(args, base: dict, config_paths: list[str]) -> Grid:
             )
         points = crossed
     seen: dict[str, GridPoint] = {}
-    for point in points:
-        if point.id in seen:
-            flag = (
-                "grid"
-                if kind == "base"
-                else {
-                    "patch_sizes": "patch_sizes",
-                    "densities_at_omega": "densities",
-                    "densities_at_width": "densities",
-                }.get(kind, "channels")
-            )
-            raise ConfigError(flag, f"two values give the same grid point {point.id} ({seen[point.id].describe()})")
+    for point in points:  # values that round to one point (C = 8, 8.2) would run it twice
+        flag = next((f for f in ("patch_sizes", "densities", "channels") if getattr(args, f)), "grid")
+        require(
+            point.id not in seen, flag, f"two values give the same grid point {point.id}", "give values that differ"
+        )
         seen[point.id] = point
     return Grid(kind, points, omega, gamma, width, axes)
