@@ -140,3 +140,61 @@ def test_the_help_of_a_sweep_sub_command_keeps_no_docstring_indentation(capsys: 
     description = out.split("\n\n")[1].splitlines()
     assert len(description) > 1 and not any(line.startswith(" ") for line in description)
     assert "\n    mixer sweep status sweeps/fig5_c10" in out
+
+
+LEGACY_CONFIG = """\
+seed_everything: {seed}
+trainer:
+  max_epochs: 3
+  logger:
+    class_path: lightning.pytorch.loggers.TensorBoardLogger
+    init_args: {{save_dir: old/runs, name: C4_S20, version: seed{seed}}}
+model:
+  class_path: mixer_lightning.tasks.SMixerModule
+  init_args: {{patch_size: 4, omega: 1000, channels: 4, num_blocks: 2, tokens: null}}
+data:
+  class_path: mixer_lightning.data.ImageDataModule
+  init_args: {{dataset: digits, batch_size: 32}}
+"""
+
+
+def test_a_sweep_written_before_the_network_split_is_read(capsys: pytest.CaptureFixture) -> None:
+    """A sweep the code before issue 44 wrote and ran (the long reproductions): its configs name the family's
+    LightningModule (``model.class_path: ...SMixerModule``, flat arguments), its points left lock files
+    holding ``PID HOST TIME``. `sweep status`, `report` and `curves` read it: a lock file nobody holds is no
+    running point, and the report's titles name the network."""
+    from mixer_lightning.commands.sweep.plots import figure_title
+
+    runs = []
+    for seed in (0, 1):
+        name, run_dir = f"C4_S20_seed{seed}", Path(f"old/runs/C4_S20/seed{seed}")
+        Path("old/configs").mkdir(parents=True, exist_ok=True)
+        Path(f"old/configs/{name}.yaml").write_text("# Sweep point C4_S20\n" + LEGACY_CONFIG.format(seed=seed))
+        run_dir.mkdir(parents=True)
+        run_dir.joinpath("config.yaml").write_text(LEGACY_CONFIG.format(seed=seed))
+        run_dir.joinpath(".mixer.lock").write_text("2756 vm 1795950685\n")
+        run_dir.parent.joinpath(f".seed{seed}.point.lock").write_text("2756 vm 1795950685\n")
+        run_dir.joinpath("checkpoints").mkdir()
+        run_dir.joinpath("checkpoints", "last.ckpt").write_bytes(b"x")
+        _log(run_dir, [0.5, 0.6 + 0.1 * seed], 1000.0, [10.0, 20.0])
+        figures = {"C": 4, "S": 20, "P": 4, "m": 80, "p": 0.15, "gamma": 1.0, "axes": {}, "width_point": "C4_S20"}
+        runs.append(
+            {"name": name, "point": "C4_S20", "role": "grid", **figures, "seed": seed}
+            | {"config": f"old/configs/{name}.yaml", "run_dir": str(run_dir)}
+        )
+    Path("old/runs/C4_S20/seed0/test_metrics.json").write_text('{"test/acc1": 0.75, "test/loss": 0.7}')
+    manifest = {"version": 2, "kind": "channels", "omega": 1000, "gamma": 1.0, "width": None, "axes": []}
+    Path("old/sweep.json").write_text(json.dumps(manifest | {"base": ["x.yaml"], "cka_reference": None, "runs": runs}))
+
+    main(["sweep", "status", "old", "--json"])
+    (sweep,) = json.loads(capsys.readouterr().out)["sweeps"]
+    assert [(r["phase"], r["epochs"], r["max_epochs"]) for r in sweep["runs"]] == [("tested", 2, 3), ("stopped", 2, 3)]
+    main(["sweep", "report", "old", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert [(r["point"], r["seeds"], r["test_error_mean"]) for r in report["summary"]] == [("C4_S20", 1, 0.25)]
+    assert (
+        figure_title([json.loads(Path("old/sweep.json").read_text())], ["old"], "") == "old: SMixer, digits, 3 epochs"
+    )
+    main(["sweep", "curves", "old", "--metric", "val/acc1", "--json"])
+    (curve,) = json.loads(capsys.readouterr().out)["curves"]
+    assert curve["runs"] == 2 and [r["epoch"] for r in curve["rows"]] == [0, 1]
