@@ -83,10 +83,9 @@ def test_compile_option_gives_the_eager_outputs_through_the_cli(capsys: pytest.C
     assert checkpoint["hyper_parameters"]["compile"] is True
     # Parameter names are those of the eager network (nn.Module.compile compiles in place).
     assert not any("_orig_mod" in key for key in checkpoint["state_dict"])
-    from mixer_lightning.tasks import MLPMixerModule
+    from mixer_lightning.tasks.loading import load_classifier
 
-    eager = MLPMixerModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt", compile=False).eval()
-    compiled = MLPMixerModule.load_from_checkpoint(run / "checkpoints" / "last.ckpt").eval()
+    eager, compiled = (load_classifier(run / "checkpoints" / "last.ckpt") for _ in range(2))
     compiled.configure_model()
     x = torch.randn(8, 1, 8, 8)
     with torch.no_grad():
@@ -196,8 +195,10 @@ def test_bench_fit_against_the_step_through_the_cli(tmp_path: Path, capsys: pyte
         yaml.safe_dump(
             {
                 "model": {
-                    "class_path": "mixer_lightning.tasks.MLPMixerModule",
-                    "init_args": {"patch_size": 8, "channels": 16, "num_blocks": 1},
+                    "net": {
+                        "class_path": "mixer_lightning.models.MLPMixer",
+                        "init_args": {"patch_size": 8, "channels": 16, "num_blocks": 1},
+                    }
                 },
                 "data": {
                     "class_path": "mixer_lightning.data.ImageDataModule",

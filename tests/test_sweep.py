@@ -56,8 +56,10 @@ def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None
     assert len(runs) == 18 and {r["seed"] for r in runs} == {0, 1, 2} and len({r["run_dir"] for r in runs}) == 18
     config = yaml.safe_load(Path("sweeps/fig5/configs/C48_S83_seed2.yaml").read_text())
     assert config["seed_everything"] == 2
-    assert config["model"]["init_args"]["channels"] == 48 and config["model"]["init_args"]["omega"] == 262144
-    assert config["model"]["init_args"]["tokens"] is None
+    assert (
+        config["model"]["net"]["init_args"]["channels"] == 48 and config["model"]["net"]["init_args"]["omega"] == 262144
+    )
+    assert config["model"]["net"]["init_args"]["tokens"] is None
     assert config["trainer"]["logger"]["init_args"] == {
         "save_dir": "sweeps/fig5/runs",
         "name": "C48_S83",
@@ -74,7 +76,7 @@ def test_emit_the_paper_grid_with_scripts(capsys: pytest.CaptureFixture) -> None
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "sweeps/fig5/configs/C48_S83_seed2.yaml", "--print_config"])
     assert exit_info.value.code in (0, None)
-    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["init_args"]["omega"] == 262144
+    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["net"]["init_args"]["omega"] == 262144
 
 
 def test_imagenet_patch_size_sweep() -> None:
@@ -103,7 +105,7 @@ def test_imagenet_patch_size_sweep() -> None:
         (32, 3072, 15),
     ]
     config = yaml.safe_load(Path("sweeps/in1k/configs/P16_C768_S196_seed0.yaml").read_text())
-    assert config["model"]["init_args"]["patch_size"] == 16 and config["model"]["init_args"]["gamma"] == 4
+    assert config["model"]["net"]["init_args"]["patch_size"] == 16 and config["model"]["net"]["init_args"]["gamma"] == 4
 
 
 def test_gamma_grid_at_fixed_width(capsys: pytest.CaptureFixture) -> None:
@@ -117,12 +119,12 @@ def test_gamma_grid_at_fixed_width(capsys: pytest.CaptureFixture) -> None:
         assert c * s == 64 and gamma == pytest.approx(2 * 2**12 / (64 * (c + 64 / c)))
     assert max(grid, key=lambda g: g[2])[:2] == (8, 8)  # γ_max = Ω/(m√m) = 8 at C* = S* = √m
     config = yaml.safe_load(Path("s3/configs/C4_S16_g6.4_seed0.yaml").read_text())
-    assert {"channels": 4, "tokens": 16, "omega": None}.items() <= config["model"]["init_args"].items()
-    assert config["model"]["init_args"]["gamma"] == pytest.approx(6.4)
+    assert {"channels": 4, "tokens": 16, "omega": None}.items() <= config["model"]["net"]["init_args"].items()
+    assert config["model"]["net"]["init_args"]["gamma"] == pytest.approx(6.4)
     with pytest.raises(SystemExit) as exit_info:
         main(["fit", "--config", "s3/configs/C8_S8_g8_seed0.yaml", "--print_config"])
     assert exit_info.value.code in (0, None)
-    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["init_args"]["gamma"] == 8.0
+    assert yaml.safe_load(capsys.readouterr().out.split("\n", 1)[1])["model"]["net"]["init_args"]["gamma"] == 8.0
     args = ["sweep", "--config", TINY_MIXER, "--omega", "2**12", "--width", "64", "--channels", "3", "--emit", "x"]
     assert error_field(capsys, args) == "channels"  # 3 does not divide m = 64
     assert not Path("x").exists()
@@ -153,8 +155,8 @@ def test_sw_mlp_density_grid_at_fixed_width_with_a_cka_reference() -> None:
     reference = [r for r in data["runs"] if r["role"] == "reference"]
     assert [(r["name"], r["seed"]) for r in reference] == [("reference_seed0", 0), ("reference_seed1", 1)]
     config = yaml.safe_load(Path(reference[1]["config"]).read_text())
-    assert config["model"]["class_path"].endswith("MLPMixerModule") and config["seed_everything"] == 1
-    sw = yaml.safe_load(Path("fig2/configs/p0.0009766_m256_seed0.yaml").read_text())["model"]["init_args"]
+    assert config["model"]["net"]["class_path"].endswith("MLPMixer") and config["seed_everything"] == 1
+    sw = yaml.safe_load(Path("fig2/configs/p0.0009766_m256_seed0.yaml").read_text())["model"]["net"]["init_args"]
     assert {"density": 2.0**-10, "width": 256, "channels": None, "omega": None}.items() <= sw.items()
 
 
@@ -179,11 +181,11 @@ def test_generic_axes_and_a_report_grouped_by_them(capsys: pytest.CaptureFixture
     )
     capsys.readouterr()
     data = manifest("lr")
-    assert data["axes"] == [{"key": "model.init_args.optimizer.init_args.lr", "name": "lr", "values": [0.01, 0.02]}]
+    assert data["axes"] == [{"key": "model.optimizer.init_args.lr", "name": "lr", "values": [0.01, 0.02]}]
     assert len(data["runs"]) == 8 and len({r["run_dir"] for r in data["runs"]}) == 8
     config = yaml.safe_load(Path("lr/configs/p0.5_m64_lr0.02_seed1.yaml").read_text())
-    assert config["model"]["init_args"]["optimizer"]["init_args"]["lr"] == 0.02
-    assert config["model"]["init_args"]["density"] == 0.5  # the width grid's values stay
+    assert config["model"]["optimizer"]["init_args"]["lr"] == 0.02
+    assert config["model"]["net"]["init_args"]["density"] == 0.5  # the width grid's values stay
     # Finished runs (their test metrics written as `mixer test` writes them): lr 0.02 wins at p = 0.5,
     # lr 0.01 at p = 0.25.
     accuracy = {("p0.5_m64", 0.01): 0.5, ("p0.5_m64", 0.02): 0.7, ("p0.25_m91", 0.01): 0.6, ("p0.25_m91", 0.02): 0.4}
@@ -248,10 +250,10 @@ def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     """Fig. S.3 (left): γ varied at a fixed Mixer (S = C = 16 here), no width grid; the report plots
     the error against γ and names the best, and lists the points in the axis's order (1, 2, 16; their
     names sorted as text put gamma16 before gamma2)."""
-    main(["sweep", "--config", TINY_MIXER, "--grid", "model.init_args.gamma=1,2,16", "--seeds", "0,1", "--emit", "g"])
+    main(["sweep", "--config", TINY_MIXER, "--grid", "model.net.gamma=1,2,16", "--seeds", "0,1", "--emit", "g"])
     data = manifest("g")
     assert data["kind"] == "base" and [r["name"] for r in data["runs"]][:2] == ["gamma1_seed0", "gamma1_seed1"]
-    assert yaml.safe_load(Path("g/configs/gamma16_seed1.yaml").read_text())["model"]["init_args"]["gamma"] == 16
+    assert yaml.safe_load(Path("g/configs/gamma16_seed1.yaml").read_text())["model"]["net"]["init_args"]["gamma"] == 16
     for run in data["runs"]:
         Path(run["run_dir"]).mkdir(parents=True)
         acc = {1: 0.5, 2: 0.6, 16: 0.7}[run["axes"]["gamma"]]
@@ -279,7 +281,7 @@ def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFix
             "--config",
             digits_rp,
             "--grid",
-            "model.init_args.permute=[[true,false],[false,true],false]",
+            "model.net.init_args.permute=[[true,false],[false,true],false]",
             "--seeds",
             "0",
             "--emit",
@@ -289,7 +291,7 @@ def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFix
     names = [r["name"] for r in manifest("d5")["runs"]]
     assert names == ["permutetf_seed0", "permuteft_seed0", "permutefalse_seed0"]
     config = yaml.safe_load(Path("d5/configs/permuteft_seed0.yaml").read_text())
-    assert config["model"]["init_args"]["permute"] == [False, True]
+    assert config["model"]["net"]["init_args"]["permute"] == [False, True]
     # The report of such an axis (list values are unhashable, not numbers): a bar per value, in the grid's
     # order, and the position of the lowest error named.
     accuracy = {"permutetf_seed0": 0.5, "permuteft_seed0": 0.6, "permutefalse_seed0": 0.7}
@@ -308,7 +310,9 @@ def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFix
     assert report["plots"] == ["d5/error_by_permute.png"] and Path("d5/error_by_permute.png").stat().st_size > 5000
     for values in ("[[true],[true]]", "[[true,"):  # a value twice; not YAML
         assert (
-            error_field(capsys, ["sweep", "--config", digits_rp, "--grid", f"model.permute={values}", "--emit", "x"])
+            error_field(
+                capsys, ["sweep", "--config", digits_rp, "--grid", f"model.net.permute={values}", "--emit", "x"]
+            )
             == "grid"
         )
     assert not Path("x").exists()
@@ -319,7 +323,7 @@ def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFix
     [
         ["--grid", "model.optimizer.init_args.lrr=0.1"],  # misspelt
         ["--grid", "seed_everything=1,2"],  # the sweep's own
-        ["--grid", "model.density=0.1,0.2"],  # the width grid's
+        ["--grid", "model.net.density=0.1,0.2"],  # the width grid's
         ["--grid", "model.optimizer.lr=0.01,1e-2"],  # a value twice
         ["--grid", "lr"],
     ],
@@ -399,6 +403,29 @@ def test_a_started_run_keeps_its_config(capsys: pytest.CaptureFixture) -> None:
     assert Path(run["config"]).read_text() == config
     main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--emit", "s"])  # extends
     assert [r["name"] for r in manifest("s")["runs"]] == ["C4_S20_seed0", "C8_S12_seed0"]
+
+
+def test_a_sweep_written_before_the_network_split_is_emitted_again(capsys: pytest.CaptureFixture) -> None:
+    """A started run whose config is in the form before the network split (``model.class_path:
+    ...SMixerModule``, flat arguments, an axis ``model.init_args.gamma``) is the same run: emitting the sweep
+    again writes its config in the current form (and `mixer sweep point` resumes it); another value is not."""
+    sweep = ["sweep", "--config", TINY_MIXER, "--grid", "model.net.gamma=2,4", "--emit", "s"]
+    main(sweep)
+    data = manifest("s")
+    data["axes"][0]["key"] = "model.init_args.gamma"
+    Path("s/sweep.json").write_text(json.dumps(data))
+    run = data["runs"][0]
+    config = yaml.safe_load(Path(run["config"]).read_text())
+    net, model = config["model"].pop("net"), config["model"]
+    config["model"] = {"class_path": "mixer_lightning.tasks.MLPMixerModule", "init_args": {**net["init_args"], **model}}
+    Path(run["config"]).write_text(yaml.safe_dump(config))
+    Path(run["run_dir"], "checkpoints").mkdir(parents=True)
+    Path(run["run_dir"], "checkpoints", "last.ckpt").write_bytes(b"started")
+    main(sweep)
+    assert yaml.safe_load(Path(run["config"]).read_text())["model"]["net"]["init_args"]["gamma"] == 2
+    config["model"]["init_args"]["num_blocks"] += 1
+    Path(run["config"]).write_text(yaml.safe_dump(config))
+    assert error_field(capsys, sweep) == "emit"
 
 
 # ---------------------------------------------------------------------- what a run still needs
@@ -610,14 +637,14 @@ def test_sw_mlp_sweep_runs_here_and_reports_against_width(
     assert Path("sweeps/sw_tiny/error_vs_sparsity.png").stat().st_size > 5000
     assert not Path("sweeps/sw_tiny/error_vs_channels.png").exists()  # an SW-MLP has no C
     config = yaml.safe_load(Path("sweeps/sw_tiny/configs/p0.25_m91_seed0.yaml").read_text())
-    assert config["model"]["init_args"]["gamma"] == 2.0  # the γ that m = 91 was solved with
+    assert config["model"]["net"]["init_args"]["gamma"] == 2.0  # the γ that m = 91 was solved with
 
 
 def test_sw_mlp_sweep_takes_gamma_for_mlp_blocks_only(capsys: pytest.CaptureFixture) -> None:
     main(["sweep", "--config", TINY_SW_MLP, "--omega", "4096", "--gamma", "4", "--densities", "0.5", "--emit", "g4"])
     (run,) = manifest("g4")["runs"]
     assert (run["m"], run["p"]) == (45, 0.5)  # m = √(Ω/(γp)) = √(4096/2) ≈ 45
-    assert yaml.safe_load(Path(run["config"]).read_text())["model"]["init_args"]["gamma"] == 4.0
+    assert yaml.safe_load(Path(run["config"]).read_text())["model"]["net"]["init_args"]["gamma"] == 4.0
     fc = ["sweep", "--config", str(CONFIGS / "cifar10_fig5_sw_mlp.yaml"), "--omega", "2**18", "--gamma", "2"]
     assert error_field(capsys, [*fc, "--emit", "fc"]) == "gamma"  # a single-FC block has γ = 1
     assert not Path("fc").exists()
@@ -685,7 +712,7 @@ def test_curves_of_a_directory_of_runs_average_seeds_of_one_config_only(capsys: 
                 *short,
                 "--seed_everything",
                 str(seed),
-                "--model.init_args.channels",
+                "--model.net.channels",
                 str(channels),
                 "--trainer.max_epochs",
                 str(epochs),

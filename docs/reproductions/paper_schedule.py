@@ -184,7 +184,7 @@ def read_runs(runs_root: Path) -> list[dict]:
 
 def axis(axes: dict, name: str):
     """A grid axis's value in a sweep.json entry, whose `axes` are keyed by the axis's short name (its
-    key's last part: `num_blocks` for `--grid model.init_args.num_blocks=4,8,16`; longer where two keys
+    key's last part: `num_blocks` for `--grid model.net.init_args.num_blocks=4,8,16`; longer where two keys
     share it, e.g. `init_args.permute`); None where the sweep has no such axis."""
     for key, value in axes.items():
         if key == name or key.endswith("." + name):

@@ -23,7 +23,7 @@ from mixer_lightning.errors import require
 
 FIG5_CONFIG = REPO / "configs" / "cifar10_fig5_s_mixer.yaml"
 # Hayase & Karakida Fig. 5 at Ω = 2^18 with C = S = 64 (Ω = (C²S + CS²)/2): the point the issue times.
-FIG5_OVERRIDES = ("--model.init_args.channels", "64")
+FIG5_OVERRIDES = ("--model.net.channels", "64")
 
 
 def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Path:
