@@ -538,12 +538,9 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
 
 
 def test_a_sweep_run_here_lets_go_of_each_run_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`mixer sweep --run DIR` fits and tests its points one after another in this process (`main` per fit
-    and per test). jsonargparse's `subclass_arg_context` leaves a ContextVar on the subcommand's parser,
-    which holds LightningCLI's instantiator, so the CLI, its Trainer, model, optimizer state and data stayed
-    alive after `main` returned, until the next call: each point's fit started with the last test's model in
-    memory (and a fit's while its test ran; a test worker grew to 19 GB over the configs' one-batch fits).
-    Now nothing a run made is alive when the next starts, nor after the sweep."""
+    """`mixer sweep --run DIR` fits and tests its points one after another in this process: nothing a run
+    made (CLI, Trainer, model, optimizer state, data) is alive when the next starts, nor after the sweep
+    (a parser jsonargparse keeps in a ContextVar would hold them all: benchmarks/RESULTS.md)."""
     import gc
     import warnings
     import weakref
@@ -598,7 +595,7 @@ def test_points_side_by_side_through_the_sweep_and_its_script(
     assert result.returncode == 0, result.stderr[-2000:]
     for point in ("C4_S20", "C8_S12"):
         assert run_state(Path("script/runs", point, "seed0")) == TESTED
-        # Each point's output in its own log, one line per start and end on the console (issue 26, T9).
+        # each point's output in its own log, one line per start and end on the console
         assert f"Run directory: script/runs/{point}/seed0" in Path(f"script/logs/{point}_seed0.log").read_text()
         assert f"sweep: {point}_seed0: done (log: script/logs/{point}_seed0.log)" in result.stdout
     assert "Run directory" not in result.stdout and Path("script/summary.csv").is_file()
@@ -699,9 +696,8 @@ def test_loss_curves_across_seeds_from_the_logs(capsys: pytest.CaptureFixture) -
 
 
 def test_curves_of_a_directory_of_runs_average_seeds_of_one_config_only(capsys: pytest.CaptureFixture) -> None:
-    """`mixer sweep curves runs/NAME` (issue 26, T5): runs that differ in more than the seed are separate
-    curves named by what differs (before: one curve calling them all seeds, cut to the shortest run);
-    two runs of one config and one seed are one line."""
+    """`mixer sweep curves runs/NAME`: runs that differ in more than the seed are separate curves named by
+    what differs; two runs of one config and one seed are one line."""
     short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1", "--trainer.max_epochs", "1"]
     for seed, channels, epochs in ((0, 8, 1), (1, 8, 1), (0, 4, 2)):
         main(
@@ -802,7 +798,7 @@ def test_a_killed_point_resumes_from_its_own_last_checkpoint(how: str, tmp_path:
     from its own last.ckpt and finishes it; a third time does nothing."""
     env = {
         **os.environ,
-        "PYTHONPATH": str(Path(__file__).parent),
+        "PYTHONPATH": os.pathsep.join(filter(None, (str(Path(__file__).parent), os.environ.get("PYTHONPATH")))),
         "MIXER_TRUSTED_MODULES": "helpers",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
