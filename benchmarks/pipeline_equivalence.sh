@@ -11,7 +11,7 @@ mixer="${MIXER:-$here/.venv/bin/mixer}"
 for seed in 0 1; do
   for pipeline in tensor pil; do
     start=$(date +%s)
-    "$mixer" fit --config "$here/configs/cifar10_fig5_s_mixer.yaml" --model.init_args.channels 64 \
+    "$mixer" fit --config "$here/configs/cifar10_fig5_s_mixer.yaml" --model.net.channels 64 \
       --data.dataset hf --data.root "$data" --data.train_subset 10000 --data.pipeline "$pipeline" \
       --seed_everything "$seed" --trainer.max_epochs 5 --trainer.enable_progress_bar false \
       --trainer.logger.init_args.save_dir "$out" --trainer.logger.init_args.name "${pipeline}_seed${seed}" \

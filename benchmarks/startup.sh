@@ -11,9 +11,7 @@
 # ) whose commands run in the same rounds, interleaved with ours.
 #
 # Commands: `mixer fit --help`, a misspelt flag (`--trainer.max_epoch 3`), `--print_config` of
-# configs/quickstart.yaml; ours with a warm parser cache (filled once before the rounds) and
-# `fit --help` with an empty one (cold: the full parser, which fills it). Run as the console script
-# does (`python -m mixer_lightning.cli`, i.e. `main()` reading sys.argv).
+# configs/quickstart.yaml, run as the console script does (`python -m mixer_lightning.cli`).
 #
 # Prints one line per run (CSV) and a table: medians of wall and CPU over the rounds, and the median
 # over rounds of each command's wall time divided by `import lightning.pytorch`'s in the same round
@@ -27,16 +25,14 @@ PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 CONFIG=$ROOT/configs/quickstart.yaml
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-export MIXER_CACHE_DIR=$WORK/cache
 cd "$WORK"
 
-NAMES=(import_lightning fit_help misspelt_flag print_config fit_help_cold)
+NAMES=(import_lightning fit_help misspelt_flag print_config)
 COMMANDS=(
   "$PYTHON -c 'import lightning.pytorch'"
   "$PYTHON -m mixer_lightning.cli fit --help"
   "$PYTHON -m mixer_lightning.cli fit --config $CONFIG --trainer.max_epoch 3"
   "$PYTHON -m mixer_lightning.cli fit --config $CONFIG --print_config"
-  "MIXER_CACHE_DIR=\$(mktemp -d -p $WORK) $PYTHON -m mixer_lightning.cli fit --help"
 )
 if [ -n "$BEFORE" ]; then
   for i in 1 2 3; do
@@ -45,7 +41,7 @@ if [ -n "$BEFORE" ]; then
   done
 fi
 
-# Warm the cache (and the page cache) once: these runs are not counted.
+# Warm the page cache once: these runs are not counted.
 for i in 1 2 3; do eval "${COMMANDS[$i]}" >/dev/null 2>&1 || true; done
 
 RESULTS=$WORK/runs.csv

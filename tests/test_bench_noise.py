@@ -1,4 +1,4 @@
-"""`mixer bench` comparisons carry their noise row (issue 26, Q6): an identical copy of our network is
+"""`mixer bench` comparisons carry their noise row: an identical copy of our network is
 measured beside the candidates, so a single run's ratio can be judged against |1 − twin ÷ ours|."""
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from helpers import ROOT
 from helpers.fakedata import write_hf
@@ -729,7 +730,8 @@ def test_the_fig7_and_d5_runs_run_cpu_emits_train(tmp_path: Path) -> None:
         )
         assert json.loads((Path(entry["run_dir"]) / "fit_summary.json").read_text())["steps"] == 1
         assert "S=25, C=25" in fitted.stdout + fitted.stderr
-        assert f"num_blocks={20 if folder.endswith('_L20') else 4}," in fitted.stdout + fitted.stderr
+        checkpoint = torch.load(Path(entry["run_dir"], "checkpoints", "last.ckpt"), weights_only=True)
+        assert checkpoint["hyper_parameters"]["net"]["init_args"]["num_blocks"] == (20 if "_L20" in folder else 4)
 
 
 def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its_folder(

@@ -73,7 +73,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from mixer_lightning.analysis.curves import epoch_curves, epoch_log, has_logs  # noqa: E402
-from mixer_lightning.commands.sweep.ticks import grid_ticks  # noqa: E402
+from mixer_lightning.commands.sweep.plots import grid_ticks  # noqa: E402
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
 CURVE_KEYS_ORDER = ("sweep", "point", "seed", "epoch", "test_error")  # curves.csv's columns
@@ -184,7 +184,7 @@ def read_runs(runs_root: Path) -> list[dict]:
 
 def axis(axes: dict, name: str):
     """A grid axis's value in a sweep.json entry, whose `axes` are keyed by the axis's short name (its
-    key's last part: `num_blocks` for `--grid model.init_args.num_blocks=4,8,16`; longer where two keys
+    key's last part: `num_blocks` for `--grid model.net.init_args.num_blocks=4,8,16`; longer where two keys
     share it, e.g. `init_args.permute`); None where the sweep has no such axis."""
     for key, value in axes.items():
         if key == name or key.endswith("." + name):

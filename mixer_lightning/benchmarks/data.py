@@ -1,14 +1,8 @@
 """Data-loading throughput (`throughput`): `ImageDataModule` against a plain ``datasets.with_transform``
-pipeline (RandAugment: the PIL path). The end-to-end ``mixer fit`` against the training step is
-`mixer_lightning.benchmarks.fit`.
-
-Both read the same Hugging Face dataset (default: CIFAR-10 in the hub's parquet layout under
-`data_root`: ``$MIXER_DATA_ROOT/cifar10``, else ``<checkout>/../shared/data/cifar10``)
-with the same timm augmentation (RandAugment ``rand-m9-mstd0.5`` + random erasing 0.25 after timm's
-random-resized crop and flip, normalised tensors out), through DataLoaders with the same batch size,
-workers and persistent workers. Chunks of `images` images are drawn from each loader in turn
-(interleaved repetitions, medians; `mixer_lightning.benchmarks.timing.compare`). With workers, each
-loader prefetches ``2 × workers`` batches while the other is measured, equally for both.
+pipeline (timm's RandAugment ``rand-m9-mstd0.5`` + random erasing 0.25 after the random-resized crop and
+flip, normalised tensors out), both reading the same Hugging Face dataset (default: CIFAR-10 under
+`data_root`) through DataLoaders of the same batch size and workers; chunks of images drawn from each in
+turn (`timing.compare`). The end-to-end ``mixer fit`` against the training step is `fit`.
 
     python -m mixer_lightning.benchmarks.data [--root PATH/TO/cifar10] [--json]
 """
@@ -35,8 +29,7 @@ ERASING = 0.25
 
 
 def checkout_relative(path: str | Path) -> str:
-    """`path` as the results file records it: relative to the checkout (``../shared/data/cifar10``,
-    ``configs/x.yaml``), so that a committed benchmark JSON names no machine's directories."""
+    """`path` relative to the checkout: a committed benchmark JSON names no machine's directories."""
     return os.path.relpath(Path(path).resolve(), REPO)
 
 
@@ -51,46 +44,25 @@ def _baseline_loader(root: str, batch_size: int, workers: int) -> DataLoader:
     from timm.data import create_transform
 
     train = datasets.load_dataset(root, split="train")
+    imagenet = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "interpolation": "bilinear"}
     transform = create_transform(
-        32,
-        is_training=True,
-        auto_augment=POLICY,
-        re_prob=ERASING,
-        re_mode="pixel",
-        mean=(0.485, 0.456, 0.406),
-        std=(0.229, 0.224, 0.225),
-        interpolation="bilinear",
+        32, is_training=True, auto_augment=POLICY, re_prob=ERASING, re_mode="pixel", **imagenet
     )
     image_column = "img" if "img" in train.column_names else "image"
 
     def apply(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         return {"image": [transform(image.convert("RGB")) for image in batch[image_column]], "label": batch["label"]}
 
-    return DataLoader(
-        train.with_transform(apply),
-        batch_size=batch_size,
-        shuffle=True,
-        drop_last=True,
-        num_workers=workers,
-        persistent_workers=workers > 0,
-    )
+    loader = {"batch_size": batch_size, "shuffle": True, "drop_last": True, "num_workers": workers}
+    return DataLoader(train.with_transform(apply), persistent_workers=workers > 0, **loader)
 
 
 def _our_loader(root: str, batch_size: int, workers: int) -> DataLoader:
     from mixer_lightning.data import ImageDataModule
 
-    data = ImageDataModule(
-        "hf",
-        root=root,
-        batch_size=batch_size,
-        num_workers=workers,
-        val_split=0,
-        train_crop="random_resized_crop",
-        auto_augment=POLICY,
-        random_erasing=ERASING,
-        random_erasing_mode="pixel",
-        pin_memory=False,
-    )
+    augment = {"auto_augment": POLICY, "random_erasing": ERASING, "random_erasing_mode": "pixel"}
+    loader = {"batch_size": batch_size, "num_workers": workers, "pin_memory": False}
+    data = ImageDataModule("hf", root=root, val_split=0, train_crop="random_resized_crop", **augment, **loader)
     data.setup("fit")
     return data.train_dataloader()
 
@@ -116,30 +88,15 @@ def throughput(
     batch_size: int = 256,
     repeats: int = 5,
 ) -> dict[str, Any]:
-    """Images per second of the baseline and of ours for each worker count, and ours / baseline
-    (``root``: a Hugging Face image dataset; default ``<data_root()>/cifar10``)."""
+    """Images per second of the baseline and of ours for each worker count, and ours ÷ baseline."""
     root = str(root or data_root() / "cifar10")
-    require(
-        Path(root).is_dir(),
-        "root",
-        f"no dataset at {root}",
-        "give --root PATH/TO/cifar10 (the Hugging Face parquet layout) or set MIXER_DATA_ROOT",
-    )
+    require(Path(root).is_dir(), "root", f"no dataset at {root}", "give --root PATH/TO/cifar10 or set MIXER_DATA_ROOT")
     batches = max(1, images // batch_size)
-    results: dict[str, Any] = {
-        "root": root,
-        "policy": POLICY,
-        "random_erasing": ERASING,
-        "batch_size": batch_size,
-        "images_per_measurement": batches * batch_size,
-        "repeats": repeats,
-    }
+    results: dict[str, Any] = {"root": root, "policy": POLICY, "random_erasing": ERASING, "batch_size": batch_size}
+    results |= {"images_per_measurement": batches * batch_size, "repeats": repeats}
     for count in workers:
-        candidates = {
-            "baseline": _chunks(_baseline_loader(root, batch_size, count), batches),
-            "ours": _chunks(_our_loader(root, batch_size, count), batches),
-        }
-        seconds = compare(candidates, repeats=repeats, warmup=1)
+        loaders = {"baseline": _baseline_loader, "ours": _our_loader}
+        seconds = compare({k: _chunks(f(root, batch_size, count), batches) for k, f in loaders.items()}, repeats, 1)
         rates = {name: batches * batch_size / s for name, s in seconds.items()}
         results[f"workers={count}"] = {
             "baseline_img_per_s": round(rates["baseline"], 1),
@@ -149,11 +106,9 @@ def throughput(
     return results
 
 
-def main() -> None:
+if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--root", default=None, help="default: $MIXER_DATA_ROOT/cifar10, else <checkout>/../shared/data/cifar10"
-    )
+    parser.add_argument("--root", default=None, help="default: $MIXER_DATA_ROOT/cifar10, else ../shared/data/cifar10")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--images", type=int, default=4096)
     parser.add_argument("--batch-size", type=int, default=256)
@@ -161,12 +116,4 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = throughput(args.root, tuple(args.workers), args.images, args.batch_size, args.repeats)
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return
-    for key, value in results.items():
-        print(f"{key}: {value}")
-
-
-if __name__ == "__main__":
-    main()
+    print(json.dumps(results, indent=2) if args.json else "\n".join(f"{k}: {v}" for k, v in results.items()))

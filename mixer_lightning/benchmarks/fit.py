@@ -1,9 +1,7 @@
-"""End-to-end ``mixer fit`` against the model's own training step (`fit_vs_step`; ``mixer bench --fit``,
-the ``cifar_fit_*`` figures of ``mixer bench --json``): images/s of the Fig. 5 config (S-Mixer,
-Ω = 2^18, C = S = 64) through the tensor path and through the PIL path, against the bare step, side by
-side in one process. Each fit runs the ``mixer`` command itself (`mixer_lightning.run_mixer`), timed
-by a callback (`FitTimer`). Data: as `mixer_lightning.benchmarks.data` reads it (`data_root`).
-"""
+"""End-to-end ``mixer fit`` against the model's own training step (`fit_vs_step`; ``mixer bench --fit`` and
+the ``cifar_fit_*`` figures of ``mixer bench --json``): images/s of the Fig. 5 config (S-Mixer, Ω = 2^18,
+C = S = 64) through the tensor path and the PIL path, beside the bare step, in one process. Each fit runs the
+``mixer`` command itself (`mixer_lightning.run_mixer`), timed by a callback (`FitTimer`)."""
 
 from __future__ import annotations
 
@@ -12,7 +10,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -25,7 +23,7 @@ from mixer_lightning.errors import require
 
 FIG5_CONFIG = REPO / "configs" / "cifar10_fig5_s_mixer.yaml"
 # Hayase & Karakida Fig. 5 at Ω = 2^18 with C = S = 64 (Ω = (C²S + CS²)/2): the point the issue times.
-FIG5_OVERRIDES = ("--model.init_args.channels", "64")
+FIG5_OVERRIDES = ("--model.net.channels", "64")
 
 
 def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Path:
@@ -39,55 +37,35 @@ def write_synthetic_cifar(root: Path, train: int = 4096, test: int = 512) -> Pat
     rng = np.random.default_rng(0)
     ramp = np.linspace(0, 255, 32)[None, None, :, None]
     for split, n in (("train", train), ("test", test)):
-        pixels = ((ramp * rng.uniform(0.3, 1, (n, 1, 1, 3)) + rng.integers(0, 64, (n, 32, 32, 3))) % 256).astype(
-            np.uint8
-        )
-        table = datasets.Dataset.from_dict(
-            {"img": [Image.fromarray(p) for p in pixels], "label": [i % 10 for i in range(n)]}, features=features
-        )
+        pixels = (ramp * rng.uniform(0.3, 1, (n, 1, 1, 3)) + rng.integers(0, 64, (n, 32, 32, 3))) % 256
+        images = [Image.fromarray(p) for p in pixels.astype(np.uint8)]
+        table = datasets.Dataset.from_dict({"img": images, "label": [i % 10 for i in range(n)]}, features=features)
         table.to_parquet(str(root / "data" / f"{split}-00000-of-00001.parquet"))
     return root
 
 
-def _bare_step(
-    net: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    label_smoothing: float,
-    cast: bool,
-) -> None:
+def _bare_step(net, optimizer, x: torch.Tensor, y: torch.Tensor, label_smoothing: float, cast: bool) -> None:
     """The model's training step without Lightning: forward, the task's loss, backward, optimiser."""
-    import torch.nn.functional as F
-
     optimizer.zero_grad(set_to_none=True)
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=cast):
         logits = net(x)
-    F.cross_entropy(logits.float(), y, label_smoothing=label_smoothing).backward()
+    torch.nn.functional.cross_entropy(logits.float(), y, label_smoothing=label_smoothing).backward()
     optimizer.step()
 
 
 class FitTimer(Callback):
-    """Times a ``mixer fit`` over its training batches after the first `warmup`: each batch's cycle (end
-    of the previous batch → end of this one: fetch, transfer, making the images on the tensor path,
-    the step, Lightning's bookkeeping), and the part of it spent waiting for the batch (→ start of
-    this batch). Keeps the module and its first batch.
-
-    `paired`: after each batch, also run the bare training step (`_bare_step`) of a copy of the network
-    with its own optimiser on that same batch, outside the cycle's timing: the step's time measured
-    moments from the fit's own, so their ratio holds when the machine's load changes (only where
-    nothing runs beside the main process: no loader workers, no asynchronous GPU work)."""
+    """Times a ``mixer fit`` over its batches after the first `warmup`: each batch's cycle (fetch, transfer,
+    the step, Lightning's bookkeeping) and the part spent waiting for the batch; keeps the module and its
+    first batch. `paired`: after each batch, the bare step of a copy of the network on that batch, outside
+    the cycle's timing, so that the two are measured moments apart whatever the machine's load (only
+    where nothing runs beside the main process: no loader workers, no asynchronous GPU work)."""
 
     runs: ClassVar[list[dict[str, Any]]] = []
 
     def __init__(self, warmup: int = 4, paired: bool = False):
         self.warmup, self.paired = warmup, paired
-        self.cycles: list[float] = []
-        self.waits: list[float] = []
-        self.steps: list[float] = []
-        self.resumed: float | None = None
-        self.batch: Any = None
-        self.twin: tuple[torch.nn.Module, torch.optim.Optimizer] | None = None
+        self.cycles, self.waits, self.steps = [], [], []
+        self.resumed = self.batch = self.twin = None
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx: int) -> None:
         if self.batch is None:
@@ -112,103 +90,53 @@ class FitTimer(Callback):
         self.resumed = time.perf_counter()
 
     def on_train_end(self, trainer, pl_module) -> None:
-        require(
-            bool(self.cycles),
-            "fit_batches",
-            "the fit ended before the timed batches",
-            "use fewer warm-up and timed batches, or more training images",
-        )
+        require(bool(self.cycles), "fit_batches", "the fit ended before the timed batches", "time fewer batches")
         seconds = sum(self.cycles)
-        FitTimer.runs.append(
-            {
-                "seconds": seconds,
-                "batches": len(self.cycles),
-                "waiting_share": sum(self.waits) / seconds,
-                "paired_step_seconds": sum(self.steps) if self.steps else None,
-                "module": pl_module,
-                "batch": self.batch,
-                "workers": trainer.train_dataloader.num_workers,
-                "pipeline": trainer.datamodule.pipeline,
-            }
-        )
+        run = {"seconds": seconds, "batches": len(self.cycles), "waiting_share": sum(self.waits) / seconds}
+        run |= {"paired_step_seconds": sum(self.steps) if self.steps else None, "module": pl_module}
+        run |= {"batch": self.batch, "workers": trainer.train_dataloader.num_workers}
+        FitTimer.runs.append(run | {"pipeline": trainer.datamodule.pipeline})
 
 
-def _fit(
-    config: Path,
-    root: Path,
-    pipeline: str,
-    warmup: int,
-    batches: int,
-    workdir: Path,
-    extra: Sequence[str] = (),
-    paired: bool = False,
-) -> dict[str, Any]:
-    """One ``mixer fit`` of `warmup` + `batches` training batches (no validation), timed by `FitTimer`."""
-    args = [
-        "fit",
-        "--config",
-        str(config),
-        *extra,
-        "--data.dataset",
-        "hf",
-        "--data.root",
-        str(root),
-        "--data.pipeline",
-        pipeline,
-        "--trainer.max_epochs",
-        "1",
-        "--trainer.limit_train_batches",
-        str(warmup + batches),
-        "--trainer.limit_val_batches",
-        "0",
-        "--trainer.enable_progress_bar",
-        "false",
-        "--trainer.enable_model_summary",
-        "false",
-        "--trainer.logger.init_args.save_dir",
-        str(workdir),
-        "--trainer.logger.init_args.name",
-        pipeline,
-        "--trainer.callbacks+=mixer_lightning.benchmarks.fit.FitTimer",
-        "--trainer.callbacks.warmup",
-        str(warmup),
-        "--trainer.callbacks.paired",
-        str(paired).lower(),
-        "--checkpoint.save_last",
-        "false",
-        "--checkpoint.save_top_k",
-        "0",
-    ]
+def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path, extra=(), paired=False):
+    """One ``mixer fit`` of `warmup` + `batches` training batches (no validation, no checkpoints), timed by
+    `FitTimer`."""
+    flags = {
+        "--data.dataset": "hf",
+        "--data.root": root,
+        "--data.pipeline": pipeline,
+        "--trainer.max_epochs": 1,
+        "--trainer.limit_train_batches": warmup + batches,
+        "--trainer.limit_val_batches": 0,
+        "--trainer.enable_progress_bar": "false",
+        "--trainer.enable_model_summary": "false",
+        "--trainer.logger.init_args.save_dir": workdir,
+        "--trainer.logger.init_args.name": pipeline,
+        "--trainer.callbacks+": "mixer_lightning.benchmarks.fit.FitTimer",
+        "--trainer.callbacks.warmup": warmup,
+        "--trainer.callbacks.paired": str(paired).lower(),
+        "--checkpoint.save_last": "false",
+        "--checkpoint.save_top_k": 0,
+    }
+    args = ["fit", "--config", str(config), *extra, *(f"{k}={v}" for k, v in flags.items())]
     with contextlib.redirect_stdout(sys.stderr):  # Lightning's and the CLI's prints: not in --json output
         run_mixer(args)
     return FitTimer.runs.pop()
 
 
-def _step(
-    module: torch.nn.Module,
-    batch: tuple[torch.Tensor, torch.Tensor],
-    warmup: int,
-    steps: int,
-    precision: str = "32-true",
-) -> float:
-    """Seconds of `steps` bare training steps (`_bare_step`, the config's optimiser) on one real batch,
-    after `warmup` steps: the model's own training-step time."""
+def _step(module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int, precision: str) -> float:
+    """Seconds of `steps` bare training steps (`_bare_step`, the config's optimiser) on one real batch, after
+    `warmup` steps: the model's own training-step time."""
     x, y = batch
     module.to(x.device).train()
     optimizer = module.configure_optimizers()
     optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
-    cast = precision == "bf16-mixed"
-
-    def sync() -> None:
-        if x.device.type == "cuda":
-            torch.cuda.synchronize(x.device)
-
-    for _ in range(warmup):
-        _bare_step(module.net, optimizer, x, y, module.label_smoothing, cast)
-    sync()
-    start = time.perf_counter()
-    for _ in range(steps):
-        _bare_step(module.net, optimizer, x, y, module.label_smoothing, cast)
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else lambda: None
+    for i in range(warmup + steps):
+        if i == warmup:
+            sync()
+            start = time.perf_counter()
+        _bare_step(module.net, optimizer, x, y, module.label_smoothing, precision == "bf16-mixed")
     sync()
     return time.perf_counter() - start
 
@@ -223,90 +151,63 @@ def fit_vs_step(
     precision: str = "32-true",
     log: Callable[..., None] = print,
 ) -> dict[str, Any]:
-    """End-to-end ``mixer fit`` images/s of the Fig. 5 config through the tensor and the PIL path, and
-    the model's own training-step images/s, side by side in one process:
-
-    - ``cifar_fit_vs_step``: tensor-path fit images/s ÷ training-step images/s (1: the data path and
-      Lightning cost nothing). On the CPU the step is timed paired with the fit (`FitTimer` `paired`:
-      a copy of the network steps on each batch right after the fit's own step), because this shared
-      machine's load changes within seconds; on a GPU, by separate step runs between the fits;
-    - ``cifar_fit_speedup``: tensor-path fit images/s ÷ PIL-path fit images/s, the median over rounds
-      of each round's ratio (the two fits of a round run one after the other; order alternates);
-    - ``waiting_share``: the share of each fit's time spent waiting for its batches.
-
-    Each fit trains `warmup` + `batches` batches and is timed over the last `batches` (validation off);
-    the PIL path's workers (its default, min(8, CPUs)) can work ahead by their prefetch queue (4
-    batches with 2 workers), which favours it in short fits. The tensor path runs with its default,
-    no workers. Data: real CIFAR-10 (``<data_root()>/cifar10``, Hugging Face layout) when present, else
-    a synthetic CIFAR-shaped set. Another `config` runs as it is (the C = 64 override is the Fig. 5
-    config's); `device` ``cpu`` or ``cuda``; `precision` the trainer's (the bare step autocasts alike)."""
+    """End-to-end ``mixer fit`` images/s through the tensor and the PIL path, and the model's own step, side by
+    side: ``cifar_fit_vs_step`` (tensor-path fit ÷ step; 1: the data path and Lightning cost nothing; on the
+    CPU the step is timed paired with the fit, as a shared machine's load changes within seconds, on a GPU by
+    separate runs), ``cifar_fit_speedup`` (tensor ÷ PIL, the median of each round's ratio, the order
+    alternating) and ``waiting_share``. Each fit trains `warmup` + `batches` batches, timed over the last
+    `batches` (the PIL path's workers work ahead by their prefetch queue: favoured in short fits). Data: real
+    CIFAR-10 under `data_root` when present, else a synthetic CIFAR-shaped set."""
     config = Path(config)
-    extra = [
-        *(FIG5_OVERRIDES if config == FIG5_CONFIG else ()),
-        "--trainer.accelerator",
-        "gpu" if device.startswith("cuda") else "cpu",
-        "--trainer.devices",
-        "1",
-        "--trainer.precision",
-        precision,
-    ]
-    require(config.is_file(), "config", f"no {config}", "run from a checkout of mixer-lightning, or give --config")
-    require(repeats > 0 and warmup > 0 and batches > 0, "repeats", "repeats, warmup and batches must be positive")
+    flags = {"--trainer.accelerator": "gpu" if device.startswith("cuda") else "cpu", "--trainer.devices": 1}
+    extra = [*(FIG5_OVERRIDES if config == FIG5_CONFIG else ()), *(f"{k}={v}" for k, v in flags.items())]
+    extra.append(f"--trainer.precision={precision}")
     paired = not device.startswith("cuda")
+    rates: dict[str, list[float]] = {"tensor": [], "pil": [], "step": []}
+    waiting: dict[str, list[float]] = {"tensor": [], "pil": []}
+    workers: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="mixer-fit-bench-") as tmp:
-        workdir = Path(tmp)
         real = Path(root) if root is not None else data_root() / "cifar10"
         synthetic = not (real / "data").is_dir()
         if synthetic:
             log(f"no real CIFAR-10 at {real}: a synthetic CIFAR-shaped set")
-            real = write_synthetic_cifar(workdir / "synthetic")
+            real = write_synthetic_cifar(Path(tmp) / "synthetic")
         log("end-to-end fit (tensor path, PIL path) and the training step, round by round ...")
-        _fit(config, real, "tensor", 1, 1, workdir, extra)  # decode (or load) the cache, outside the timings
-        rates: dict[str, list[float]] = {"tensor": [], "pil": [], "step": []}
-        waiting: dict[str, list[float]] = {"tensor": [], "pil": []}
-        facts: dict[str, Any] = {}
+        _fit(config, real, "tensor", 1, 1, Path(tmp), extra)  # decode (or load) the cache, outside the timings
         for round_ in range(repeats):
-            order = ["tensor", "pil"] if round_ % 2 == 0 else ["pil", "tensor"]
-            for name in order:
-                run = _fit(config, real, name, warmup, batches, workdir, extra, paired=paired and name == "tensor")
-                require(
-                    run["pipeline"] == name, "data.pipeline", f"the fit took the {run['pipeline']} path, not {name}"
-                )
-                images = run["batches"] * len(run["batch"][0])
-                rates[name].append(images / run["seconds"])
+            for name in ("tensor", "pil") if round_ % 2 == 0 else ("pil", "tensor"):
+                run = _fit(config, real, name, warmup, batches, Path(tmp), extra, paired and name == "tensor")
+                require(run["pipeline"] == name, "data.pipeline", f"the fit took the {run['pipeline']} path")
+                batch_size = len(run["batch"][0])
+                rates[name].append(run["batches"] * batch_size / run["seconds"])
                 waiting[name].append(run["waiting_share"])
-                facts[f"{name}_workers"], facts["batch_size"] = run["workers"], len(run["batch"][0])
+                workers[name] = run["workers"]
                 if name == "tensor":
-                    if paired:
-                        rates["step"].append(images / run["paired_step_seconds"])
-                    else:
-                        rates["step"].append(
-                            batches
-                            * len(run["batch"][0])
-                            / _step(run["module"], run["batch"], warmup, batches, precision)
-                        )
+                    seconds = (
+                        run["paired_step_seconds"]
+                        if paired
+                        else _step(run["module"], run["batch"], warmup, batches, precision)
+                    )
+                    rates["step"].append(batches * batch_size / seconds)
             log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} img/s" for k, v in rates.items()))
-        median = {name: statistics.median(values) for name, values in rates.items()}
-        vs_step = [fit / step for fit, step in zip(rates["tensor"], rates["step"], strict=True)]
-        speedup = [t / p for t, p in zip(rates["tensor"], rates["pil"], strict=True)]
-        pil_vs_step = [p / step for p, step in zip(rates["pil"], rates["step"], strict=True)]
+    median = {name: statistics.median(values) for name, values in rates.items()}
+    ratios = {
+        "cifar_fit_vs_step": [f / s for f, s in zip(rates["tensor"], rates["step"], strict=True)],
+        "cifar_fit_speedup": [t / p for t, p in zip(rates["tensor"], rates["pil"], strict=True)],
+        # the PIL fit against the step of the tensor fit beside it (not paired: its workers run beside the step)
+        "pil_fit_vs_step": [p / s for p, s in zip(rates["pil"], rates["step"], strict=True)],
+    }
     return {
-        "cifar_fit_vs_step": statistics.median(vs_step) if paired else median["tensor"] / median["step"],
-        "cifar_fit_speedup": statistics.median(speedup),
-        # The PIL fit against the step of the tensor fit beside it (not paired: its workers run beside the step).
-        "pil_fit_vs_step": statistics.median(pil_vs_step),
+        "cifar_fit_vs_step": statistics.median(ratios["cifar_fit_vs_step"])
+        if paired
+        else median["tensor"] / median["step"],
+        "cifar_fit_speedup": statistics.median(ratios["cifar_fit_speedup"]),
+        "pil_fit_vs_step": statistics.median(ratios["pil_fit_vs_step"]),
         "img_per_s": {"fit_tensor": median["tensor"], "fit_pil": median["pil"], "train_step": median["step"]},
         "rounds_img_per_s": rates,
-        "rounds_ratios": {"cifar_fit_vs_step": vs_step, "cifar_fit_speedup": speedup, "pil_fit_vs_step": pil_vs_step},
-        # The noise row of a benchmark without an identical twin: how far one round's ratio strays from another's
-        "rounds_spread": {
-            key: [min(values), max(values)]
-            for key, values in (
-                ("cifar_fit_vs_step", vs_step),
-                ("cifar_fit_speedup", speedup),
-                ("pil_fit_vs_step", pil_vs_step),
-            )
-        },
+        "rounds_ratios": ratios,
+        # the noise row of a benchmark without an identical twin: how far one round's ratio strays from another's
+        "rounds_spread": {key: [min(values), max(values)] for key, values in ratios.items()},
         "waiting_share": {name: statistics.median(values) for name, values in waiting.items()},
         "setting": {
             "config": checkout_relative(config),
@@ -314,11 +215,11 @@ def fit_vs_step(
             "device": device,
             "step_timing": "paired with the tensor fit" if paired else "separate runs",
             "data": "synthetic CIFAR-shaped set" if synthetic else checkout_relative(real),
-            "batch_size": facts["batch_size"],
+            "batch_size": batch_size,
             "warmup_batches": warmup,
             "timed_batches": batches,
             "repeats": repeats,
             "threads": torch.get_num_threads(),
-            "workers": {"tensor": facts.get("tensor_workers"), "pil": facts.get("pil_workers")},
+            "workers": {"tensor": workers.get("tensor"), "pil": workers.get("pil")},
         },
     }

@@ -1,21 +1,12 @@
-"""Where an RP block and a compiled step lose time: the memory-bound kernels, side by side.
+"""Where an RP block and a compiled step lose time: the memory-bound kernels, side by side (``mixer bench
+--kernels``), at the CIFAR-size Mixer of the standard suite (batch 128, S = 64, C = 128, D_C = 512):
 
-Two tables, each measured interleaved in one process (`mixer_lightning.benchmarks.timing.compare`):
-
-- **permutation**: ways to apply one frozen permutation J of the m = S·C entries of a (B, m)
-  activation tensor (the J1/J2 of an RP Mixer's PK layers, Hayase & Karakida Def. 5.1), against a
-  plain contiguous copy of the same bytes (the floor of any memory-bound kernel) and the transposing
-  copy (B, S, C) -> (B, C, S) that timm's token mixing pays for its J_c (ours applies W from the left
-  and pays none, `mixer_lightning.models.layers.linear_columns`). Ratios are
-  ``time ÷ copy``. ``row_gather_batch_last`` is the same permutation on the (m, B) layout, where
-  every entry moves a contiguous row of B values: fast, but only in a layout where LayerNorm (over
-  C) is no longer over the last axis.
-- **elementwise**: the non-GEMM work of a Mixer training step, ATen's eager kernels against the
-  kernels Inductor (``torch.compile``) generates for the same op; ratios are ``compiled ÷ eager``.
-
-The defaults are the CIFAR-size Mixer of the standard suite (batch 128, S = 64, C = 128, D_C = 512).
-
-    mixer bench --kernels [--repeats 20] [--json]
+- **permutation**: ways to apply one frozen permutation J of the m = S·C entries of a (B, m) activation
+  (an RP Mixer's J1/J2, Hayase & Karakida Def. 5.1), ÷ a plain contiguous copy of the same bytes (the floor
+  of a memory-bound kernel); beside them the transposing copy (B, S, C) → (B, C, S) that timm's token
+  mixing pays (ours applies W from the left, `models.layers.linear_columns`), and the permutation on the
+  (m, B) layout (contiguous rows: fast, but LayerNorm over C is then not over the last axis);
+- **elementwise**: the non-GEMM ops of a Mixer step, ATen's eager kernels ÷ Inductor's (``torch.compile``).
 """
 
 from __future__ import annotations
@@ -75,23 +66,18 @@ def elementwise_table(
     x = torch.randn(rows, channels, generator=generator)
     weight, bias = torch.ones(channels), torch.zeros(channels)
 
-    def gelu(t):
-        return F.gelu(t)
-
-    def gelu_backward(g, t):
-        return torch.ops.aten.gelu_backward(g, t)
-
-    def layer_norm(t):
-        return F.layer_norm(t, (channels,), weight, bias, 1e-6)
-
-    ops = {"gelu": (gelu, (h,)), "gelu_backward": (gelu_backward, (grad, h)), "layer_norm": (layer_norm, (x,))}
+    ops = {
+        "gelu": (lambda t: F.gelu(t), (h,)),
+        "gelu_backward": (lambda g, t: torch.ops.aten.gelu_backward(g, t), (grad, h)),
+        "layer_norm": (lambda t: F.layer_norm(t, (channels,), weight, bias, 1e-6), (x,)),
+    }
     candidates = {}
     for name, (fn, args) in ops.items():
         compiled = _compiled(fn)
         torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-4, atol=1e-5)
         candidates[f"{name}_eager"] = lambda fn=fn, args=args: fn(*args)
         candidates[f"{name}_compiled"] = lambda fn=compiled, args=args: fn(*args)
-    candidates["gelu_eager_twin"] = lambda: gelu(h)  # an identical twin of one op: the noise of the ratios
+    candidates["gelu_eager_twin"] = lambda: F.gelu(h)  # an identical twin of one op: the noise of the ratios
     times = compare(candidates, repeats=repeats, warmup=2)
     return {
         "shapes": {"gelu": [rows, hidden], "gelu_backward": [rows, hidden], "layer_norm": [rows, channels]},
@@ -115,8 +101,7 @@ def format_report(report: dict) -> str:
     lines.append(f"noise |1 − copy_twin ÷ copy| (the same kernel measured twice): {perm['noise']:.3f}")
     lines += ["", f"{'op':<24} {'eager ms':>9} {'compiled ms':>12} {'compiled ÷ eager':>17}"]
     for name, ratio in elem["compiled_over_eager"].items():
-        lines.append(
-            f"{name:<24} {elem['ms'][name + '_eager']:>9.3f} {elem['ms'][name + '_compiled']:>12.3f} {ratio:>17.2f}"
-        )
+        eager, compiled = elem["ms"][name + "_eager"], elem["ms"][name + "_compiled"]
+        lines.append(f"{name:<24} {eager:>9.3f} {compiled:>12.3f} {ratio:>17.2f}")
     lines.append(f"noise |1 − twin ÷ gelu eager| (the same op measured twice): {elem['noise']:.3f}")
     return "\n".join(lines)

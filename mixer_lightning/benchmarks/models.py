@@ -6,36 +6,21 @@ per image (torch's FLOP counter), peak memory, and on a GPU of known peak the mo
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
 
 import torch
 from torch import nn
 
 from mixer_lightning.benchmarks.timing import compare
-from mixer_lightning.models.flops import autocast, flops_per_image
-from mixer_lightning.models.flops import peak_flops as table_peak
-
-
-def peak_flops(device: torch.device, precision: str = "bf16-mixed") -> float | None:
-    """The device's dense peak FLOP/s at `precision` (`mixer_lightning.models.flops.PEAKS`), for MFU."""
-    if device.type != "cuda":
-        return None
-    return table_peak(torch.cuda.get_device_name(device), precision, torch.backends.cuda.matmul.allow_tf32)
+from mixer_lightning.errors import require
+from mixer_lightning.models.flops import autocast, flops_per_image, peak_flops
 
 
 def step_fns(
-    model: nn.Module,
-    batch_size: int,
-    image_size: int,
-    in_chans: int,
-    num_classes: int,
-    device: torch.device,
-    precision: str,
-) -> tuple[Callable[[], None], Callable[[], None]]:
+    model: nn.Module, batch_size: int, image_size: int, in_chans: int, num_classes: int, device, precision: str
+):
     """A training step (forward, backward, AdamW) and an inference forward on a fixed random batch."""
     x = torch.randn(batch_size, in_chans, image_size, image_size, device=device)
-    if precision == "bf16-true":
-        x = x.bfloat16()
+    x = x.bfloat16() if precision == "bf16-true" else x
     y = torch.randint(0, num_classes, (batch_size,), device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
@@ -71,11 +56,10 @@ def benchmark(
     results: dict[str, dict] = {}
     trains, infers = {}, {}
     for name, model in models.items():
-        model.to(dev)
+        model.to(dev).train()
         if precision == "bf16-true":
             model.bfloat16()
-        model.train()
-        # (FLOPs of eager modules only: the counter would run a compiled module's graph eagerly anyway)
+        # FLOPs of eager modules only: the counter would run a compiled module's graph eagerly anyway
         compiled = getattr(model, "_compiled_call_impl", None) is not None
         flops = flops_per_image(model, image_size, in_chans, dev, precision) if count_flops and not compiled else None
         results[name] = {"flops_per_image": flops}
@@ -84,20 +68,16 @@ def benchmark(
         torch.cuda.reset_peak_memory_stats(dev)
     train_times = compare(trains, repeats=repeats, warmup=warmup, device=dev)
     infer_times = compare(infers, repeats=repeats, warmup=warmup, device=dev)
-    peak = peak_flops(dev, precision)
-    for name in models:
-        r = results[name]
-        r["train_img_s"] = batch_size / train_times[name]
-        r["infer_img_s"] = batch_size / infer_times[name]
+    cuda = dev.type == "cuda"
+    peak = cuda and peak_flops(torch.cuda.get_device_name(dev), precision, torch.backends.cuda.matmul.allow_tf32)
+    for name, r in results.items():
+        r["train_img_s"], r["infer_img_s"] = batch_size / train_times[name], batch_size / infer_times[name]
         if peak and r["flops_per_image"]:
             r["mfu_train"] = r["train_img_s"] * r["flops_per_image"]["train"] / peak
-    if dev.type == "cuda":
-        for name in models:
-            results[name]["peak_memory_gb_all"] = torch.cuda.max_memory_allocated(dev) / 1e9
+        if cuda:
+            r["peak_memory_gb_all"] = torch.cuda.max_memory_allocated(dev) / 1e9
     return results
 
-
-# ------------------------------------------------------------------------------------ model pairs
 
 # The CIFAR-size Mixer of the standard suite: P = 4, C = 128, S = 64, 8 blocks, with timm's default
 # hidden widths (0.5·C, 4·C) so that both libraries build the same network.
@@ -107,23 +87,18 @@ CIFAR_MIXER = dict(
 
 
 def timm_equivalent(model: nn.Module) -> nn.Module:
-    """timm's `MlpMixer` computing the same network as our plain `MLPMixer` (S = S0, no skip layer,
-    no RP permutations), for a like-for-like comparison."""
+    """timm's `MlpMixer` computing the same network as our plain `MLPMixer` (S = S0, no skip layer, no RP
+    permutations): a like-for-like comparison, or a one-line error."""
     import timm.models.mlp_mixer as timm_mixer
 
-    from mixer_lightning.errors import require
     from mixer_lightning.models import MLPMixer
 
+    require(isinstance(model, MLPMixer), "vs", f"timm has no equivalent of a {type(model).__name__}")
+    plain = model.tokens == model.stem.num_patches and model.blocks[0].token_mixing.skip is None
     require(
-        isinstance(model, MLPMixer), "vs", f"timm has no equivalent of a {type(model).__name__}", "compare an MLP-Mixer"
-    )
-    require(
-        model.tokens == model.stem.num_patches
-        and not any(layer.permuted for layer in model.mixing_layers())
-        and model.blocks[0].token_mixing.skip is None,
+        plain and not any(layer.permuted for layer in model.mixing_layers()),
         "vs",
-        "timm's Mixer has S = S0 and no skip layer or RP permutations",
-        "drop tokens/skip_layer/permute",
+        "timm's Mixer has S = S0, no skip layer, no RP",
     )
     c = model.channels
     return timm_mixer.MlpMixer(
@@ -137,25 +112,17 @@ def timm_equivalent(model: nn.Module) -> nn.Module:
     )
 
 
-def ratio_of(results: dict[str, dict], ours: str, theirs: str, key: str) -> float:
-    return results[ours][key] / results[theirs][key]
-
-
 def standard_suite(repeats: int = 12, log=print) -> dict:
     """The figures `mixer bench --json` reports (all on the CPU, in this process):
 
-    - mixer_vs_timm_train / _infer: our img/s ÷ timm's, the smaller of Mixer-S/16 at 224 (batch 32)
-      and the CIFAR-size Mixer (batch 128);
-    - rp_overhead / rp_overhead_compiled: RP training-step time ÷ normal − 1 (CIFAR-size), eager and
-      with torch.compile;
+    - mixer_vs_timm_train / _infer: our img/s ÷ timm's, the smaller of Mixer-S/16 at 224 (batch 32) and the
+      CIFAR-size Mixer (batch 128);
+    - rp_overhead / rp_overhead_compiled: RP training-step time ÷ normal − 1 (CIFAR-size), eager and compiled;
     - compile_speedup: the CIFAR-size training step compiled ÷ eager (img/s);
-    - sw_sparse_mem_ratio / sw_sparse_speed_ratio: sparse ÷ dense SW-MLP at the Table S.3 CIFAR
-      setting (bytes of parameters + buffers; training img/s as a speed-up);
-    - noise: |1 − twin ÷ ours| for an identical copy of the CIFAR-size Mixer measured beside it (an
-      A/A test): ratios closer to 1 than this are not resolved by the run;
-    - cifar_fit_vs_step / cifar_fit_speedup: end-to-end ``mixer fit`` images/s of the Fig. 5 config
-      (S-Mixer, Ω = 2^18, C = S = 64) through the tensor data path ÷ its training step's, and ÷ the
-      PIL path's fit (`mixer_lightning.benchmarks.fit.fit_vs_step`; real CIFAR-10 when present).
+    - sw_sparse_mem_ratio / sw_sparse_speed_ratio: sparse ÷ dense SW-MLP at Table S.3's CIFAR setting;
+    - noise: |1 − twin ÷ ours| for an identical copy of the CIFAR-size Mixer measured beside it (an A/A
+      test): ratios closer to 1 than this are not resolved by the run;
+    - cifar_fit_vs_step / cifar_fit_speedup: `mixer_lightning.benchmarks.fit.fit_vs_step`.
     """
     import platform
 
@@ -163,12 +130,13 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
     from mixer_lightning.benchmarks.sparse import sw_mlp_ratios
     from mixer_lightning.models import create_model
 
-    report: dict = {
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
-            "torch": torch.__version__,
-        }
+    def mixer(**kwargs) -> nn.Module:
+        return create_model("mlp_mixer", **CIFAR_MIXER, **kwargs)
+
+    machine = {
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
     }
     torch.manual_seed(0)
     s16 = create_model("mixer_s16", num_classes=1000)
@@ -181,53 +149,42 @@ def standard_suite(repeats: int = 12, log=print) -> dict:
         warmup=1,
     )
     del s16
-    cifar, rp = create_model("mlp_mixer", **CIFAR_MIXER), create_model("mlp_mixer", permute=True, **CIFAR_MIXER)
+    cifar = {"batch_size": 128, "image_size": 32, "num_classes": 10, "repeats": repeats}
     log("CIFAR-size Mixer, batch 128: ours vs timm vs RP (and an identical twin of ours) ...")
+    ours = mixer()
     cifar_results = benchmark(
-        {"ours": cifar, "twin": copy.deepcopy(cifar), "rp": rp, "timm": timm_equivalent(cifar)},
-        batch_size=128,
-        image_size=32,
-        num_classes=10,
-        repeats=repeats,
+        {"ours": ours, "twin": copy.deepcopy(ours), "rp": mixer(permute=True), "timm": timm_equivalent(ours)}, **cifar
     )
     log("CIFAR-size Mixer compiled (eager vs compiled, normal vs RP) ...")
-    compiled, rp_compiled = (
-        create_model("mlp_mixer", **CIFAR_MIXER),
-        create_model("mlp_mixer", permute=True, **CIFAR_MIXER),
-    )
+    compiled, rp_compiled = mixer(), mixer(permute=True)
     compiled.compile()
     rp_compiled.compile()
-    eager = create_model("mlp_mixer", **CIFAR_MIXER)
-    compile_results = benchmark(
-        {"eager": eager, "compiled": compiled, "rp_compiled": rp_compiled},
-        batch_size=128,
-        image_size=32,
-        num_classes=10,
-        repeats=repeats,
-    )
+    compile_results = benchmark({"eager": mixer(), "compiled": compiled, "rp_compiled": rp_compiled}, **cifar)
     log("SW-MLP at the Table S.3 CIFAR setting: sparse vs dense ...")
     sparse = sw_mlp_ratios(repeats=max(2, repeats // 4))
     log("Fig. 5 S-Mixer on CIFAR-10: end-to-end fit (tensor path, PIL path) vs the training step ...")
     fit = fit_vs_step(repeats=max(5, repeats // 2), log=log)
-    report["mixer_vs_timm_train"] = min(
-        ratio_of(s16_results, "ours", "timm", "train_img_s"), ratio_of(cifar_results, "ours", "timm", "train_img_s")
-    )
-    report["mixer_vs_timm_infer"] = min(
-        ratio_of(s16_results, "ours", "timm", "infer_img_s"), ratio_of(cifar_results, "ours", "timm", "infer_img_s")
-    )
-    report["rp_overhead"] = ratio_of(cifar_results, "ours", "rp", "train_img_s") - 1
-    report["rp_overhead_compiled"] = ratio_of(compile_results, "compiled", "rp_compiled", "train_img_s") - 1
-    report["compile_speedup"] = ratio_of(compile_results, "compiled", "eager", "train_img_s")
-    report["noise"] = abs(1 - ratio_of(cifar_results, "twin", "ours", "train_img_s"))
-    report["sw_sparse_mem_ratio"] = sparse["ratios_sparse_over_dense"]["params_buffers_bytes"]
-    report["sw_sparse_speed_ratio"] = sparse["speedup_sparse_over_dense"]
-    report["cifar_fit_vs_step"] = fit["cifar_fit_vs_step"]
-    report["cifar_fit_speedup"] = fit["cifar_fit_speedup"]
-    report["details"] = {
-        "mixer_s16_224_batch32": s16_results,
-        "cifar_mixer_batch128": cifar_results,
-        "cifar_mixer_compiled_batch128": compile_results,
-        "sw_mlp_table_s3": {k: sparse[k] for k in ("setting", "bytes", "images_per_second")},
-        "cifar_fit_fig5": fit,
+
+    def ratio(results: dict, a: str, b: str, key: str = "train_img_s") -> float:
+        return results[a][key] / results[b][key]
+
+    return {
+        "machine": machine,
+        "mixer_vs_timm_train": min(ratio(s16_results, "ours", "timm"), ratio(cifar_results, "ours", "timm")),
+        "mixer_vs_timm_infer": min(ratio(r, "ours", "timm", "infer_img_s") for r in (s16_results, cifar_results)),
+        "rp_overhead": ratio(cifar_results, "ours", "rp") - 1,
+        "rp_overhead_compiled": ratio(compile_results, "compiled", "rp_compiled") - 1,
+        "compile_speedup": ratio(compile_results, "compiled", "eager"),
+        "noise": abs(1 - ratio(cifar_results, "twin", "ours")),
+        "sw_sparse_mem_ratio": sparse["ratios_sparse_over_dense"]["params_buffers_bytes"],
+        "sw_sparse_speed_ratio": sparse["speedup_sparse_over_dense"],
+        "cifar_fit_vs_step": fit["cifar_fit_vs_step"],
+        "cifar_fit_speedup": fit["cifar_fit_speedup"],
+        "details": {
+            "mixer_s16_224_batch32": s16_results,
+            "cifar_mixer_batch128": cifar_results,
+            "cifar_mixer_compiled_batch128": compile_results,
+            "sw_mlp_table_s3": {k: sparse[k] for k in ("setting", "bytes", "images_per_second")},
+            "cifar_fit_fig5": fit,
+        },
     }
-    return report

@@ -1,31 +1,21 @@
 """``mixer bench --data``: images per second per CPU core of the ImageNet training pipeline, read from an
 image folder and from WebDataset shards, side by side in one process.
 
-The command makes a synthetic ImageNet-like set (JPEGs of ImageNet's usual sizes, 500×375, 375×500,
-500×333, ..., quality 90: ≈ 100 KB each, with texture so that JPEG has work to do), writes it as an
-ImageFolder and packs it into shards (`mixer_lightning.data.pack`), and builds both training sets with
-the data module and the augmentation of ``configs/imagenet_mixer_b16.yaml`` (the recipe of Hayase &
-Karakida's Table 1: decode, random-resized crop to 224 with random interpolation, flip, RandAugment
-``rand-m9-mstd0.5-inc1``, normalisation, random erasing 0.25; mixup runs on the device, not here).
-One thread, no workers: a chunk of images goes through each candidate in turn (order rotated every
-round, as `mixer_lightning.benchmarks.timing.compare`), each sample seeded as in training; medians.
-Per core means per CPU-second: the process's CPU time is measured beside the wall time, so a machine
-shared with other jobs (which takes the core away now and then) does not lower the figure; an
-identical twin of the folder pipeline measured beside it gives the noise.
-
-Reported per core: read + decode only, and the whole pipeline, for both; the ratio shards ÷ folder;
-and how many cores keep a GPU fed at a given training throughput (default: the Mixer-B/16 bf16 step
-measured on an H100, benchmarks/RESULTS.md). The set lies on local disk in the page cache: what this
-measures is the CPU cost of the two layouts, not a cluster file system's metadata load (a million
-files opened per epoch), which is the case for shards that local timing cannot show.
+A synthetic ImageNet-like set (JPEGs of ImageNet's usual sizes, quality 90, ≈ 100 KB each) is written as an
+ImageFolder and packed into shards (`mixer_lightning.data.pack`); both training sets get the data module and
+augmentation of ``configs/imagenet_mixer_b16.yaml`` (Table 1's recipe: decode, random-resized crop, flip,
+RandAugment, normalisation, random erasing; mixup runs on the device). One thread, no workers; chunks go
+through each candidate in turn (`timing.compare`), medians of CPU time (a core taken away by another job
+does not lower the figure). An identical twin of the folder pipeline gives the noise. Reported: read +
+decode and the whole pipeline per core, shards ÷ folder, and the cores that keep a GPU fed (default: the
+Mixer-B/16 bf16 step on an H100, benchmarks/RESULTS.md). The set lies in the page cache: this measures the
+CPU cost of the layouts, not a cluster file system's load of a million small files (the case for shards).
 """
 
 from __future__ import annotations
 
 import platform
-import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,7 +24,9 @@ import numpy as np
 import torch
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from mixer_lightning.benchmarks.data import REPO
+from mixer_lightning.benchmarks.timing import compare
+
 RECIPE = REPO / "configs" / "imagenet_mixer_b16.yaml"
 # ImageNet's most common sizes (width, height): most photos are 500 px on the long side.
 SIZES = ((500, 375), (375, 500), (500, 333), (500, 400), (333, 500), (400, 300), (640, 480), (500, 500))
@@ -101,42 +93,13 @@ def _runner(dataset: Any, chunk: int, seed: int, decode_only: bool) -> Callable[
 
 def cpu_model() -> str:
     """The CPU's model name (Linux), else the machine type."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
+    names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return names[0] if names else platform.processor() or platform.machine()
 
 
-def interleaved(
-    candidates: dict[str, Callable[[], None]], repeats: int, warmup: int = 1
-) -> dict[str, dict[str, float]]:
-    """Median CPU seconds and wall seconds per call of each candidate, run round-robin with the order
-    rotated every round."""
-    for fn in candidates.values():
-        for _ in range(warmup):
-            fn()
-    names = list(candidates)
-    cpu: dict[str, list[float]] = {name: [] for name in names}
-    wall: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
-            start_cpu, start_wall = time.process_time(), time.perf_counter()
-            candidates[name]()
-            cpu[name].append(time.process_time() - start_cpu)
-            wall[name].append(time.perf_counter() - start_wall)
-    return {name: {"cpu": statistics.median(cpu[name]), "wall": statistics.median(wall[name])} for name in names}
-
-
-def data_pipeline(
-    images: int = 256,
-    repeats: int = 5,
-    chunk: int = 16,
-    gpu_images_per_s: float = MIXER_B16_H100_IMG_S,
-    log: Callable[[str], None] = print,
-) -> dict[str, Any]:
+def data_pipeline(images=256, repeats=5, chunk=16, gpu_images_per_s=MIXER_B16_H100_IMG_S, log=print) -> dict:
     """The figures of the module docstring, as a dict (``mixer bench --data --json``)."""
     from mixer_lightning.data.pack import pack
 
@@ -146,44 +109,30 @@ def data_pipeline(
         log(f"made {images} synthetic ImageNet-like JPEGs in {folder}")
         pack(str(folder), str(Path(tmp) / "shards"), prefix="synthetic", shard_size=64, log=lambda _: None)
         jpeg_bytes = sum(p.stat().st_size for p in (folder / "train").rglob("*.JPEG")) / images
-        modules = {
-            "folder": _datamodule("folder", str(folder), str(Path(tmp) / "cache")),
-            "shards": _datamodule("wds", str(Path(tmp) / "shards"), str(Path(tmp) / "cache")),
-        }
         sets = {}
-        for name, module in modules.items():
+        for name, dataset, root in (("folder", "folder", folder), ("shards", "wds", Path(tmp) / "shards")):
+            module = _datamodule(dataset, str(root), str(Path(tmp) / "cache"))
             module.setup("fit")
             sets[name] = module.train_set
-            assert len(module.train_set) == images
         torch.set_num_threads(1)
         try:
-            decode = interleaved({name: _runner(s, chunk, 0, decode_only=True) for name, s in sets.items()}, repeats)
+            decoders = {name: _runner(s, chunk, 0, decode_only=True) for name, s in sets.items()}
+            decode = compare(decoders, repeats, warmup=1, cpu=True)
             pipelines = {name: _runner(s, chunk, 1, decode_only=False) for name, s in sets.items()}
             pipelines["folder_twin"] = _runner(sets["folder"], chunk, 1, decode_only=False)
-            full = interleaved(pipelines, repeats)
+            full = compare(pipelines, repeats, warmup=1, cpu=True)
         finally:
             torch.set_num_threads(threads)
-    per_core = {name: {"decode": chunk / decode[name]["cpu"], "pipeline": chunk / full[name]["cpu"]} for name in sets}
-    wall = {name: {"decode": chunk / decode[name]["wall"], "pipeline": chunk / full[name]["wall"]} for name in sets}
-    shards = per_core["shards"]["pipeline"]
-    return {
-        "images": images,
-        "mean_jpeg_kb": jpeg_bytes / 1024,
-        "chunk": chunk,
-        "repeats": repeats,
-        "recipe": str(RECIPE.relative_to(REPO)),
-        "cpu": cpu_model(),
-        "torch_threads": 1,
-        "per_core_img_s": per_core,
-        "wall_img_s": wall,
-        "noise": abs(1 - full["folder"]["cpu"] / full["folder_twin"]["cpu"]),
-        "shards_vs_folder": {
-            "decode": per_core["shards"]["decode"] / per_core["folder"]["decode"],
-            "pipeline": shards / per_core["folder"]["pipeline"],
-        },
-        "gpu_images_per_s": gpu_images_per_s,
-        "cores_needed": gpu_images_per_s / shards,
+    rates = {
+        c: {n: {"decode": chunk / decode[n][c], "pipeline": chunk / full[n][c]} for n in sets} for c in ("cpu", "wall")
     }
+    per_core, shards = rates["cpu"], rates["cpu"]["shards"]
+    report = {"images": images, "mean_jpeg_kb": jpeg_bytes / 1024, "chunk": chunk, "repeats": repeats}
+    report |= {"recipe": str(RECIPE.relative_to(REPO)), "cpu": cpu_model(), "torch_threads": 1}
+    report |= {"per_core_img_s": per_core, "wall_img_s": rates["wall"]}
+    report["noise"] = abs(1 - full["folder"]["cpu"] / full["folder_twin"]["cpu"])
+    report["shards_vs_folder"] = {k: shards[k] / per_core["folder"][k] for k in ("decode", "pipeline")}
+    return report | {"gpu_images_per_s": gpu_images_per_s, "cores_needed": gpu_images_per_s / shards["pipeline"]}
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -196,13 +145,9 @@ def format_report(report: dict[str, Any]) -> str:
     ]
     for name in ("folder", "shards"):
         lines.append(f"{name:<8} {rates[name]['decode']:>11.1f} img/s {rates[name]['pipeline']:>12.1f} img/s")
-    ratio = report["shards_vs_folder"]
-    lines.append(
-        f"shards ÷ folder: read + decode {ratio['decode']:.3f}, whole pipeline {ratio['pipeline']:.3f} "
-        f"(noise: an identical twin of the folder pipeline differs by {report['noise']:.3f})"
+    ratio, gpu = report["shards_vs_folder"], report["gpu_images_per_s"]
+    return "\n".join(lines) + (
+        f"\nshards ÷ folder: read + decode {ratio['decode']:.3f}, whole pipeline {ratio['pipeline']:.3f} (noise: an "
+        f"identical twin of the folder pipeline differs by {report['noise']:.3f})\ncores to feed {gpu:,.0f} img/s "
+        f"(Mixer-B/16 training step, bf16, one H100 by default): {report['cores_needed']:.0f}"
     )
-    lines.append(
-        f"cores to feed {report['gpu_images_per_s']:,.0f} img/s (Mixer-B/16 training step, bf16, one H100 by default): "
-        f"{report['cores_needed']:.0f}"
-    )
-    return "\n".join(lines)

@@ -1,22 +1,15 @@
-"""SW-MLP memory and training speed: ``impl: dense`` (the paper's masked dense weights) against
-``impl: sparse`` (CSR non-zeros), side by side in one process.
+"""SW-MLP memory and training speed: ``impl: dense`` (the paper's masked dense weights) against ``impl: sparse``
+(CSR non-zeros), side by side in one process (`sw_mlp_ratios`).
 
-Setting: Hayase & Karakida 2024, Table S.3 (CIFAR): S = 64 patches (P = 4 on 32×32×3), C = 48, so
-m = S·C = 3072; 3 MLP blocks, γ = 2; each sparse layer holds the connections of the matching
-MLP-Mixer, Ω = γ(C²S + CS²)/2 = 344,064, i.e. p = Ω/(γm²) = (1/S + 1/C)/2 ≈ 0.0182.
+Setting: Hayase & Karakida 2024, Table S.3 (CIFAR): S = 64 patches (P = 4 on 32×32×3), C = 48, m = S·C =
+3072; 3 MLP blocks, γ = 2; each sparse layer holds the connections of the matching MLP-Mixer, Ω = γ(C²S +
+CS²)/2 = 344,064, p = (1/S + 1/C)/2 ≈ 0.0182. Both models come from one seed (same masks and weights; their
+features are compared); their AdamW steps on one fixed batch alternate, medians compared. Bytes: parameters
++ buffers (masks, indices), gradients, AdamW's state. `sw_mlp_wide`: the sparse model at a width the dense
+form cannot hold (m = 65,536 at the same Ω), the dense bytes computed, not allocated. Table S.3 at its
+stated settings is `table_s3`.
 
-Both models are built from the same seed (same masks, same initial weights; the benchmark checks
-that their features agree). One training step = forward, cross-entropy, backward, AdamW step, on a
-fixed random batch. The two models' steps alternate (``repeats`` times each, after ``warmup``
-untimed steps) and the medians are compared. Bytes are those of the tensors each model holds:
-parameters + buffers (masks, indices), their gradients, and AdamW's state after a step.
-
-``wide`` adds a run at a width the dense form cannot hold (m = 65,536 at the same Ω): the sparse
-model is built and trained for a few steps, and the dense model's bytes are computed, not allocated.
-
-Table S.3 at its stated settings (``mixer bench --table_s3``) is `mixer_lightning.benchmarks.table_s3`.
-
-    python -m mixer_lightning.benchmarks.sparse [--json] [--repeats 5] [--wide 65536]
+    python -m mixer_lightning.benchmarks.sparse [--json] [--repeats 5] [--wide 65536] [--device cuda]
 """
 
 from __future__ import annotations
@@ -45,72 +38,60 @@ def model_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
     """Bytes of parameters + buffers, of the gradients, and of the optimiser's state."""
     weights = tensor_bytes(model.parameters()) + tensor_bytes(model.buffers())
     grads = tensor_bytes(p.grad for p in model.parameters())
-    state = 0
-    if optimizer is not None:
-        for per_param in optimizer.state.values():
-            state += tensor_bytes(v for v in per_param.values() if torch.is_tensor(v))
+    states = optimizer.state.values() if optimizer is not None else ()
+    state = sum(tensor_bytes(v for v in s.values() if torch.is_tensor(v)) for s in states)
     return {"params_buffers": weights, "grads": grads, "optimizer_state": state, "total": weights + grads + state}
 
 
 def dense_bytes_estimate(model: SWMLP) -> dict[str, int]:
     """What ``impl: dense`` would hold at `model`'s size (float32 weights and AdamW state, bool masks)."""
-    sparse_entries = sum(layer.in_features * layer.out_features for layer in model.sparse_layers())
-    sparse_values = sum(layer.connections for layer in model.sparse_layers())
-    shared = sum(p.numel() for p in model.parameters()) - sparse_values  # stem, norms, biases, head
-    weights = 4 * (sparse_entries + shared) + sparse_entries  # float32 weights, bool masks
-    grads = 4 * (sparse_entries + shared)
-    state = 8 * (sparse_entries + shared)  # AdamW: exp_avg and exp_avg_sq
+    entries = sum(layer.in_features * layer.out_features for layer in model.sparse_layers())
+    shared = sum(p.numel() for p in model.parameters()) - sum(layer.connections for layer in model.sparse_layers())
+    weights, grads, state = 4 * (entries + shared) + entries, 4 * (entries + shared), 8 * (entries + shared)
     return {"params_buffers": weights, "grads": grads, "optimizer_state": state, "total": weights + grads + state}
 
 
-def _build(impl: str, seed: int, device: str = "cpu", **arch: Any) -> SWMLP:
-    torch.manual_seed(seed)
-    return SWMLP(impl=impl, **arch).to(device)
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+def _step(model: nn.Module, optimizer, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
     """One training step: (seconds, loss)."""
-    _sync(x.device)
+    sync = torch.cuda.synchronize if x.device.type == "cuda" else lambda: None
+    sync()
     start = time.perf_counter()
     optimizer.zero_grad(set_to_none=False)
     loss = F.cross_entropy(model(x), y)
     loss.backward()
     optimizer.step()
-    _sync(x.device)
+    sync()
     return time.perf_counter() - start, loss.item()
 
 
 def random_batch(batch_size: int, arch: dict, num_classes: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(seed + 1)
-    size = arch["image_size"]
-    x = torch.randn(batch_size, arch["in_chans"], size, size, generator=generator)
+    x = torch.randn(batch_size, arch["in_chans"], arch["image_size"], arch["image_size"], generator=generator)
     return x, torch.randint(num_classes, (batch_size,), generator=generator)
 
 
-def sw_mlp_ratios(
-    batch_size: int = 128,
-    repeats: int = 5,
-    warmup: int = 1,
-    seed: int = 0,
-    lr: float = 0.01,
-    num_classes: int = 10,
-    device: str = "cpu",
-    **overrides: Any,
-) -> dict[str, Any]:
-    """Dense vs sparse SW-MLP at the Table S.3 CIFAR setting (or `overrides` of it): bytes, step
-    times (medians of `repeats` interleaved steps) and their ratios sparse/dense."""
+def _arch(overrides: dict) -> dict:
+    """The Table S.3 CIFAR setting with `overrides`, the connections per layer those of the matching Mixer."""
     arch = {**TABLE_S3_CIFAR, **overrides}
-    num_patches = (arch["image_size"] // arch["patch_size"]) ** 2
     if "omega" not in arch and "density" not in arch:
-        arch["omega"] = int(mixer_omega(num_patches, arch["channels"], arch["gamma"]))
-    models = {impl: _build(impl, seed, device, num_classes=num_classes, **arch) for impl in ("dense", "sparse")}
+        arch["omega"] = int(
+            mixer_omega((arch["image_size"] // arch["patch_size"]) ** 2, arch["channels"], arch["gamma"])
+        )
+    return arch
+
+
+def sw_mlp_ratios(
+    batch_size=128, repeats=5, warmup=1, seed=0, lr=0.01, num_classes=10, device="cpu", **overrides
+) -> dict[str, Any]:
+    """Dense vs sparse SW-MLP at the Table S.3 CIFAR setting (or `overrides` of it): bytes, step times (medians
+    of `repeats` interleaved steps) and their ratios sparse/dense."""
+    arch = _arch(overrides)
+    models = {}
+    for impl in ("dense", "sparse"):
+        torch.manual_seed(seed)
+        models[impl] = SWMLP(impl=impl, num_classes=num_classes, **arch).to(device)
     x, y = (t.to(device) for t in random_batch(batch_size, arch, num_classes, seed))
-    with torch.no_grad():  # same seed, same function (the head starts at zero, so compare features)
+    with torch.no_grad():  # same seed, same function (the head starts at zero: compare features)
         difference = (models["dense"].forward_features(x) - models["sparse"].forward_features(x)).abs().max()
     optimizers = {impl: torch.optim.AdamW(m.parameters(), lr=lr) for impl, m in models.items()}
     times: dict[str, list[float]] = {"dense": [], "sparse": []}
@@ -121,61 +102,40 @@ def sw_mlp_ratios(
                 times[impl].append(elapsed)
     memory = {impl: model_bytes(models[impl], optimizers[impl]) for impl in models}
     step = {impl: statistics.median(t) for impl, t in times.items()}
-    reference = models["sparse"]
+    sparse, dense = memory["sparse"], memory["dense"]
+    model = models["sparse"]
+    where = str(x.device) if x.device.type == "cpu" else torch.cuda.get_device_name(x.device)
     return {
-        "setting": {
-            **{k: v for k, v in arch.items()},
-            "width_m": reference.width,
-            "density_p": reference.density,
-            "omega_per_layer": reference.omega,
-            "connections_per_layer": reference.connections(),
-            "batch_size": batch_size,
-            "repeats": repeats,
-            "threads": torch.get_num_threads(),
-            "device": str(x.device) if x.device.type == "cpu" else torch.cuda.get_device_name(x.device),
-            "optimizer": "AdamW",
-        },
+        "setting": arch
+        | {"width_m": model.width, "density_p": model.density, "omega_per_layer": model.omega}
+        | {"connections_per_layer": model.connections(), "batch_size": batch_size, "repeats": repeats}
+        | {"threads": torch.get_num_threads(), "device": where, "optimizer": "AdamW"},
         "features_max_abs_difference_at_init": float(difference),
         "bytes": memory,
-        "step_seconds": {impl: step[impl] for impl in step},
+        "step_seconds": step,
         "step_seconds_all": times,
         "images_per_second": {impl: batch_size / step[impl] for impl in step},
         "ratios_sparse_over_dense": {
-            "params_buffers_bytes": memory["sparse"]["params_buffers"] / memory["dense"]["params_buffers"],
-            "params_buffers_optimizer_bytes": (
-                (memory["sparse"]["params_buffers"] + memory["sparse"]["optimizer_state"])
-                / (memory["dense"]["params_buffers"] + memory["dense"]["optimizer_state"])
-            ),
-            "total_bytes": memory["sparse"]["total"] / memory["dense"]["total"],
+            "params_buffers_bytes": sparse["params_buffers"] / dense["params_buffers"],
+            "params_buffers_optimizer_bytes": (sparse["params_buffers"] + sparse["optimizer_state"])
+            / (dense["params_buffers"] + dense["optimizer_state"]),
+            "total_bytes": sparse["total"] / dense["total"],
             "step_time": step["sparse"] / step["dense"],
         },
         "speedup_sparse_over_dense": step["dense"] / step["sparse"],
     }
 
 
-def sw_mlp_wide(
-    width: int = 65536,
-    batch_size: int = 128,
-    steps: int = 5,
-    seed: int = 0,
-    lr: float = 0.01,
-    device: str = "cpu",
-    **overrides: Any,
-) -> dict[str, Any]:
-    """The sparse SW-MLP at `width` with the Table S.3 connections per layer: its bytes and step time
-    (median of `steps` AdamW steps on one fixed batch, whose loss must fall), and the bytes the
-    dense form would need (computed, not allocated)."""
-    arch = {**TABLE_S3_CIFAR, **overrides}
-    num_patches = (arch["image_size"] // arch["patch_size"]) ** 2
-    omega_ = int(mixer_omega(num_patches, arch.pop("channels"), arch["gamma"]))  # the Table S.3 connections
-    model = _build("sparse", seed, device, num_classes=10, width=width, omega=omega_, **arch)
+def sw_mlp_wide(width=65536, batch_size=128, steps=5, seed=0, lr=0.01, device="cpu", **overrides) -> dict[str, Any]:
+    """The sparse SW-MLP at `width` with the Table S.3 connections per layer: its bytes and step time (median
+    of `steps` AdamW steps on one batch, whose loss must fall), and the bytes the dense form would need."""
+    arch = _arch(overrides)
+    arch.pop("channels")
+    torch.manual_seed(seed)
+    model = SWMLP(impl="sparse", num_classes=10, width=width, **arch).to(device)
     x, y = (t.to(device) for t in random_batch(batch_size, arch, 10, seed))
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    losses, times = [], []
-    for _ in range(steps + 1):
-        elapsed, loss = _step(model, optimizer, x, y)
-        times.append(elapsed)
-        losses.append(loss)
+    times, losses = zip(*(_step(model, optimizer, x, y) for _ in range(steps + 1)), strict=True)
     return {
         "width_m": model.width,
         "channels": model.channels,
@@ -186,13 +146,12 @@ def sw_mlp_wide(
         "sparse_bytes": model_bytes(model, optimizer),
         "dense_bytes_needed": dense_bytes_estimate(model),
         "step_seconds_median": statistics.median(times[1:]),
-        "losses": losses,
+        "losses": list(losses),
     }
 
 
 def _format(report: dict[str, Any]) -> str:
-    s = report["setting"]
-    mb = 1e6
+    s, r, mb = report["setting"], report["ratios_sparse_over_dense"], 1e6
     lines = [
         f"SW-MLP, Table S.3 CIFAR setting: m = {s['width_m']}, {s['num_blocks']} MLP blocks, gamma = {s['gamma']:g}, "
         f"p = {s['density_p']:.5f}, Omega = {s['omega_per_layer']:.0f} per layer; batch {s['batch_size']}, "
@@ -200,20 +159,17 @@ def _format(report: dict[str, Any]) -> str:
         f"{'':<8}{'params+buffers':>16}{'grads':>12}{'AdamW state':>14}{'total':>12}{'step (s)':>10}{'img/s':>10}",
     ]
     for impl in ("dense", "sparse"):
-        b = report["bytes"][impl]
+        b = {k: f"{v / mb:.1f} MB" for k, v in report["bytes"][impl].items()}
         lines.append(
-            f"{impl:<8}{b['params_buffers'] / mb:>13.1f} MB{b['grads'] / mb:>9.1f} MB{b['optimizer_state'] / mb:>11.1f} MB"
-            f"{b['total'] / mb:>9.1f} MB{report['step_seconds'][impl]:>10.3f}{report['images_per_second'][impl]:>10.0f}"
+            f"{impl:<8}{b['params_buffers']:>16}{b['grads']:>12}{b['optimizer_state']:>14}{b['total']:>12}"
+            f"{report['step_seconds'][impl]:>10.3f}{report['images_per_second'][impl]:>10.0f}"
         )
-    r = report["ratios_sparse_over_dense"]
     lines.append(
-        f"sparse/dense: params+buffers {r['params_buffers_bytes']:.4f}, +AdamW state "
-        f"{r['params_buffers_optimizer_bytes']:.4f}, all {r['total_bytes']:.4f}; step time {r['step_time']:.3f} "
-        f"({report['speedup_sparse_over_dense']:.1f}x faster); features agree to "
-        f"{report['features_max_abs_difference_at_init']:.1e}"
+        f"sparse/dense: params+buffers {r['params_buffers_bytes']:.4f}, +AdamW state {r['params_buffers_optimizer_bytes']:.4f}, "
+        f"all {r['total_bytes']:.4f}; step time {r['step_time']:.3f} ({report['speedup_sparse_over_dense']:.1f}x faster); "
+        f"features agree to {report['features_max_abs_difference_at_init']:.1e}"
     )
-    wide = report.get("wide")
-    if wide:
+    if wide := report.get("wide"):
         lines.append(
             f"wide: m = {wide['width_m']} (C = {wide['channels']}), p = {wide['density_p']:.3g}: sparse holds "
             f"{wide['sparse_bytes']['total'] / mb:.1f} MB, dense would need {wide['dense_bytes_needed']['total'] / 1e9:.0f} GB; "
@@ -222,23 +178,15 @@ def _format(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m mixer_lightning.benchmarks.sparse",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per model (default 5)")
     parser.add_argument("--batch-size", type=int, default=128, help="images per step (default 128, as App. C)")
     parser.add_argument("--wide", type=int, default=65536, help="width of the sparse-only run (0: skip)")
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda")
-    args = parser.parse_args(argv)
+    args = parser.parse_args()
     report = sw_mlp_ratios(batch_size=args.batch_size, repeats=args.repeats, device=args.device)
     if args.wide:
         report["wide"] = sw_mlp_wide(width=args.wide, batch_size=args.batch_size, device=args.device)
     print(json.dumps(report, indent=2) if args.json else _format(report))
-
-
-if __name__ == "__main__":
-    main()

@@ -11,9 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixer_lightning.benchmarks.sparse import model_bytes, random_batch
+from mixer_lightning.benchmarks.sparse import model_bytes, random_batch, tensor_bytes
 from mixer_lightning.benchmarks.timing import compare
-from mixer_lightning.errors import require
 from mixer_lightning.models.layers import hidden_width
 from mixer_lightning.models.mlp_mixer import MLPMixer
 from mixer_lightning.models.sw_mlp import SWMLP
@@ -48,24 +47,13 @@ TABLE_S3_MODELS = ("sw_mlp_dense", "rp_mixer", "mixer", "sw_mlp_sparse")
 
 def table_s3_model(name: str, setting: dict) -> nn.Module:
     """A model of Table S.3 at `setting`. The SW-MLP replaces each of the Mixer's four FC layers per block
-    (I_C⊗W1, I_C⊗W2, W3ᵀ⊗I_S, W4ᵀ⊗I_S) by M ⊙ A (App. C.1): 2L MLP blocks of width m = S·C, hidden γm,
-    in the Mixer's MLP form, each layer with the Mixer's connections, p = (1/S + 1/C)/2. (The paper's
-    SW-MLP figures are 4L layers of γm×m: 805M FLOPs = 2·4·3·2·4096² exactly, see `table_s3`.)"""
+    (I_C⊗W1, I_C⊗W2, W3ᵀ⊗I_S, W4ᵀ⊗I_S) by M ⊙ A (App. C.1): 2L MLP blocks of width m = S·C, hidden γm, each
+    layer with the Mixer's connections, p = (1/S + 1/C)/2."""
     base = {k: setting[k] for k in ("num_classes", "image_size", "in_chans", "patch_size", "num_blocks")}
     if name in ("mixer", "rp_mixer"):
-        return MLPMixer(
-            **base,
-            tokens=setting["tokens"],
-            channels=setting["channels"],
-            gamma=setting["gamma"],
-            permute=name == "rp_mixer",
-            norm_eps=1e-5,
-        )
-    require(
-        setting["tokens"] == (setting["image_size"] // setting["patch_size"]) ** 2,
-        "tokens",
-        "the SW-MLP of Table S.3 takes S = S0 patches",
-    )
+        arch = {k: setting[k] for k in ("tokens", "channels", "gamma")}
+        return MLPMixer(**base, **arch, permute=name == "rp_mixer", norm_eps=1e-5)
+    assert setting["tokens"] == (setting["image_size"] // setting["patch_size"]) ** 2, "the SW-MLP takes S = S0"
     return SWMLP(
         **{**base, "num_blocks": 2 * setting["num_blocks"]},
         channels=setting["channels"],
@@ -88,21 +76,21 @@ def sw_mlp_dense_arithmetic(setting: dict) -> dict[str, float]:
     blocks = 2 * setting["num_blocks"]
     entries = blocks * 2 * hidden * m
     params = entries + blocks * (hidden + m + 2 * m) + (c0 * c + c) + (m * classes + classes)
-    return {
-        "width_m": m,
-        "entries": entries,
-        "params": params,
+    flops = 2 * (entries + s0 * c0 * c + m * classes)
+    sizes = {
         "bytes": 4 * params + entries,
         "paper_bytes": 8 * entries,
-        "flops": 2 * (entries + s0 * c0 * c + m * classes),
+        "flops": flops,
         "train_bytes": 16 * params + entries,
     }
+    return {"width_m": m, "entries": entries, "params": params, **sizes}
 
 
-def forward_flops(model: nn.Module, setting: dict, device: str = "cpu") -> int:
+def forward_flops(model: nn.Module, setting: dict, device: str | None = None) -> int:
     """Forward FLOPs per image (torch's FlopCounterMode: 2 per multiply-add of every matmul)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    device = device or next(model.parameters()).device
     x = torch.zeros(1, setting["in_chans"], setting["image_size"], setting["image_size"], device=device)
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         model(x)
@@ -120,128 +108,85 @@ def _adamw_step(model: nn.Module, x: torch.Tensor, y: torch.Tensor):
     return step, optimizer
 
 
-def table_s3(
-    settings: dict | None = None,
-    batch_size: int = 128,
-    repeats: int = 3,
-    warmup: int = 1,
-    device: str = "cpu",
-    train_images: int = CIFAR_TRAIN_IMAGES,
-    seed: int = 0,
-) -> dict[str, Any]:
-    """Table S.3 side by side: for the CIFAR setting the dense SW-MLP, the RP MLP-Mixer and the MLP-Mixer
-    (and our sparse SW-MLP) are built, their bytes and FLOPs measured, and their AdamW training steps
-    (batch `batch_size`, float32) timed interleaved in this process (`compare`, medians); an epoch is
-    ⌈train_images / batch⌉ steps of that median (compute only, no data loading). For the ImageNet
-    setting the Mixers are built on the meta device (bytes and FLOPs exact, nothing allocated) and the
-    dense SW-MLP (2.9·10^12 weights) is `sw_mlp_dense_arithmetic`, as is the CIFAR one, as a check.
-
-    Memory: ``params_bytes`` = parameters + buffers as held (masks, RP permutation indices);
-    ``train_bytes`` = that + gradients + AdamW state (on a GPU: the peak allocated during a step).
-    The paper does not define its memory; its SW-MLP figures are 8 bytes per dense weight entry at
-    m = 4096 for CIFAR (S = C = 64, not the stated C = 48: 3.22 GB = 8·4L·γ·4096², 805M = 2·4L·γ·4096²)
-    and at m = 150,528 for ImageNet (23.2 TB, 5.80 TFLOPs), so each figure is given beside ours with
-    the ratio ours/paper, and the ratios between the models beside the paper's.
-    """
-    settings = {**TABLE_S3_SETTINGS, **(settings or {})}
-    report: dict[str, Any] = {
-        "settings": settings,
-        "paper": PAPER_TABLE_S3,
-        "device": device,
-        "batch_size": batch_size,
-        "repeats": repeats,
-        "threads": torch.get_num_threads(),
-    }
-    # ---- CIFAR: measured
-    cifar = settings["cifar"]
+def _measured_cifar(
+    setting: dict, batch_size: int, repeats: int, warmup: int, device: str, train_images: int, seed: int
+) -> dict:
+    """The CIFAR rows: the models built, their bytes and FLOPs measured, their AdamW steps timed interleaved
+    (`compare`); an epoch is ⌈train_images / batch⌉ steps of that median (compute only)."""
     models = {}
     for name in TABLE_S3_MODELS:
         torch.manual_seed(seed)
-        models[name] = table_s3_model(name, cifar).to(device)
-    x, y = random_batch(batch_size, cifar, cifar["num_classes"], seed)
-    x, y = x.to(device), y.to(device)
+        models[name] = table_s3_model(name, setting).to(device)
+    x, y = (t.to(device) for t in random_batch(batch_size, setting, setting["num_classes"], seed))
     steps, optimizers = {}, {}
     for name, model in models.items():
         steps[name], optimizers[name] = _adamw_step(model, x, y)
     peaks = {}
-    if torch.device(device).type == "cuda":
-        for name in models:  # each alone, for its peak
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            steps[name]()
-            torch.cuda.synchronize()
-            peaks[name] = torch.cuda.max_memory_allocated()
+    for name in models if torch.device(device).type == "cuda" else ():  # each alone, for its peak
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        steps[name]()
+        torch.cuda.synchronize()
+        peaks[name] = torch.cuda.max_memory_allocated()
     seconds = compare(steps, repeats=repeats, warmup=warmup, device=device)
-    steps_per_epoch = math.ceil(train_images / batch_size)
+    per_epoch = math.ceil(train_images / batch_size)
     rows = {}
     for name, model in models.items():
         held = model_bytes(model, optimizers[name])
-        rows[name] = {
-            "params_bytes": held["params_buffers"],
-            "train_bytes": peaks.get(name, held["total"]),
-            "flops": forward_flops(model, cifar, device)
-            if name != "sw_mlp_sparse"
-            else sw_mlp_sparse_flops(model, cifar),
-            "step_seconds": seconds[name],
-            "epoch_seconds": seconds[name] * steps_per_epoch,
-        }
-    arithmetic = sw_mlp_dense_arithmetic(cifar)
+        flops = sw_mlp_sparse_flops(model, setting) if name == "sw_mlp_sparse" else forward_flops(model, setting)
+        rows[name] = {"params_bytes": held["params_buffers"], "train_bytes": peaks.get(name, held["total"])}
+        rows[name] |= {"flops": flops, "step_seconds": seconds[name], "epoch_seconds": seconds[name] * per_epoch}
+    arithmetic = sw_mlp_dense_arithmetic(setting)
     rows["sw_mlp_dense"]["paper_bytes"] = arithmetic["paper_bytes"]
-    report["cifar"] = {
-        "rows": rows,
-        "steps_per_epoch": steps_per_epoch,
-        "sw_mlp_dense_arithmetic": arithmetic,
-        "width_m": models["sw_mlp_dense"].width,
-        "density_p": models["sw_mlp_dense"].density,
-    }
-    del models, steps, optimizers
-    # ---- ImageNet: Mixers on the meta device, the dense SW-MLP by arithmetic
-    imagenet = settings["imagenet"]
-    rows = {}
-    arithmetic = sw_mlp_dense_arithmetic(imagenet)
-    rows["sw_mlp_dense"] = {
-        "params_bytes": arithmetic["bytes"],
-        "train_bytes": arithmetic["train_bytes"],
-        "flops": arithmetic["flops"],
-        "paper_bytes": arithmetic["paper_bytes"],
-    }
+    dense = models["sw_mlp_dense"]
+    result = {"rows": rows, "steps_per_epoch": per_epoch, "sw_mlp_dense_arithmetic": arithmetic}
+    return result | {"width_m": dense.width, "density_p": dense.density}
+
+
+def _imagenet(setting: dict) -> dict:
+    """The ImageNet rows: the Mixers on the meta device (bytes and FLOPs exact, nothing allocated), the dense
+    SW-MLP (2.9·10^12 weights) by arithmetic."""
+    arithmetic = sw_mlp_dense_arithmetic(setting)
+    rows = {"sw_mlp_dense": {"params_bytes": arithmetic["bytes"], "train_bytes": arithmetic["train_bytes"]}}
+    rows["sw_mlp_dense"] |= {"flops": arithmetic["flops"], "paper_bytes": arithmetic["paper_bytes"]}
     for name in ("rp_mixer", "mixer"):
         with torch.device("meta"):
-            model = table_s3_model(name, imagenet)
-        params = sum(p.numel() * p.element_size() for p in model.parameters())
-        buffers = sum(b.numel() * b.element_size() for b in model.buffers())
-        rows[name] = {
-            "params_bytes": params + buffers,
-            "train_bytes": 4 * params + buffers,
-            "flops": forward_flops(model, imagenet, "meta"),
-        }
-    report["imagenet"] = {"rows": rows, "sw_mlp_dense_arithmetic": arithmetic}
-    # ---- ratios: ours/paper per cell, and between models, ours beside the paper's
+            model = table_s3_model(name, setting)
+        params, buffers = tensor_bytes(model.parameters()), tensor_bytes(model.buffers())
+        rows[name] = {"params_bytes": params + buffers, "train_bytes": 4 * params + buffers}
+        rows[name]["flops"] = forward_flops(model, setting)
+    return {"rows": rows, "sw_mlp_dense_arithmetic": arithmetic}
+
+
+def table_s3(
+    settings=None, batch_size=128, repeats=3, warmup=1, device="cpu", train_images=CIFAR_TRAIN_IMAGES, seed=0
+) -> dict[str, Any]:
+    """Table S.3 side by side: the CIFAR setting measured (`_measured_cifar`), the ImageNet one computed
+    (`_imagenet`), each figure beside the paper's with the ratio ours/paper, and the ratios between the
+    models beside the paper's. ``params_bytes``: parameters + buffers as held (masks, RP permutation indices);
+    ``train_bytes``: that + gradients + AdamW state (on a GPU the peak allocated during a step). The paper
+    does not define its memory; its SW-MLP figures are 8 bytes per dense weight entry at m = 4096 for CIFAR
+    (S = C = 64, not the stated C = 48: 3.22 GB = 8·4L·γ·4096², 805M = 2·4L·γ·4096²) and at m = 150,528 for
+    ImageNet (23.2 TB, 5.80 TFLOPs)."""
+    settings = {**TABLE_S3_SETTINGS, **(settings or {})}
+    report: dict[str, Any] = {"settings": settings, "paper": PAPER_TABLE_S3, "device": device, "batch_size": batch_size}
+    report |= {"repeats": repeats, "threads": torch.get_num_threads()}
+    report["cifar"] = _measured_cifar(settings["cifar"], batch_size, repeats, warmup, device, train_images, seed)
+    report["imagenet"] = _imagenet(settings["imagenet"])
+    measures = {"memory": "params_bytes", "flops": "flops", "epoch_seconds": "epoch_seconds"}
     for key in ("cifar", "imagenet"):
         rows, paper = report[key]["rows"], PAPER_TABLE_S3[key]
         for name, row in rows.items():
-            figures = paper.get(name, {})
-            row["vs_paper"] = {
-                "memory": (row.get("paper_bytes") or row["params_bytes"]) / figures["memory"]
-                if "memory" in figures
-                else None,
-                "flops": row["flops"] / figures["flops"] if "flops" in figures else None,
-                "epoch_seconds": row["epoch_seconds"] / figures["epoch_seconds"]
-                if "epoch_seconds" in figures and "epoch_seconds" in row
-                else None,
-            }
+            ours = {"memory": row.get("paper_bytes") or row["params_bytes"], "flops": row["flops"]}
+            ours["epoch_seconds"] = row.get("epoch_seconds")
+            known = {m: theirs for m, theirs in paper.get(name, {}).items() if ours[m] is not None}
+            row["vs_paper"] = {m: ours[m] / known[m] if m in known else None for m in measures}
         ratios = {}
         for a, b in (("sw_mlp_dense", "mixer"), ("rp_mixer", "mixer")):
-            for measure, ours_key in (
-                ("memory", "params_bytes"),
-                ("flops", "flops"),
-                ("epoch_seconds", "epoch_seconds"),
-            ):
+            for measure, ours_key in measures.items():
                 if ours_key in rows[a] and ours_key in rows[b] and measure in paper[a]:
-                    ratios[f"{a}/{b} {measure}"] = {
-                        "ours": rows[a][ours_key] / rows[b][ours_key],
-                        "paper": paper[a][measure] / paper[b][measure],
-                    }
+                    ours, theirs = rows[a][ours_key] / rows[b][ours_key], paper[a][measure] / paper[b][measure]
+                    ratios[f"{a}/{b} {measure}"] = {"ours": ours, "paper": theirs}
         report[key]["ratios"] = ratios
     return report
 
@@ -264,26 +209,17 @@ def _ratio(value: float | None) -> str:
 
 
 def format_table_s3(report: dict[str, Any]) -> str:
-    names = {
-        "sw_mlp_dense": "SW-MLP (dense)",
-        "rp_mixer": "RP MLP-Mixer",
-        "mixer": "MLP-Mixer",
-        "sw_mlp_sparse": "SW-MLP (sparse, ours)",
-    }
+    names = ("SW-MLP (dense)", "RP MLP-Mixer", "MLP-Mixer", "SW-MLP (sparse, ours)")
+    names = dict(zip(TABLE_S3_MODELS, names, strict=True))
     lines = []
     for key, title in (("cifar", "CIFAR"), ("imagenet", "ImageNet")):
-        s = report["settings"][key]
-        block = report[key]
-        lines.append(
-            f"Table S.3, {title}: S = {s['tokens']}, C = {s['channels']}, L = {s['num_blocks']}, "
-            f"γ = {s['gamma']:g} (P = {s['patch_size']}, {s['image_size']} px)"
-            + (
-                f"; batch {report['batch_size']}, AdamW, float32, {report['device']} ({report['threads']} threads), "
-                f"median of {report['repeats']} interleaved steps × {block['steps_per_epoch']} steps/epoch"
-                if key == "cifar"
-                else "; Mixers on the meta device, dense SW-MLP by arithmetic"
-            )
-        )
+        s, block = report["settings"][key], report[key]
+        how = "; Mixers on the meta device, dense SW-MLP by arithmetic"
+        if key == "cifar":
+            how = f"; batch {report['batch_size']}, AdamW, float32, {report['device']} ({report['threads']} threads), "
+            how += f"median of {report['repeats']} interleaved steps × {block['steps_per_epoch']} steps/epoch"
+        size = f"S = {s['tokens']}, C = {s['channels']}, L = {s['num_blocks']}, γ = {s['gamma']:g}"
+        lines.append(f"Table S.3, {title}: {size} (P = {s['patch_size']}, {s['image_size']} px){how}")
         lines.append(
             f"  {'model':<22}{'params+buffers':>15}{'(paper conv.)':>14}{'paper':>10}{'ours/paper':>11}"
             f"{'train mem':>11}{'FLOPs/img':>11}{'paper':>9}{'ours/paper':>11}"
