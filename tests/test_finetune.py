@@ -17,6 +17,7 @@ from helpers import CONFIGS, TEST_CONFIGS, read_json, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.models import MLPMixer
+from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.models.upscale import upscale_tokens
 from mixer_lightning.weights import to_jax_npz
 
@@ -60,8 +61,8 @@ def test_convert_timm_weights_then_mixer_test_reproduces_timm(capsys: pytest.Cap
     torch.save(timm_model.state_dict(), "timm_digits.pth")
     main(["convert", "--from", "timm_digits.pth", "--out", "digits.ckpt"])  # architecture read from the shapes
     assert "Wrote digits.ckpt: mlp_mixer" in capsys.readouterr().out
-    hparams = torch.load("digits.ckpt", weights_only=True)["hyper_parameters"]
-    assert hparams["_class_path"] == "mixer_lightning.tasks.MLPMixerModule" and hparams["act"] == "gelu"
+    net = upgrade_hparams(torch.load("digits.ckpt", weights_only=True)["hyper_parameters"])["net"]
+    assert net["class_path"] == "mixer_lightning.models.MLPMixer" and net["init_args"]["act"] == "gelu"
     main(["test", "--config", DIGITS, "--ckpt_path", "digits.ckpt", *QUIET])
     metrics = read_json(run_dirs("digits_mixer")[-1] / "test_metrics.json")
     assert metrics["test/loss"] == pytest.approx(digits_test_loss(timm_model), abs=1e-5)
@@ -79,7 +80,8 @@ def test_convert_jax_npz_round_trip_defaults_and_errors(
     main(["convert", "--from", "digits.npz", "--model", "mlp_mixer", "--out", "digits.ckpt"])
     out = capsys.readouterr().out
     assert "act gelu_tanh" in out and "official JAX" in out
-    assert torch.load("digits.ckpt", weights_only=True)["hyper_parameters"]["act"] == "gelu_tanh"
+    hparams = upgrade_hparams(torch.load("digits.ckpt", weights_only=True)["hyper_parameters"])
+    assert hparams["net"]["init_args"]["act"] == "gelu_tanh"
     # and back to the JAX layout from the converted checkpoint: the same arrays
     main(["convert", "--from", "digits.ckpt", "--out", "back.npz"])
     with np.load("back.npz") as back:
