@@ -1,9 +1,9 @@
 """Building blocks shared by every family: the per-patch FC stem, MLPs, the first-block skip layer,
-argument checks and the JAX-style initialisers.
+the JAX-style initialisers, and the argument types the CLI checks (jsonargparse restricted types).
 
 Notation (Hayase & Karakida 2024, App. A): an H×W image with patch size P gives S0 = HW/P² input
 tokens of C0 = in_chans·P² values; mixing layers act on X ∈ R^{S×C} (S tokens, C channels), stored
-in PyTorch as a (batch, S, C) tensor.
+as a (batch, S, C) tensor.
 """
 
 from __future__ import annotations
@@ -13,24 +13,14 @@ from typing import Literal
 
 import torch
 from einops import rearrange
+from jsonargparse.typing import restricted_number_type
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 
 Activation = Literal["gelu", "gelu_tanh"]
-
-
-def check_positive(**values: float | int | None) -> None:
-    """Raise a `ConfigError` naming the first argument that is not a positive number."""
-    for field, value in values.items():
-        if value is not None and not value > 0:
-            raise ConfigError(field, f"must be positive, got {value}", "give a value > 0")
-
-
-def check_rate(**values: float) -> None:
-    """Raise a `ConfigError` for a dropout-like rate outside [0, 1)."""
-    for field, value in values.items():
-        require(0.0 <= value < 1.0, field, f"must be in [0, 1), got {value}", "give a rate such as 0.1")
+Rate = restricted_number_type(None, float, [(">=", 0.0), ("<", 1.0)])  # dropout, stochastic depth: [0, 1)
+Fraction = restricted_number_type(None, float, [(">", 0.0), ("<=", 1.0)])  # a density p: (0, 1]
 
 
 def hidden_width(gamma: float, width: int) -> int:
@@ -41,11 +31,7 @@ def hidden_width(gamma: float, width: int) -> int:
 def activation(name: Activation) -> nn.Module:
     """σ = GELU (Tolstikhin; Hayase eq. S.3). ``gelu_tanh`` is the tanh approximation that the
     official JAX code gets from ``flax.linen.gelu``; ``gelu`` is the exact erf form used by timm."""
-    if name == "gelu":
-        return nn.GELU()
-    if name == "gelu_tanh":
-        return nn.GELU(approximate="tanh")
-    raise ConfigError("act", f"unknown activation {name!r}", "choose 'gelu' or 'gelu_tanh'")
+    return nn.GELU(approximate={"gelu": "none", "gelu_tanh": "tanh"}[name])
 
 
 class PatchEmbed(nn.Module):
@@ -64,7 +50,6 @@ class PatchEmbed(nn.Module):
 
     def __init__(self, image_size: int, patch_size: int, in_chans: int, channels: int, regions: int = 1):
         super().__init__()
-        check_positive(image_size=image_size, patch_size=patch_size, in_chans=in_chans, channels=channels)
         require(
             image_size % patch_size == 0,
             "patch_size",
@@ -75,12 +60,6 @@ class PatchEmbed(nn.Module):
         self.patch_size = patch_size
         self.grid = image_size // patch_size
         self.num_patches = self.grid * self.grid  # S0
-        require(
-            regions >= 1 and self.grid % regions == 0,
-            "upscale",
-            f"{regions}×{regions} regions do not split the {self.grid}×{self.grid} patch grid",
-            f"choose a divisor of {self.grid}",
-        )
         self.regions = regions
         self.proj = nn.Conv2d(in_chans, channels, kernel_size=patch_size, stride=patch_size)
 
@@ -173,7 +152,6 @@ class SkipLayer(nn.Module):
 
 
 InitMode = Literal["xavier", "lecun", "normal"]
-INIT_MODES = ("xavier", "lecun", "normal")
 
 
 def fan_in_normal_(weight: torch.Tensor) -> torch.Tensor:
@@ -204,8 +182,7 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
     """
     from timm.layers import lecun_normal_  # lazily: importing timm imports all its models
 
-    if mode not in INIT_MODES:
-        raise ConfigError("init", f"unknown mode {mode!r}", f"choose one of {', '.join(INIT_MODES)}")
+    dense = {"xavier": nn.init.xavier_uniform_, "normal": fan_in_normal_, "lecun": lecun_normal_}[mode]
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             if name == "head" or name.endswith(".head"):
@@ -213,12 +190,7 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
                 continue
-            if mode == "xavier":
-                nn.init.xavier_uniform_(module.weight)
-            elif mode == "normal":
-                fan_in_normal_(module.weight)
-            else:
-                lecun_normal_(module.weight)
+            dense(module.weight)
             if module.bias is not None:
                 if mode == "xavier" and ".mlp." in f".{name}.":
                     nn.init.normal_(module.bias, std=1e-6)
@@ -241,7 +213,6 @@ def new_head(features: int, num_classes: int, global_pool: str | None = None) ->
     fine-tuning starts it (Tolstikhin Sec. 3.1): every family's ``reset_classifier``, with timm's
     signature (the pooling is always the average)."""
     require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
-    require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
     if num_classes == 0:
         return nn.Identity()
     head = nn.Linear(features, num_classes)

@@ -10,9 +10,10 @@ Its vectorised form is a wide MLP of width m = S·C with Kronecker weights (Prop
 
 from __future__ import annotations
 
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
-from mixer_lightning.models.layers import Activation, FcBlock, InitMode, check_rate, init_mixer_weights
+from mixer_lightning.models.layers import Activation, FcBlock, InitMode, Rate, init_mixer_weights
 from mixer_lightning.models.pk import Axis, PKMixer
 from mixer_lightning.models.registry import register_family
 from mixer_lightning.width import resolve_tokens
@@ -42,20 +43,19 @@ class SMixer(PKMixer):
         num_classes: int = 10,
         image_size: int = 32,
         in_chans: int = 3,
-        patch_size: int = 4,
-        tokens: int | None = None,
-        channels: int = 128,
+        patch_size: PositiveInt = 4,
+        tokens: PositiveInt | None = None,
+        channels: PositiveInt = 128,
         omega: float | str | None = None,
-        num_blocks: int = 8,
+        num_blocks: PositiveInt = 8,
         permute: bool | list[bool] = False,
         skip_layer: bool | None = None,
-        drop_rate: float = 0.0,
-        drop_path: float = 0.0,
-        norm_eps: float = 1e-5,
+        drop_rate: Rate = 0.0,
+        drop_path: Rate = 0.0,
+        norm_eps: PositiveFloat = 1e-5,
         act: Activation = "gelu",
         init: InitMode = "xavier",
     ):
-        check_rate(drop_rate=drop_rate)
         self._act, self._drop = act, drop_rate
         super().__init__(
             num_classes=num_classes,

@@ -1,31 +1,17 @@
 """SW-MLP: the static sparse-weight MLP that Hayase & Karakida 2024 compare Mixers with (App. A.2.5,
-after Golubeva, Neyshabur & Gur-Ari 2021).
+after Golubeva, Neyshabur & Gur-Ari 2021): per-patch FC (C0 → C), vec (column-major, m = S0·C), L blocks
 
-    per-patch FC (C0 → C) on the S0 patches, vec (column-major, m = S0·C entries), then L blocks
+    fc:   x ↦ x + σ((M ⊙ W) LN(x))                                    (eq. S.16)
+    mlp:  x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x)))   hidden γm         (eq. S.17)
 
-        fc:   x ↦ x + σ((M ⊙ W) LN(x))                                    (eq. S.16)
-        mlp:  x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x)))   hidden γm         (eq. S.17)
+and a linear classifier on the m features. M are frozen Bernoulli(p) masks; a layer holds Ω = γ·p·m²
+connections (App. D.1); ``impl`` only changes how M ⊙ W is stored (`models.sparse`).
 
-    and the classification FC layer on the m features (no pooling: there is no token axis left).
-
-M, M1, M2 are frozen Bernoulli(p) masks drawn once from the seed. A layer holds Ω = γ·p·m²
-connections on average (App. D.1; γ = 1 for ``fc`` blocks). The masks are the only difference from a
-dense MLP, so ``impl`` only changes how they are stored (`mixer_lightning.models.sparse`):
-``dense`` = the paper's dense M ⊙ W, ``sparse`` = CSR non-zeros only (the default; same function).
-
-Width and density. The per-patch FC gives S0·C entries, so m = S0·C when C is given. A width m
-that S0 does not divide (the paper's Fig. 5 widths 540, 612, … with S0 = 64) is reached with
-C = ⌈m/S0⌉ channels and keeping the first m entries of vec (the last channel of the last S0·C − m
-patches is dropped): no extra layer, and the masks being i.i.d., which entries go does not matter.
-The paper does not say how it reached such widths. Give at most two of:
-
-- ``channels`` C (m = S0·C) or ``width`` m,
-- ``density`` p, or ``omega`` Ω (then p = Ω/(γm²)),
-
-or ``omega`` and ``density`` alone, which give m = round(√(Ω/(γp))) (eq. S.43). The realised m, p
-and Ω = γ·p·m² are the attributes ``width``, ``density`` and ``omega``. With no density and no Ω,
-p is a Mixer's at S = S0 tokens and C = m/S0 channels, (1/S0 + 1/C)/2 (Sec. 4: the average non-zero
-ratio of a Mixer's token and channel layers), so Ω equals that Mixer's γ(C²S + CS²)/2.
+Width and density: give at most two of ``channels`` C (m = S0·C) or ``width`` m, and ``density`` p or
+``omega`` Ω (p = Ω/(γm²)); or Ω and p alone (m = round(√(Ω/(γp))), eq. S.43). A width S0 does not
+divide (Fig. 5's 540, 612, … at S0 = 64; the paper does not say how) takes C = ⌈m/S0⌉ and keeps the
+first m entries of vec (the masks are i.i.d., so which go does not matter). With neither p nor Ω, p
+is a Mixer's at S = S0, C = m/S0: (1/S0 + 1/C)/2 (Sec. 4).
 """
 
 from __future__ import annotations
@@ -34,10 +20,11 @@ from typing import Literal
 
 import torch
 from einops import rearrange
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.models.layers import Activation, PatchEmbed, activation, check_positive, hidden_width, new_head
+from mixer_lightning.errors import require
+from mixer_lightning.models.layers import Activation, Fraction, PatchEmbed, activation, hidden_width, new_head
 from mixer_lightning.models.registry import register_family
 from mixer_lightning.models.sparse import SparseImpl, SparseInit, static_sparse_linear
 from mixer_lightning.width import parse_int_expression
@@ -125,9 +112,6 @@ def resolve_width_density(
         "channels/width, density and omega over-determine the SW-MLP (Ω = γ·p·m²)",
         "give two of them: e.g. width and omega, or omega and density",
     )
-    check_positive(channels=channels, width=width, omega=omega)
-    if density is not None:
-        require(0.0 < density <= 1.0, "density", f"must be in (0, 1], got {density}", "give e.g. 0.1 or 2**-6")
     if width is not None:
         m = int(width)
     elif channels is not None:
@@ -179,24 +163,22 @@ class SWMLP(nn.Module):
         num_classes: int = 10,
         image_size: int = 32,
         in_chans: int = 3,
-        patch_size: int = 4,
-        channels: int | None = None,
-        width: int | None = None,
-        num_blocks: int = 3,
+        patch_size: PositiveInt = 4,
+        channels: PositiveInt | None = None,
+        width: PositiveInt | None = None,
+        num_blocks: PositiveInt = 3,
         block: BlockKind = "mlp",
-        gamma: float | None = None,
-        density: float | None = None,
+        gamma: PositiveFloat | None = None,
+        density: Fraction | None = None,
         omega: float | str | None = None,
         impl: SparseImpl = "sparse",
         init: SparseInit = "masked",
         out_act: bool = True,
         bias: bool = True,
-        norm_eps: float = 1e-5,
+        norm_eps: PositiveFloat = 1e-5,
         act: Activation = "gelu",
     ):
         super().__init__()
-        if block not in ("fc", "mlp"):
-            raise ConfigError("block", f"unknown block {block!r}", "choose 'mlp' (eq. S.17) or 'fc' (eq. S.16)")
         if block == "fc":
             require(
                 gamma in (None, 1),
@@ -206,13 +188,7 @@ class SWMLP(nn.Module):
             )
             gamma = 1.0
         gamma = 2.0 if gamma is None else float(gamma)
-        check_positive(num_classes=num_classes, num_blocks=num_blocks, gamma=gamma, norm_eps=norm_eps)
-        if impl not in ("dense", "sparse"):
-            raise ConfigError("impl", f"unknown implementation {impl!r}", "choose 'dense' or 'sparse'")
-        if init not in ("masked", "spectral"):
-            raise ConfigError("init", f"unknown initialisation {init!r}", "choose 'masked' or 'spectral'")
         omega_value = None if omega is None else float(parse_int_expression(omega, "omega"))
-        check_positive(image_size=image_size, patch_size=patch_size, in_chans=in_chans)
         require(
             image_size % patch_size == 0,
             "patch_size",
