@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from timm.models.mlp_mixer import MlpMixer
 
-from helpers import CONFIGS, TEST_CONFIGS, read_json, run_dirs
+from helpers import CONFIGS, TEST_CONFIGS, error_field, read_json, run_dirs
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.models import MLPMixer
@@ -187,23 +187,15 @@ def test_finetune_at_twice_the_resolution(caplog: pytest.LogCaptureFixture) -> N
 
 
 @pytest.mark.parametrize(
-    "args, expected",
+    "args, field",
     [
-        (
-            ["--model.init_from", "timm_digits.pth", "--model.net.channels", "24"],
-            "mixer: error: model.init_from: stem.proj.weight in timm_digits.pth has shape (16, 1, 2, 2), the model needs "
-            "(24, 1, 2, 2)",
-        ),
-        (["--model.upscale", "3", "--data.image_size", "16"], "mixer: error: model.upscale: 3 does not divide"),
+        (["--model.init_from", "timm_digits.pth", "--model.net.channels", "24"], "model.init_from"),  # C 16 vs 24
+        (["--model.upscale", "3", "--data.image_size", "16"], "model.upscale"),  # 3 does not divide 16
     ],
 )
-def test_fine_tuning_mistakes_are_one_line(args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fine_tuning_mistakes_are_one_line(args: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
     torch.save(digits_timm().state_dict(), "timm_digits.pth")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", DIGITS, "--trainer.fast_dev_run", "true", *args])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.startswith(expected) and err.count("\n") == 1
+    assert error_field(capsys, ["fit", "--config", DIGITS, "--trainer.fast_dev_run", "true", *args]) == field
 
 
 def test_imagenet_finetune_448_config(capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,11 +3,9 @@
     U = X + W2 σ(W1 LN(X))     token mixing: one MLP mixes the S tokens, shared by the C channels
     Y = U + σ(LN(U) W3) W4     channel mixing: one MLP mixes the C channels, shared by the S tokens
 
-The mixing sizes (tokens S, channels C) are free of the patch grid (S0 patches of C0 values): the
-per-patch FC maps C0 → C, and when S ≠ S0 (or ``skip_layer=True``) the first token-mixing block maps
-S0 → S with the skip connection SkipLayer(X) = LN(W̃X) (Hayase App. A.2.4). S may be given directly
-or solved from the connection count Ω (``omega``). Hidden widths are D_S = γS and D_C = γC (Hayase)
-unless given explicitly (Tolstikhin's presets fix D_S, D_C). ``permute`` makes it an RP MLP-Mixer.
+S and C are free of the patch grid (S0 patches): when S ≠ S0 the first block maps S0 → S with the skip
+SkipLayer(X) = LN(W̃X) (Hayase App. A.2.4); S is given, or solved from Ω (``omega``). D_S = γS, D_C = γC
+(Hayase) unless given (Tolstikhin's presets fix them). ``permute`` makes it an RP MLP-Mixer.
 """
 
 from __future__ import annotations
@@ -25,9 +23,7 @@ class MLPMixer(PKMixer):
     """MLP-Mixer classifier (normal or random-permuted).
 
     Args:
-        num_classes: classifier outputs (0: no head, ``forward`` returns pooled features).
-        image_size: side of the square input image, in pixels.
-        in_chans: image channels.
+        num_classes, image_size, in_chans: the data's (num_classes 0: no head, pooled features out).
         patch_size: P; the patch grid has S0 = (image_size / P)² tokens of C0 = in_chans·P² values.
         tokens: S, the number of tokens the mixing layers see (default S0).
         channels: C, the channels of the mixing layers.
@@ -68,19 +64,9 @@ class MLPMixer(PKMixer):
     ):
         self._gamma, self._hidden = gamma, {"token": token_hidden, "channel": channel_hidden}
         self._act, self._drop = act, drop_rate
-        super().__init__(
-            num_classes=num_classes,
-            image_size=image_size,
-            in_chans=in_chans,
-            patch_size=patch_size,
-            tokens=resolve_tokens(tokens, omega, channels, gamma),
-            channels=channels,
-            num_blocks=num_blocks,
-            permute=permute,
-            skip_layer=skip_layer,
-            drop_path=drop_path,
-            norm_eps=norm_eps,
-        )
+        tokens = resolve_tokens(tokens, omega, channels, gamma)
+        arguments = (patch_size, tokens, channels, num_blocks, permute, skip_layer, drop_path, norm_eps)
+        super().__init__(num_classes, image_size, in_chans, *arguments)
         self.gamma = gamma
         self.token_hidden = self._hidden["token"] or hidden_width(gamma, self.tokens)
         self.channel_hidden = self._hidden["channel"] or hidden_width(gamma, self.channels)

@@ -180,7 +180,6 @@ class PKMixer(nn.Module):
 
     def __init__(
         self,
-        *,
         num_classes: int,
         image_size: int,
         in_chans: int,
@@ -230,8 +229,7 @@ class PKMixer(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
-        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        """timm's API: a new zero head for `num_classes` (0: none), as fine-tuning starts (Tolstikhin Sec. 3.1)."""
         from mixer_lightning.models.layers import new_head  # (layers imports this module)
 
         self.head = new_head(self.channels, num_classes, global_pool)

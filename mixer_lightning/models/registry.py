@@ -98,17 +98,8 @@ LEGACY_MODULES = {
     "KronMLPModule": "kron_mlp",
     "MonarchMLPModule": "monarch_mlp",
 }
-TRAINING_ARGUMENTS = (
-    *DATA_FACTS,
-    "optimizer",
-    "lr_scheduler",
-    "scheduler_interval",
-    "label_smoothing",
-    "layer_decay",
-    "init_from",
-    "upscale",
-    "compile",
-)
+TRAINING_ARGUMENTS = (*DATA_FACTS, "optimizer", "lr_scheduler", "scheduler_interval", "label_smoothing")
+TRAINING_ARGUMENTS += ("layer_decay", "init_from", "upscale", "compile")
 
 
 def upgrade_hparams(hparams: dict[str, Any]) -> dict[str, Any]:

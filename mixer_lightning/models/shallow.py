@@ -37,11 +37,8 @@ def square_factors(n: int, factors: tuple[int, int] | None, field: str = "factor
 
 
 class KronLinear(nn.Module):
-    """y = (V ⊗ W) x + bias, V ∈ R^{a×a}, W ∈ R^{b×b}, computed as vec(W X Vᵀ) for x = vec(X).
-
-    Each factor is drawn N(0, 1/size), so V ⊗ W's entries have variance 1/n (LeCun normal of the
-    n×n matrix they form).
-    """
+    """y = (V ⊗ W) x + bias, V ∈ R^{a×a}, W ∈ R^{b×b}, as vec(W X Vᵀ) for x = vec(X); factors N(0, 1/size),
+    so V ⊗ W's entries have variance 1/n (LeCun normal of the n×n matrix)."""
 
     def __init__(self, a: int, b: int, bias: bool = True):
         super().__init__()
@@ -73,14 +70,9 @@ class KronLinear(nn.Module):
 
 
 class MonarchLinear(nn.Module):
-    """y = P L Pᵀ R x + bias (Dao et al. 2022; Hayase eq. 12, P = J_cᵀ).
-
-    For x = vec(X), X ∈ R^{b×a}: R = diag(R_1 … R_a), R_j ∈ R^{b×b}, maps column j of X; Pᵀ = J_c
-    transposes, so L = diag(L_1 … L_b), L_i ∈ R^{a×a}, maps row i; P transposes back. With
-    every R_j = W and every L_i = V it is V ⊗ W, the Kronecker (Mixer) layer: a Monarch matrix with
-    shared blocks (Corollary 3.4).
-    Blocks are drawn N(0, 1/size), so the n×n matrix has entries of variance 1/n like `KronLinear`.
-    """
+    """y = P L Pᵀ R x + bias (Dao et al. 2022; Hayase eq. 12, P = J_cᵀ): for x = vec(X), X ∈ R^{b×a}, R =
+    diag(R_1 … R_a) maps X's columns, L = diag(L_1 … L_b) its rows (between the transposes P). With shared
+    blocks it is V ⊗ W (Corollary 3.4). Blocks N(0, 1/size): entries of variance 1/n, as `KronLinear`'s."""
 
     def __init__(self, a: int, b: int, bias: bool = True):
         super().__init__()
@@ -158,8 +150,7 @@ class ShallowMLP(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
-        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        """timm's API: a new zero head for `num_classes` (0: none), as fine-tuning starts (Tolstikhin Sec. 3.1)."""
         self.head = new_head(self.features, num_classes, global_pool)
         self.num_classes = num_classes
 

@@ -31,13 +31,9 @@ _HALF = (torch.float16, torch.bfloat16)
 
 
 def bernoulli_pattern(out_features: int, in_features: int, density: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows and columns of the ones of an out×in mask with i.i.d. Bernoulli(p) entries, in row-major order.
-
-    Drawn from torch's global generator (``seed_everything`` fixes it) in O(p·out·in) time and
-    memory, never forming the mask: the gaps between successive ones of a Bernoulli(p) sequence are
-    i.i.d. Geometric(p), so the flat positions are cumulative sums of geometric draws. Always on the
-    CPU, so the mask does not depend on the device the model is built on.
-    """
+    """Rows and columns of the ones of an out×in Bernoulli(p) mask, row-major, in O(p·out·in) without forming
+    it: the gaps between ones are i.i.d. Geometric(p). From the global generator, on the CPU (so the mask
+    is the seed's whatever the device)."""
     total = out_features * in_features
     if density == 1.0:
         flat = torch.arange(total, device="cpu")
@@ -180,16 +176,10 @@ def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tupl
 
 
 class SparseLinear(_StaticSparseLinear):
-    """``impl: sparse``: y = s·(M ⊙ W) x + b storing only M ⊙ W's non-zeros (CSR).
-
-    Parameters ``values`` (1×nnz: the non-zero weights in row-major order; 2-D so that weight decay
-    treats it as the weight matrix it is) and ``bias``. Frozen buffers, saved in the state dict:
-    ``crow`` (out+1 row pointers) and ``col`` (nnz column indices) of M, and ``perm`` / ``crow_t``
-    (the order of the non-zeros column by column and the column pointers), for Wᵀ in the backward.
-    Bytes per connection: 4 (value) + 8 (indices), against 5/p (float weight + bool mask) for the
-    dense form. Loading a checkpoint restores the exact pattern, even one with another number of
-    non-zeros (another seed).
-    """
+    """``impl: sparse``: y = s·(M ⊙ W) x + b storing only M ⊙ W's non-zeros (CSR): ``values`` (1×nnz, row-major;
+    2-D so that weight decay treats it as a weight), frozen buffers ``crow``, ``col`` (M) and ``perm``,
+    ``crow_t`` (Wᵀ, for the backward). 12 bytes per connection against 5/p for the dense form. Loading a
+    checkpoint restores its exact pattern, even one of another size (another seed)."""
 
     def _store(self, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor) -> None:
         in_features, out_features = self.in_features, self.out_features

@@ -35,16 +35,7 @@ BlockKind = Literal["fc", "mlp"]
 class SparseFcBlock(nn.Module):
     """x ↦ x + σ((M ⊙ W) LN(x)) (eq. S.16)."""
 
-    def __init__(
-        self,
-        width: int,
-        density: float,
-        impl: SparseImpl,
-        init: SparseInit,
-        act: Activation,
-        norm_eps: float,
-        bias: bool,
-    ):
+    def __init__(self, width: int, density: float, impl: SparseImpl, init: SparseInit, act: Activation, norm_eps, bias):
         super().__init__()
         self.norm = nn.LayerNorm(width, eps=norm_eps)
         self.fc = static_sparse_linear(impl, width, width, density, bias=bias, init=init, init_width=width)
@@ -61,11 +52,8 @@ class SparseFcBlock(nn.Module):
 
 
 class SparseMlpBlock(nn.Module):
-    """x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x))), W1 ∈ R^{γm×m}, W2 ∈ R^{m×γm} (eq. S.17).
-
-    ``out_act: false`` drops the outer σ, giving the Mixer's MLP form x + (M2⊙W2) σ((M1⊙W1) LN(x))
-    (App. C.1: the SW-MLP of Fig. 2 replaces the Mixer's I_C⊗W1, I_C⊗W2, W3ᵀ⊗I_S, W4ᵀ⊗I_S by M ⊙ A).
-    """
+    """x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x))), W1 ∈ R^{γm×m} (eq. S.17); ``out_act: false`` drops the outer
+    σ: the Mixer's MLP form, which Fig. 2's SW-MLP has (App. C.1)."""
 
     def __init__(
         self,
@@ -137,25 +125,17 @@ class SWMLP(nn.Module):
     """Static sparse-weight MLP classifier (Hayase & Karakida 2024, App. A.2.5).
 
     Args:
-        num_classes: classes.
-        image_size: image side H = W in pixels.
-        in_chans: image channels.
-        patch_size: P of the per-patch FC (S0 = (H/P)² patches of C0 = in_chans·P² values).
-        channels: C, the per-patch FC's output; the width is m = S0·C.
-        width: m instead of C (C = ⌈m/S0⌉, vec keeps the first m entries).
+        patch_size: P of the per-patch FC (S0 = (H/P)²).
+        channels: C, so m = S0·C; or ``width`` m (module docstring).
         num_blocks: L.
-        block: ``mlp`` (eq. S.17, hidden γm) or ``fc`` (eq. S.16, single sparse FC, γ = 1).
-        gamma: γ of the MLP blocks (default 2, the Fig. 4 / Table S.3 value; must stay 1 for ``fc``).
-        density: p, the probability of a mask entry being one.
-        omega: Ω, connections per layer (an integer or an expression such as ``2**19``):
-            p = Ω/(γm²), or with ``density`` alone the width m = √(Ω/(γp)).
+        block: ``mlp`` (eq. S.17, hidden γm) or ``fc`` (eq. S.16, γ = 1).
+        gamma: γ of the MLP blocks (default 2, Fig. 4 / Table S.3).
+        density: p, the probability of a mask entry being one; or ``omega`` Ω (``2**19``): p = Ω/(γm²).
         impl: ``sparse`` (CSR, memory ∝ connections) or ``dense`` (the paper's masked dense weights).
-        init: ``masked`` (M ∈ {0,1}, W ~ N(0, 1/(pm))) or ``spectral`` (M ∈ {0, 1/√p}, A ~ N(0, 1/m),
-            Sec. 4.3); both give the same initial M ⊙ W (`mixer_lightning.models.sparse`).
-        out_act: the outer σ of an MLP block (eq. S.17); false gives the Mixer MLP form (App. C.1).
-        bias: biases in the sparse layers (the paper's equations omit them, its Mixers have them).
-        norm_eps: LayerNorm ε (the paper: 1e-5).
-        act: σ, ``gelu`` (the paper) or ``gelu_tanh``.
+        init: ``masked`` or ``spectral`` (Sec. 4.3), the same initial M ⊙ W (`models.sparse`).
+        out_act: the outer σ of an MLP block (eq. S.17); false: the Mixer's MLP form (App. C.1).
+        bias: biases in the sparse layers (the equations omit them, the paper's Mixers have them).
+        norm_eps: LayerNorm ε (the paper: 1e-5). act: σ, ``gelu`` (the paper) or ``gelu_tanh``.
     """
 
     def __init__(
@@ -229,8 +209,7 @@ class SWMLP(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
-        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        """timm's API: a new zero head for `num_classes` (0: none), as fine-tuning starts (Tolstikhin Sec. 3.1)."""
         self.head = new_head(self.width, num_classes, global_pool)
         self.num_classes = num_classes
 
