@@ -9,6 +9,7 @@ name the class itself (``model.net.class_path``) and write the architecture out.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -83,8 +84,7 @@ def list_models(pattern: str = "*") -> list[str]:
 
 def class_path(cls: type) -> str:
     """``mixer_lightning.models.SMixer`` for a class the package exports, else its module's path."""
-    import mixer_lightning.models as models
-
+    models = sys.modules.get("mixer_lightning.models")  # (imported by then: the families register there)
     if getattr(models, cls.__name__, None) is cls:
         return f"mixer_lightning.models.{cls.__name__}"
     return f"{cls.__module__}.{cls.__qualname__}"
