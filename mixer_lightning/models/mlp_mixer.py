@@ -49,7 +49,7 @@ class MLPMixer(PKMixer):
         patch_size: PositiveInt = 16,
         tokens: PositiveInt | None = None,
         channels: PositiveInt = 512,
-        omega: float | str | None = None,
+        omega: int | str | None = None,
         gamma: PositiveFloat = 4.0,
         token_hidden: PositiveInt | None = None,
         channel_hidden: PositiveInt | None = None,

@@ -34,7 +34,7 @@ class SMixer(PKMixer):
         patch_size: PositiveInt = 4,
         tokens: PositiveInt | None = None,
         channels: PositiveInt = 128,
-        omega: float | str | None = None,
+        omega: int | str | None = None,
         num_blocks: PositiveInt = 8,
         permute: bool | list[bool] = False,
         skip_layer: bool | None = None,

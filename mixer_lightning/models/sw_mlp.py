@@ -150,7 +150,7 @@ class SWMLP(nn.Module):
         block: BlockKind = "mlp",
         gamma: PositiveFloat | None = None,
         density: Fraction | None = None,
-        omega: float | str | None = None,
+        omega: int | str | None = None,
         impl: SparseImpl = "sparse",
         init: SparseInit = "masked",
         out_act: bool = True,

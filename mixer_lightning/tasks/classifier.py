@@ -134,7 +134,7 @@ class ClassifierModule(LightningModule):
     def setup(self, stage: str) -> None:
         """Build a network whose data facts were not given, from the trainer's data module (Lightning calls
         this before it moves the module to its device or restores a checkpoint)."""
-        if "net" in self._modules:
+        if hasattr(self, "net"):
             return
         datamodule = self.trainer.datamodule
         taken = {fact: getattr(self, fact) or getattr(datamodule, fact, None) for fact in DATA_FACTS}
@@ -150,7 +150,7 @@ class ClassifierModule(LightningModule):
         S, C, m = S·C, Ω = γ(C²S + CS²)/2 (eq. 14), p = Ω/(γm²); an SW-MLP's m, Ω = γpm², p; else none."""
         from mixer_lightning.width import density, omega
 
-        net = self._modules.get("net")
+        net = getattr(self, "net", None)
         if isinstance(getattr(net, "tokens", None), int) and isinstance(getattr(net, "channels", None), int):
             tokens, channels, gamma = int(net.tokens), int(net.channels), getattr(net, "gamma", 1.0)
             m, o, p = tokens * channels, omega(tokens, channels, gamma), density(tokens, channels, gamma)
@@ -211,7 +211,7 @@ class ClassifierModule(LightningModule):
         in one host sync (every ``log_every_n_steps`` steps, before checkpoints, validation, epoch ends); under
         DDP every process learns that one diverged."""
         pending, self._pending_losses = self._pending_losses, []
-        if not pending or self._trainer is None:
+        if not pending:  # (losses are only pending inside a trainer's fit)
             return
         losses = torch.stack([loss.float() for loss, _, _ in pending])
         bad = ~torch.isfinite(losses)
@@ -301,12 +301,13 @@ class ClassifierModule(LightningModule):
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Used from the next `configure_optimizers`; with an optimiser already made (the finder as a
-        callback), also the schedules' peaks (``base_lrs``, ``initial_lr``), which `WarmupDecayLR` steps from."""
+        """Used from the next `configure_optimizers`, and made the schedules' peaks (``base_lrs``, ``initial_lr``)."""
         self._lr = float(value)
-        if self._trainer is None:
+        try:
+            configs = self.trainer.lr_scheduler_configs
+        except RuntimeError:  # not attached to a trainer (yet)
             return
-        for config in self.trainer.lr_scheduler_configs:
+        for config in configs:
             if hasattr(config.scheduler, "base_lrs"):
                 groups = config.scheduler.optimizer.param_groups
                 config.scheduler.base_lrs = [self._lr * group.get("lr_scale", 1.0) for group in groups]
