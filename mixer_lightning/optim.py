@@ -13,11 +13,12 @@ from collections.abc import Iterable
 from typing import Literal
 
 import torch
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 
 
 class WarmupDecayLR(LRScheduler):
@@ -37,8 +38,8 @@ class WarmupDecayLR(LRScheduler):
     def __init__(
         self,
         optimizer: Optimizer,
-        warmup_epochs: float = 0.0,
-        warmup_steps: int | None = None,
+        warmup_epochs: NonNegativeFloat = 0.0,
+        warmup_steps: NonNegativeInt | None = None,
         warmup_start_lr: float = 0.0,
         decay: Literal["cosine", "linear", "constant"] = "cosine",
         min_lr: float = 0.0,
@@ -46,12 +47,9 @@ class WarmupDecayLR(LRScheduler):
         steps_per_epoch: int | None = None,
         last_epoch: int = -1,
     ):
-        require(warmup_epochs >= 0, "warmup_epochs", f"must be >= 0, got {warmup_epochs}")
-        require(warmup_steps is None or warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {warmup_steps}")
-        if decay not in ("cosine", "linear", "constant"):
-            raise ConfigError("decay", f"unknown decay {decay!r}", "choose cosine, linear or constant")
-        self.warmup_epochs = warmup_epochs
-        self.warmup_steps_arg = warmup_steps
+        # Plain numbers: the scheduler's state (its attributes) goes into checkpoints read with weights_only.
+        self.warmup_epochs = float(warmup_epochs)
+        self.warmup_steps_arg = None if warmup_steps is None else int(warmup_steps)
         self.warmup_start_lr = warmup_start_lr
         self.decay = decay
         self.min_lr = min_lr

@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from helpers import TEST_CONFIGS, error_field
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models import MLPMixer, create_model, get_entry, list_models, num_params
 from mixer_lightning.models.layers import SkipLayer
@@ -74,23 +75,28 @@ def test_table1_parameter_counts() -> None:
     assert set(expected) <= set(list_models("mixer_*"))
 
 
+def test_a_patch_size_that_does_not_divide_the_image_names_the_field() -> None:
+    with pytest.raises(ConfigError) as error:
+        MLPMixer(image_size=8, patch_size=3, channels=8, num_blocks=1)
+    assert error.value.field == "patch_size"
+
+
 @pytest.mark.parametrize(
-    "kwargs, field",
+    "flag, value",
     [
-        (dict(patch_size=3), "patch_size"),
-        (dict(channels=0), "channels"),
-        (dict(tokens=-4), "tokens"),
-        (dict(gamma=0), "gamma"),
-        (dict(num_blocks=0), "num_blocks"),
-        (dict(drop_path=1.0), "drop_path"),
-        (dict(init="he"), "init"),
-        (dict(act="relu6"), "act"),
+        ("channels", "0"),
+        ("tokens", "-4"),
+        ("gamma", "0"),
+        ("num_blocks", "0"),
+        ("drop_path", "1.0"),
+        ("init", "he"),
+        ("act", "relu6"),
     ],
 )
-def test_bad_architecture_arguments_name_the_field(kwargs: dict, field: str) -> None:
-    with pytest.raises(ConfigError) as error:
-        MLPMixer(**{"image_size": 8, "patch_size": 2, "channels": 8, "num_blocks": 1, **kwargs})
-    assert error.value.field == field
+def test_bad_architecture_arguments_name_the_flag(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The signature's types (jsonargparse restricted types, Literals) check what a config gives."""
+    args = ["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), f"--model.net.{flag}", value]
+    assert error_field(capsys, args) == f"model.net.{flag}"
 
 
 def test_normal_init_is_hayase_fan_in_gaussian() -> None:

@@ -126,19 +126,10 @@ def test_defaults_and_sizes() -> None:
         assert out.dtype == dtype
 
 
-@pytest.mark.parametrize(
-    "kwargs, field",
-    [
-        (dict(factors=[5, 5]), "factors"),
-        (dict(factors=[64]), "factors"),
-        (dict(structure="butterfly"), "structure"),
-        (dict(num_classes=0), "num_classes"),
-    ],
-)
-def test_bad_arguments_name_the_field(kwargs: dict, field: str) -> None:
+def test_factors_must_multiply_to_the_input_size() -> None:
     with pytest.raises(ConfigError) as error:
-        ShallowMLP(**{"image_size": 8, "in_chans": 1, **kwargs})
-    assert error.value.field == field
+        ShallowMLP(image_size=8, in_chans=1, factors=(5, 5))
+    assert error.value.field == "factors"
 
 
 @pytest.mark.parametrize("family", ["kron", "monarch"])
@@ -154,6 +145,7 @@ def test_fit_then_test_through_the_cli(family: str) -> None:
     assert (hparams["image_size"], hparams["in_chans"]) == (8, 1)
 
 
-def test_a_non_square_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("flag, value", [("factors", "[4, 8]"), ("factors", "[64]"), ("structure", "butterfly")])
+def test_bad_arguments_are_one_line(flag: str, value: str, capsys: pytest.CaptureFixture[str]) -> None:
     config = str(TEST_CONFIGS / "shallow_kron_digits.yaml")  # 4·8 = 32 is not the input size n = 64
-    assert error_field(capsys, ["fit", "--config", config, "--model.net.factors", "[4, 8]"]) == "model.net.factors"
+    assert error_field(capsys, ["fit", "--config", config, f"--model.net.{flag}", value]) == f"model.net.{flag}"

@@ -217,15 +217,9 @@ def test_width_and_density_from_omega_as_the_paper() -> None:
         (dict(width=64, channels=4), "width"),
         (dict(width=1024, density=0.1, omega=2**16), "omega"),
         (dict(channels=2, omega=2**30), "omega"),
-        (dict(density=0.0), "density"),
-        (dict(density=1.5), "density"),
         (dict(block="fc", gamma=2), "gamma"),
-        (dict(block="conv"), "block"),
-        (dict(impl="csr"), "impl"),
-        (dict(init="xavier"), "init"),
         (dict(omega="2^^3"), "omega"),
         (dict(patch_size=3), "patch_size"),
-        (dict(num_blocks=0), "num_blocks"),
     ],
 )
 def test_bad_arguments_name_the_field(kwargs: dict, field: str) -> None:
@@ -360,6 +354,12 @@ def test_dense_impl_and_spectral_init_through_the_cli() -> None:
     [
         (["--model.net.density", "null", "--model.net.omega", "2**30"], "model.net.omega"),  # Ω > γm²
         (["--model.net.width", "256"], "model.net.width"),  # channels or width, not both
+        (["--model.net.density", "0"], "model.net.density"),  # (0, 1]
+        (["--model.net.density", "1.5"], "model.net.density"),
+        (["--model.net.block", "conv"], "model.net.block"),
+        (["--model.net.impl", "csr"], "model.net.impl"),
+        (["--model.net.init", "xavier"], "model.net.init"),
+        (["--model.net.num_blocks", "0"], "model.net.num_blocks"),
     ],
 )
 def test_bad_sizes_are_one_line(flags: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,30 +14,14 @@ from mixer_lightning.models.sparse import MaskedLinear, SparseLinear
 from mixer_lightning.models.sw_mlp import SWMLP
 from mixer_lightning.models.upscale import upscale_tokens
 
-__all__ = [
-    "KronLinear",
-    "MLPMixer",
-    "MaskedLinear",
-    "MonarchLinear",
-    "SWMLP",
-    "ShallowMLP",
-    "SparseLinear",
-    "MixingLayer",
-    "PKMixer",
-    "Permutation",
-    "SMixer",
-    "create_model",
-    "get_entry",
-    "list_models",
-    "num_params",
-    "upscale_tokens",
-]
+__all__ = ["KronLinear", "MLPMixer", "MaskedLinear", "MonarchLinear", "SWMLP", "ShallowMLP", "SparseLinear"]
+__all__ += ["MixingLayer", "PKMixer", "Permutation", "SMixer", "create_model", "get_entry", "list_models"]
+__all__ += ["num_params", "upscale_tokens"]
 
 
 def num_params(model, exclude_head: bool = False) -> int:
     """Trainable parameters of `model` (without the classifier ``head`` if asked)."""
+    parameters = model.named_parameters()
     return sum(
-        p.numel()
-        for name, p in model.named_parameters()
-        if p.requires_grad and not (exclude_head and name.startswith("head."))
+        p.numel() for name, p in parameters if p.requires_grad and not (exclude_head and name.startswith("head."))
     )

@@ -1,17 +1,7 @@
-"""Exporting a trained network for inference outside PyTorch's eager mode: ONNX, ``torch.export``
-(``.pt2``) and TorchScript, each checked against the eager network on a batch.
-
-Two layers of the project are written for training speed in ways tracers do not follow, so the
-network is first copied into an equivalent, exportable form (`exportable`):
-
-- a `Permutation` (the frozen J1, J2 of an RP Mixer) is a custom autograd function (its backward is
-  a gather by the inverse permutation); for inference it is the plain gather ``x[..., index]``;
-- a `SparseLinear` (the SW-MLP's CSR weight, ``impl: sparse``) has no tracer support for sparse
-  tensors; it becomes an ``nn.Linear`` holding the dense s·(M ⊙ W) (what inference runtimes run
-  fastest anyway), refused when that dense weight would exceed `MAX_DENSE_ENTRIES`.
-
-Both replacements compute the same function: the check after export compares the exported file's
-outputs with the original eager network's.
+"""Exporting a trained network for inference: ONNX, ``torch.export`` (``.pt2``) and TorchScript, each
+checked against the eager network on a batch. Tracers follow neither a `Permutation` (a custom autograd
+function; for inference the gather ``x[..., index]``) nor a `SparseLinear` (CSR; for inference an
+``nn.Linear`` holding the dense s·(M ⊙ W), refused past `MAX_DENSE_ENTRIES`): `exportable` swaps them.
 """
 
 from __future__ import annotations
@@ -88,17 +78,14 @@ ONNX_MAX_BYTES = 2**31 - 1
 
 
 def inference_metadata(facts: dict[str, Any] | None, **more: Any) -> dict[str, Any]:
-    """What a runtime needs besides the network to reproduce ``mixer predict``, as plain values: the
-    data facts a checkpoint carries (`mixer_lightning.data.predict.FACT_KEYS`: class names, image size,
-    mean, std, evaluation crop, interpolation, input permutation) and `more` (family, version,
-    checkpoint hash)."""
+    """What a runtime needs besides the network to reproduce ``mixer predict``: a checkpoint's data facts
+    (class names, image size, mean, std, crop, ...) and `more` (family, version, checkpoint hash)."""
     return {**(facts or {}), **more}
 
 
 def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, Any]) -> bytes:
-    """The ONNX model of `net`, its input named ``image`` and output ``logits`` (batch dynamic), with
-    `metadata` in its ``metadata_props`` (onnxruntime: ``session.get_modelmeta().custom_metadata_map``),
-    each value as JSON: ONNX's metadata holds text only."""
+    """The ONNX model of `net` (input ``image``, output ``logits``, batch dynamic), `metadata` as JSON text
+    in its ``metadata_props`` (onnxruntime: ``session.get_modelmeta().custom_metadata_map``)."""
     try:
         import onnx
         import onnxscript  # noqa: F401  (torch.onnx's exporter needs it)
@@ -131,19 +118,15 @@ def _onnx_bytes(net: nn.Module, example: torch.Tensor, metadata: dict[str, Any])
 
 @contextlib.contextmanager
 def _torchscript_quiet():
-    """torch (2.14 here) warns that TorchScript is deprecated at each of trace, save and load (six lines of
-    FutureWarning for one `mixer export --format torchscript`, which the user asked for by name)."""
+    """No TorchScript deprecation warnings (trace, save, load) for a format the user asked for by name."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
         yield
 
 
 def _serialise(net: nn.Module, fmt: str, example: torch.Tensor, metadata: dict[str, Any]) -> bytes:
-    """`net` exported in `fmt`, as the bytes of the file. In memory, not through the exporters' own
-    path writers: those raise a bare RuntimeError on a path they cannot open, and torch.export's C++
-    writer aborts the whole process on a full disk (SIGABRT from its destructor). Into memory all
-    succeed, and `atomic_write` then writes the bytes (fsync, rename, a one-line error). The cost is
-    one more copy of the weights in memory while writing."""
+    """`net` exported in `fmt`, as bytes: in memory, then `atomic_write` (torch.export's own writer aborts
+    the process on a full disk)."""
     if fmt == "onnx":
         return _onnx_bytes(net, example, metadata)
     buffer = io.BytesIO()
@@ -180,13 +163,9 @@ def export_network(
     metadata: dict[str, Any] | None = None,
     field: str = "out",
 ) -> float:
-    """Export `net` (any family) to `path` in `fmt`, written atomically (`atomic_write`: an error on
-    `field`), and return the largest absolute difference between the exported file's logits and the
-    eager network's, on a batch of `batch_size` + 1 random images (one more than the traced batch: the
-    batch dimension is dynamic). `metadata` (`inference_metadata`) goes into the file: an ONNX model's
-    ``metadata_props``, or ``mixer.json`` among a TorchScript / ``.pt2`` file's extra files."""
-    require(fmt in FORMATS, "format", f"unknown format {fmt!r}", f"choose one of {', '.join(FORMATS)}")
-    require(batch_size >= 1, "batch_size", f"must be positive, got {batch_size}")
+    """Export `net` to `path` in `fmt` (atomically; `metadata` in the file: ONNX ``metadata_props``, else
+    ``mixer.json`` among the extra files) and return the largest difference between the file's logits and
+    the eager network's on `batch_size` + 1 random images (one more than traced: the batch is dynamic)."""
     path = Path(path)
     generator = torch.Generator().manual_seed(seed)
     example = torch.randn(batch_size, in_chans, image_size, image_size, generator=generator)

@@ -1,12 +1,6 @@
-"""MFU's two terms: the FLOPs of a network per image (`flops_per_image`, torch's FLOP counter) and the
-peak dense FLOP/s of the GPU it runs on (`peak_flops`), for the model FLOP utilisation (MFU = achieved
-FLOP/s ÷ peak) that ``mixer bench`` (`mixer_lightning.benchmarks.models`) and ``mixer fit``'s throughput
-monitor (`mixer_lightning.callbacks.throughput`) report.
-
-The peaks are vendor datasheet figures without sparsity, per precision family: ``tensor`` (bf16/fp16
-tensor cores), ``tf32`` (float32 matmuls on tensor cores, torch's ``allow_tf32``) and ``fp32``. A device
-is matched by the first key its name contains (``NVIDIA H100 80GB HBM3`` → ``H100``), so the longer
-keys come first.
+"""MFU's two terms (``mixer bench``, the fit's throughput monitor): a network's FLOPs per image (torch's FLOP
+counter) and a GPU's peak dense FLOP/s (vendor datasheets, no sparsity; a device matches the first key its
+name contains, so the longer keys come first).
 """
 
 from __future__ import annotations

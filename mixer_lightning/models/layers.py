@@ -1,9 +1,9 @@
 """Building blocks shared by every family: the per-patch FC stem, MLPs, the first-block skip layer,
-argument checks and the JAX-style initialisers.
+the JAX-style initialisers, and the argument types the CLI checks (jsonargparse restricted types).
 
 Notation (Hayase & Karakida 2024, App. A): an H×W image with patch size P gives S0 = HW/P² input
 tokens of C0 = in_chans·P² values; mixing layers act on X ∈ R^{S×C} (S tokens, C channels), stored
-in PyTorch as a (batch, S, C) tensor.
+as a (batch, S, C) tensor.
 """
 
 from __future__ import annotations
@@ -13,24 +13,14 @@ from typing import Literal
 
 import torch
 from einops import rearrange
+from jsonargparse.typing import restricted_number_type
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 
 Activation = Literal["gelu", "gelu_tanh"]
-
-
-def check_positive(**values: float | int | None) -> None:
-    """Raise a `ConfigError` naming the first argument that is not a positive number."""
-    for field, value in values.items():
-        if value is not None and not value > 0:
-            raise ConfigError(field, f"must be positive, got {value}", "give a value > 0")
-
-
-def check_rate(**values: float) -> None:
-    """Raise a `ConfigError` for a dropout-like rate outside [0, 1)."""
-    for field, value in values.items():
-        require(0.0 <= value < 1.0, field, f"must be in [0, 1), got {value}", "give a rate such as 0.1")
+Rate = restricted_number_type(None, float, [(">=", 0.0), ("<", 1.0)])  # dropout, stochastic depth: [0, 1)
+Fraction = restricted_number_type(None, float, [(">", 0.0), ("<=", 1.0)])  # a density p: (0, 1]
 
 
 def hidden_width(gamma: float, width: int) -> int:
@@ -41,30 +31,16 @@ def hidden_width(gamma: float, width: int) -> int:
 def activation(name: Activation) -> nn.Module:
     """σ = GELU (Tolstikhin; Hayase eq. S.3). ``gelu_tanh`` is the tanh approximation that the
     official JAX code gets from ``flax.linen.gelu``; ``gelu`` is the exact erf form used by timm."""
-    if name == "gelu":
-        return nn.GELU()
-    if name == "gelu_tanh":
-        return nn.GELU(approximate="tanh")
-    raise ConfigError("act", f"unknown activation {name!r}", "choose 'gelu' or 'gelu_tanh'")
+    return nn.GELU(approximate={"gelu": "none", "gelu_tanh": "tanh"}[name])
 
 
 class PatchEmbed(nn.Module):
-    """Per-patch FC layer (Hayase eq. S.1, Y = X Wᵀ with W ∈ R^{C×C0}): cut the image into S0 patches
-    of P×P pixels and map each patch's C0 = in_chans·P² values to C channels.
-
-    It is a P×P convolution with stride P, as the JAX code's ``stem``, so the tokens come out in
-    raster order of the patch grid (row by row).
-
-    ``regions`` = K > 1 orders them region by region instead, as higher-resolution fine-tuning needs
-    (Mixer supplementary C, `mixer_lightning.models.upscale`): the image is split into K×K equal
-    regions, each region's tokens are in its own raster order, and the regions follow one another in
-    raster order. A K-upscaled model's token-mixing MLPs (block-diagonal, K² copies) then see each
-    region exactly as the pre-trained model saw a whole image.
-    """
+    """Per-patch FC layer (Hayase eq. S.1): each of the S0 P×P patches' C0 = in_chans·P² values to C
+    channels, a P×P convolution with stride P as the JAX code's ``stem``; tokens in raster order, or with
+    ``regions`` = K region by region (K×K regions, each in raster order: Mixer supplementary C, `upscale`)."""
 
     def __init__(self, image_size: int, patch_size: int, in_chans: int, channels: int, regions: int = 1):
         super().__init__()
-        check_positive(image_size=image_size, patch_size=patch_size, in_chans=in_chans, channels=channels)
         require(
             image_size % patch_size == 0,
             "patch_size",
@@ -75,20 +51,12 @@ class PatchEmbed(nn.Module):
         self.patch_size = patch_size
         self.grid = image_size // patch_size
         self.num_patches = self.grid * self.grid  # S0
-        require(
-            regions >= 1 and self.grid % regions == 0,
-            "upscale",
-            f"{regions}×{regions} regions do not split the {self.grid}×{self.grid} patch grid",
-            f"choose a divisor of {self.grid}",
-        )
         self.regions = regions
         self.proj = nn.Conv2d(in_chans, channels, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # The projection reads the image channels-last (NHWC): its output is then laid out as
-        # (B, G, G, C), so the (B, S0, C) tokens below are a view, not a transposing copy of every
-        # token (the copy an NCHW stem pays, timm's included; 7-20% of a CIFAR-size training step on
-        # a CPU, benchmarks/RESULTS.md). The same values up to rounding (the same sums, in another order).
+        # Channels-last: the (B, S0, C) tokens below are then a view, not a copy of every token (7-20% of
+        # a CIFAR-size CPU step, benchmarks/RESULTS.md); the same sums in another order.
         x = self.proj(x.contiguous(memory_format=torch.channels_last))  # (B, C, G, G)
         if self.regions == 1:
             return rearrange(x, "b c h w -> b (h w) c")  # (B, S0, C), raster order
@@ -100,14 +68,9 @@ class PatchEmbed(nn.Module):
 
 
 def linear_columns(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """W X + b 1ᵀ: `linear` applied to every column of each X in the batch, (B, n_in, N) -> (B, n_out, N).
-
-    Token mixing as the papers write it, W acting on X ∈ R^{S×C} from the left (Hayase eq. S.5,
-    Tolstikhin eq. 1 up to the transposes), as one batched GEMM with the weight broadcast over the
-    batch: no transposing copies of the (B, S, C) activations, forward or backward. The same
-    dot products as ``linear(X.transpose(1, 2)).transpose(1, 2)`` (bit-equal in float32 here) and
-    1.05–1.08× faster training steps on a CPU (benchmarks/RESULTS.md).
-    """
+    """W X + b 1ᵀ on every X of the batch, (B, n_in, N) -> (B, n_out, N): token mixing as the papers write
+    it (Hayase eq. S.5), one batched GEMM without transposing copies (1.05–1.08× faster CPU steps,
+    benchmarks/RESULTS.md; the dot products of ``linear(X.transpose(1, 2)).transpose(1, 2)``)."""
     batch = x.shape[0]
     weight = linear.weight.expand(batch, -1, -1)
     if linear.bias is None:
@@ -119,18 +82,13 @@ class MlpBlock(nn.Module):
     """f_{W1,W2}(x) = W2 σ(W1 x + b1) + b2, applied to the last axis (Hayase eq. S.2)."""
 
     def __init__(
-        self,
-        in_features: int,
-        hidden_features: int,
-        out_features: int | None = None,
-        act: Activation = "gelu",
-        drop: float = 0.0,
+        self, in_features: int, hidden: int, out_features: int | None = None, act: Activation = "gelu", drop=0.0
     ):
         super().__init__()
-        self.fc1 = nn.Linear(in_features, hidden_features)
+        self.fc1 = nn.Linear(in_features, hidden)
         self.act = activation(act)
         self.drop1 = nn.Dropout(drop)
-        self.fc2 = nn.Linear(hidden_features, out_features or in_features)
+        self.fc2 = nn.Linear(hidden, out_features or in_features)
         self.drop2 = nn.Dropout(drop)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -173,7 +131,6 @@ class SkipLayer(nn.Module):
 
 
 InitMode = Literal["xavier", "lecun", "normal"]
-INIT_MODES = ("xavier", "lecun", "normal")
 
 
 def fan_in_normal_(weight: torch.Tensor) -> torch.Tensor:
@@ -186,26 +143,15 @@ def fan_in_normal_(weight: torch.Tensor) -> torch.Tensor:
 
 
 def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
-    """Initialise a Mixer-style network: the official JAX code's two ways, or Hayase & Karakida's.
-
-    Common to every mode (github.com/google-research/vision_transformer, ``vit_jax/models_mixer.py``):
-    the classifier head is zero (``kernel_init=zeros``), LayerNorms are (1, 0).
-    Dense layers and the stem:
-    - ``xavier`` (default): Xavier-uniform kernels, biases of the MLPs N(0, 10⁻⁶²), other biases
-      zero; a LeCun-normal stem (flax ``nn.Conv`` default: truncated normal, variance 1/fan_in).
-      This is the init of the ViT JAX code's MLP blocks, which timm's ``MlpMixer`` uses and which
-      its pretrained Mixer weights were trained with.
-    - ``lecun``: flax ``nn.Dense`` defaults (LeCun truncated normal, zero bias), which is what the
-      published ``models_mixer.py`` literally does, since its ``MlpBlock`` passes no initialisers.
-    - ``normal``: every weight (stem, mixing layers, the SkipLayer's W̃) i.i.d. N(0, 1/n) with n its
-      fan-in, untruncated, zero biases: Hayase & Karakida Sec. 4.3 / eq. S.39, whose spectral argument
-      (the largest singular value of a γn×n weight is ≈ 1 + √γ, Marchenko-Pastur) assumes it. The
-      paper states no initialisation for its head or biases: zero here, as the other modes.
-    """
+    """Initialise a Mixer: zero head and LayerNorms (1, 0) in every mode (``vit_jax/models_mixer.py``), and
+    - ``xavier``: Xavier-uniform kernels, MLP biases N(0, 10⁻⁶²), LeCun-normal stem: the ViT JAX code's MLP
+      blocks, which timm's ``MlpMixer`` and its pretrained weights use;
+    - ``lecun``: flax ``nn.Dense`` defaults, what the published ``models_mixer.py`` literally does;
+    - ``normal``: every weight N(0, 1/fan_in), untruncated, zero biases: Hayase & Karakida Sec. 4.3 / eq.
+      S.39, which their spectral argument (σ_max ≈ 1 + √γ) assumes (head and biases not stated: zero)."""
     from timm.layers import lecun_normal_  # lazily: importing timm imports all its models
 
-    if mode not in INIT_MODES:
-        raise ConfigError("init", f"unknown mode {mode!r}", f"choose one of {', '.join(INIT_MODES)}")
+    dense = {"xavier": nn.init.xavier_uniform_, "normal": fan_in_normal_, "lecun": lecun_normal_}[mode]
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear):
             if name == "head" or name.endswith(".head"):
@@ -213,12 +159,7 @@ def init_mixer_weights(model: nn.Module, mode: InitMode = "xavier") -> None:
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
                 continue
-            if mode == "xavier":
-                nn.init.xavier_uniform_(module.weight)
-            elif mode == "normal":
-                fan_in_normal_(module.weight)
-            else:
-                lecun_normal_(module.weight)
+            dense(module.weight)
             if module.bias is not None:
                 if mode == "xavier" and ".mlp." in f".{name}.":
                     nn.init.normal_(module.bias, std=1e-6)
@@ -241,7 +182,6 @@ def new_head(features: int, num_classes: int, global_pool: str | None = None) ->
     fine-tuning starts it (Tolstikhin Sec. 3.1): every family's ``reset_classifier``, with timm's
     signature (the pooling is always the average)."""
     require(global_pool in (None, "avg"), "global_pool", f"{global_pool!r}: this network pools by the average only")
-    require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}")
     if num_classes == 0:
         return nn.Identity()
     head = nn.Linear(features, num_classes)

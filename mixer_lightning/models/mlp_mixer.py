@@ -3,26 +3,17 @@
     U = X + W2 σ(W1 LN(X))     token mixing: one MLP mixes the S tokens, shared by the C channels
     Y = U + σ(LN(U) W3) W4     channel mixing: one MLP mixes the C channels, shared by the S tokens
 
-The mixing sizes (tokens S, channels C) are free of the patch grid (S0 patches of C0 values): the
-per-patch FC maps C0 → C, and when S ≠ S0 (or ``skip_layer=True``) the first token-mixing block maps
-S0 → S with the skip connection SkipLayer(X) = LN(W̃X) (Hayase App. A.2.4). S may be given directly
-or solved from the connection count Ω (``omega``). Hidden widths are D_S = γS and D_C = γC (Hayase)
-unless given explicitly (Tolstikhin's presets fix D_S, D_C). ``permute`` makes it an RP MLP-Mixer.
+S and C are free of the patch grid (S0 patches): when S ≠ S0 the first block maps S0 → S with the skip
+SkipLayer(X) = LN(W̃X) (Hayase App. A.2.4); S is given, or solved from Ω (``omega``). D_S = γS, D_C = γC
+(Hayase) unless given (Tolstikhin's presets fix them). ``permute`` makes it an RP MLP-Mixer.
 """
 
 from __future__ import annotations
 
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
-from mixer_lightning.models.layers import (
-    Activation,
-    InitMode,
-    MlpBlock,
-    check_positive,
-    check_rate,
-    hidden_width,
-    init_mixer_weights,
-)
+from mixer_lightning.models.layers import Activation, InitMode, MlpBlock, Rate, hidden_width, init_mixer_weights
 from mixer_lightning.models.pk import Axis, PKMixer
 from mixer_lightning.models.registry import register_family, register_preset
 from mixer_lightning.width import resolve_tokens
@@ -32,9 +23,7 @@ class MLPMixer(PKMixer):
     """MLP-Mixer classifier (normal or random-permuted).
 
     Args:
-        num_classes: classifier outputs (0: no head, ``forward`` returns pooled features).
-        image_size: side of the square input image, in pixels.
-        in_chans: image channels.
+        num_classes, image_size, in_chans: the data's (num_classes 0: no head, pooled features out).
         patch_size: P; the patch grid has S0 = (image_size / P)² tokens of C0 = in_chans·P² values.
         tokens: S, the number of tokens the mixing layers see (default S0).
         channels: C, the channels of the mixing layers.
@@ -57,39 +46,27 @@ class MLPMixer(PKMixer):
         num_classes: int = 1000,
         image_size: int = 224,
         in_chans: int = 3,
-        patch_size: int = 16,
-        tokens: int | None = None,
-        channels: int = 512,
-        omega: float | str | None = None,
-        gamma: float = 4.0,
-        token_hidden: int | None = None,
-        channel_hidden: int | None = None,
-        num_blocks: int = 8,
+        patch_size: PositiveInt = 16,
+        tokens: PositiveInt | None = None,
+        channels: PositiveInt = 512,
+        omega: int | str | None = None,
+        gamma: PositiveFloat = 4.0,
+        token_hidden: PositiveInt | None = None,
+        channel_hidden: PositiveInt | None = None,
+        num_blocks: PositiveInt = 8,
         permute: bool | list[bool] = False,
         skip_layer: bool | None = None,
-        drop_rate: float = 0.0,
-        drop_path: float = 0.0,
-        norm_eps: float = 1e-6,
+        drop_rate: Rate = 0.0,
+        drop_path: Rate = 0.0,
+        norm_eps: PositiveFloat = 1e-6,
         act: Activation = "gelu",
         init: InitMode = "xavier",
     ):
-        check_positive(gamma=gamma, token_hidden=token_hidden, channel_hidden=channel_hidden)
-        check_rate(drop_rate=drop_rate)
         self._gamma, self._hidden = gamma, {"token": token_hidden, "channel": channel_hidden}
         self._act, self._drop = act, drop_rate
-        super().__init__(
-            num_classes=num_classes,
-            image_size=image_size,
-            in_chans=in_chans,
-            patch_size=patch_size,
-            tokens=resolve_tokens(tokens, omega, channels, gamma),
-            channels=channels,
-            num_blocks=num_blocks,
-            permute=permute,
-            skip_layer=skip_layer,
-            drop_path=drop_path,
-            norm_eps=norm_eps,
-        )
+        tokens = resolve_tokens(tokens, omega, channels, gamma)
+        arguments = (patch_size, tokens, channels, num_blocks, permute, skip_layer, drop_path, norm_eps)
+        super().__init__(num_classes, image_size, in_chans, *arguments)
         self.gamma = gamma
         self.token_hidden = self._hidden["token"] or hidden_width(gamma, self.tokens)
         self.channel_hidden = self._hidden["channel"] or hidden_width(gamma, self.channels)
@@ -121,40 +98,10 @@ register_preset("mixer_h14", "mlp_mixer", f"{_TABLE1} (Mixer-H/14)", image_size=
 # Hayase & Karakida Table 1: wider (larger S) Mixers at the same connection count Ω. The paper's
 # settings for all its experiments: LayerNorm ε = 1e-5 (App. A.2.1, eq. S.4) and weights N(0, 1/n)
 # (Sec. 4.3, eq. S.39); Tolstikhin's presets above keep flax's ε = 1e-6 and the JAX code's init.
-_HAYASE = dict(norm_eps=1e-5, init="normal")
-register_preset(
-    "mixer_ss8",
-    "mlp_mixer",
-    "Hayase & Karakida 2024, Table 1 (Mixer-SS/8, CIFAR)",
-    image_size=32,
-    patch_size=8,
-    tokens=16,
-    channels=986,
-    gamma=4.0,
-    num_blocks=2,
-    **_HAYASE,
-)
-register_preset(
-    "mixer_ss_w",
-    "mlp_mixer",
-    "Hayase & Karakida 2024, Table 1 (Mixer-SS-W, CIFAR)",
-    image_size=32,
-    patch_size=4,
-    tokens=64,
-    channels=487,
-    gamma=4.0,
-    num_blocks=2,
-    **_HAYASE,
-)
-register_preset(
-    "mixer_b_w",
-    "mlp_mixer",
-    "Hayase & Karakida 2024, Table 1 (Mixer-B-W, ImageNet)",
-    image_size=224,
-    patch_size=14,
-    tokens=256,
-    channels=588,
-    gamma=4.57,
-    num_blocks=8,
-    **_HAYASE,
-)
+_HAYASE = dict(norm_eps=1e-5, init="normal", gamma=4.0)
+_HK = "Hayase & Karakida 2024, Table 1"
+_SS = dict(image_size=32, num_blocks=2, **_HAYASE)
+register_preset("mixer_ss8", "mlp_mixer", f"{_HK} (Mixer-SS/8, CIFAR)", patch_size=8, tokens=16, channels=986, **_SS)
+register_preset("mixer_ss_w", "mlp_mixer", f"{_HK} (Mixer-SS-W, CIFAR)", patch_size=4, tokens=64, channels=487, **_SS)
+_BW = dict(image_size=224, patch_size=14, tokens=256, channels=588, num_blocks=8, **{**_HAYASE, "gamma": 4.57})
+register_preset("mixer_b_w", "mlp_mixer", f"{_HK} (Mixer-B-W, ImageNet)", **_BW)

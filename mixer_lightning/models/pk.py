@@ -1,20 +1,12 @@
-"""Mixing layers as permuted-Kronecker (PK) layers (Hayase & Karakida 2024, Sec. 5.1, App. A.2.3).
-
-A mixing layer is a fully connected layer of effective width m = S·C whose weight is I ⊗ W between
-two permutations of the m entries:
+"""Mixing layers as permuted-Kronecker (PK) layers (Hayase & Karakida 2024, Sec. 5.1, App. A.2.3):
 
     PK-Layer_W(X; J1, J2) = σ[J2 (I_{n1} ⊗ W) J1 vec(X)]                    (Def. 5.1)
 
-A normal Mixer is the PK layer with J ∈ {I, J_c}: token mixing transposes X so that W (S×S) acts on
-each channel's column, channel mixing applies W (C×C) to each token's row. A random-permuted (RP)
-Mixer draws J1 and J2 uniformly at random, once, independently for every layer, and freezes them
-(App. A.2.3). Nothing of size m×m is ever built: J1 and J2 are gathers of the m entries, and
-(I ⊗ W) is an ordinary matmul of W with the (n1, n2)-reshaped vector.
-
-Layout. Activations are (B, S, C) tensors; flattened row-major, entry s·C + c holds X[s, c]. The
-permutations act on these flat indices (any fixed labelling of the m entries gives the same model
-family, since J1 and J2 are uniform). `mixer_lightning.analysis.effective` converts to the paper's
-column-major vec when it materialises the effective m×m weights.
+a fully connected layer of effective width m = S·C. A normal Mixer has J ∈ {I, J_c}; a random-permuted
+(RP) Mixer draws J1, J2 uniformly once per layer and freezes them (App. A.2.3). Nothing m×m is built:
+J1, J2 are gathers of the m entries and I ⊗ W a matmul on the (n1, n2)-reshaped vector. Activations are
+(B, S, C), flattened row-major (entry s·C + c is X[s, c]); the permutations being uniform, any fixed
+labelling gives the same family (`analysis.effective` converts to the paper's column-major vec).
 """
 
 from __future__ import annotations
@@ -25,7 +17,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 
 
 class _Gather(torch.autograd.Function):
@@ -92,19 +84,10 @@ class MixingLayer(nn.Module):
         token:    U = shortcut(X) + Mat ∘ J2 ∘ (I_C ⊗ f) ∘ J1 ∘ vec(LN(X))    f: S_in → S
         channel:  Y = U + Mat ∘ J2 ∘ (I_S ⊗ f) ∘ J1 ∘ vec(LN(U))               f: C → C
 
-    with f the mixing function (the two-layer MLP of an MLP-Mixer, Hayase eq. S.5-S.6, or the single
-    FC + σ of an S-Mixer, eq. S.7-S.8). Without ``permute`` (J1, J2 ∈ {I, J_c}) token mixing is f
-    on the columns of X (what transpose-MLP-transpose computes, without the transposes); with it, J1 and J2 are frozen random permutations (RP Mixer,
-    eq. S.13). The shortcut is the identity, or SkipLayer(X) = LN(W̃X) in a first block that maps
-    S0 → S (eq. S.14).
-
-    Args:
-        axis: ``token`` or ``channel``.
-        mlp: f, acting on the last axis: (…, S_in) → (…, S) for token mixing, (…, C) → (…, C) for channel;
-            a token-mixing f also has ``forward_columns`` (f on the columns of X, `layers.linear_columns`).
-        tokens_in, tokens, channels: S_in (S0 in a first block, else S), S and C.
-        permute: draw random J1 (S_in·C entries) and J2 (S·C entries).
-        skip: the first block's SkipLayer, or None for the identity shortcut.
+    f: the MLP-Mixer's MLP (Hayase eq. S.5-S.6) or the S-Mixer's FC + σ (eq. S.7-S.8), on the last axis (a
+    token-mixing f also has ``forward_columns``: f on X's columns, no transposes). ``permute``: J1, J2 frozen
+    random permutations (RP, eq. S.13), else J ∈ {I, J_c}. ``skip``: SkipLayer(X) = LN(W̃X) in a first block
+    mapping S0 → S (eq. S.14), else the identity. tokens_in: S_in (S0 in a first block, else S).
     """
 
     def __init__(
@@ -121,15 +104,6 @@ class MixingLayer(nn.Module):
         norm_eps: float = 1e-6,
     ):
         super().__init__()
-        if axis not in ("token", "channel"):
-            raise ConfigError("axis", f"unknown mixing axis {axis!r}", "choose token or channel")
-        require(
-            skip is not None or tokens_in == tokens,
-            "tokens",
-            f"a mixing layer from {tokens_in} to {tokens} tokens needs a skip layer",
-            "set skip_layer: true",
-        )
-        require(axis == "token" or tokens_in == tokens, "tokens", "channel mixing keeps the number of tokens")
         self.axis = axis
         self.tokens_in, self.tokens, self.channels = tokens_in, tokens, channels
         self.norm = nn.LayerNorm(channels, eps=norm_eps)
@@ -196,22 +170,16 @@ def permute_flags(permute: bool | list[bool], num_blocks: int) -> list[bool]:
         f"a list needs one flag per block (num_blocks={num_blocks}), got {len(flags)}",
         f"give {num_blocks} true/false values or a single true/false",
     )
-    require(all(isinstance(f, bool) for f in flags), "permute", f"flags must be true/false, got {flags}")
     return flags
 
 
 class PKMixer(nn.Module):
-    """A Mixer built of PK layers: per-patch FC, `num_blocks` blocks of token and channel mixing,
-    LayerNorm, global average pooling over tokens, linear head (Tolstikhin Fig. 1; Hayase App. A).
-
-    Families differ only in the mixing function f (`make_mlp`): the MLP-Mixer's two-layer MLP, the
-    S-Mixer's single FC + σ. Everything else, including the free (S, C) of the mixing layers, the
-    first block's SkipLayer, the RP permutations and stochastic depth, is here.
-    """
+    """A Mixer of PK layers: per-patch FC, `num_blocks` blocks of token and channel mixing, LayerNorm,
+    global average pooling, linear head (Tolstikhin Fig. 1; Hayase App. A). Families differ only in the
+    mixing function f (`make_mlp`): the MLP-Mixer's two-layer MLP, the S-Mixer's FC + σ."""
 
     def __init__(
         self,
-        *,
         num_classes: int,
         image_size: int,
         in_chans: int,
@@ -224,12 +192,9 @@ class PKMixer(nn.Module):
         drop_path: float,
         norm_eps: float,
     ):
-        from mixer_lightning.models.layers import PatchEmbed, SkipLayer, check_positive, check_rate
+        from mixer_lightning.models.layers import PatchEmbed, SkipLayer
 
         super().__init__()
-        check_positive(tokens=tokens, channels=channels, num_blocks=num_blocks, norm_eps=norm_eps)
-        require(num_classes >= 0, "num_classes", f"must be >= 0, got {num_classes}", "give the number of classes")
-        check_rate(drop_path=drop_path)
         flags = permute_flags(permute, num_blocks)
         self.stem = PatchEmbed(image_size, patch_size, in_chans, channels)
         tokens_in = self.stem.num_patches  # S0
@@ -246,26 +211,11 @@ class PKMixer(nn.Module):
         for i in range(num_blocks):
             s_in = tokens_in if i == 0 else tokens
             skip = SkipLayer(tokens_in, tokens, channels, norm_eps) if i == 0 and skip_layer else None
-            common = dict(permute=flags[i], norm_eps=norm_eps)
-            token_mixing = MixingLayer(
-                "token",
-                self.make_mlp("token", s_in, tokens),
-                s_in,
-                tokens,
-                channels,
-                skip=skip,
-                drop_path=rates[2 * i],
-                **common,
-            )
-            channel_mixing = MixingLayer(
-                "channel",
-                self.make_mlp("channel", channels, channels),
-                tokens,
-                tokens,
-                channels,
-                drop_path=rates[2 * i + 1],
-                **common,
-            )
+            common = dict(permute=flags[i], norm_eps=norm_eps)  # (built in this order: the seed's draws)
+            f = self.make_mlp("token", s_in, tokens)
+            token_mixing = MixingLayer("token", f, s_in, tokens, channels, skip=skip, drop_path=rates[2 * i], **common)
+            f = self.make_mlp("channel", channels, channels)
+            channel_mixing = MixingLayer("channel", f, tokens, tokens, channels, drop_path=rates[2 * i + 1], **common)
             blocks.append(MixerBlock(token_mixing, channel_mixing))
         self.blocks = nn.Sequential(*blocks)
         self.norm = nn.LayerNorm(channels, eps=norm_eps)
@@ -279,8 +229,7 @@ class PKMixer(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
-        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        """timm's API: a new zero head for `num_classes` (0: none), as fine-tuning starts (Tolstikhin Sec. 3.1)."""
         from mixer_lightning.models.layers import new_head  # (layers imports this module)
 
         self.head = new_head(self.channels, num_classes, global_pool)

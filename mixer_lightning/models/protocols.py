@@ -1,24 +1,13 @@
-"""What the analyses ask of a network, written down once, so that a new family knows what to offer.
+"""What the analyses ask of a network, as runtime-checkable protocols (a family offers those its
+structure has; it need not inherit anything; an analysis that needs one it lacks says so in one line):
 
-Each is a `typing.Protocol` (runtime-checkable: ``isinstance(net, MixingNetwork)`` tells whether a
-network offers the methods; a family need not inherit from anything). A family offers the ones its
-structure has; an analysis that needs one it lacks says so in one line.
-
-- `Classifier` (every family): image → features → logits. ``mixer fewshot`` (linear probe on
-  ``forward_head(..., pre_logits=True)``), ``mixer predict``, ``mixer export``.
-- `SkipInputs`: the hidden units before every skip connection, the features whose CKA Hayase &
-  Karakida compare (Sec. 3.4, App. C.1; ``mixer cka``). `PKMixer` gives the input of each of its 2L
-  mixing layers, `SWMLP` that of each block.
-- `MixingNetwork`: a Mixer written as PK layers (Sec. 5.1): its 2L `MixingLayer`s, from which the
-  spectra (``mixer spectrum``, Sec. 4.3), the effective wide MLP (`analysis.effective`), the
-  pictures of the token-mixing units (``mixer visualize``, Mixer Fig. 5) and the CKA feature names
-  are read; and its connections per FC layer of the effective wide MLP (``mixer width``).
-- `SparseNetwork`: a static sparse-weight MLP (SW-MLP, App. A.2.5): its sparse layers (each with
-  ``connections``, ``in_features``, ``out_features``), input to output, and the same per block
-  (``blocks``, an ``nn.Sequential`` of modules that offer ``sparse_layers()`` too), for the spectra
-  and pictures.
-- `StructuredNetwork`: a shallow structured MLP (Kronecker or Monarch, Sec. 3.3): its structured
-  layers, each with ``effective_weight()`` (the dense matrix it equals), for the spectra.
+- `Classifier` (every family): ``mixer fewshot`` (``forward_head(..., pre_logits=True)``), predict, export.
+- `SkipInputs`: the hidden units before every skip connection, whose CKA Hayase & Karakida compare
+  (Sec. 3.4, App. C.1; ``mixer cka``).
+- `MixingNetwork`: a Mixer as PK layers (Sec. 5.1): spectra (Sec. 4.3), the effective wide MLP, the
+  token-mixing pictures (Mixer Fig. 5), ``mixer width``'s connections per FC layer.
+- `SparseNetwork`: an SW-MLP's sparse layers (App. A.2.5), input to output, for spectra and pictures.
+- `StructuredNetwork`: a shallow Kronecker or Monarch MLP's layers with ``effective_weight()`` (Sec. 3.3).
 """
 
 from __future__ import annotations

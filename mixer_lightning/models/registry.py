@@ -9,6 +9,7 @@ name the class itself (``model.net.class_path``) and write the architecture out.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatch
@@ -83,8 +84,7 @@ def list_models(pattern: str = "*") -> list[str]:
 
 def class_path(cls: type) -> str:
     """``mixer_lightning.models.SMixer`` for a class the package exports, else its module's path."""
-    import mixer_lightning.models as models
-
+    models = sys.modules.get("mixer_lightning.models")  # (imported by then: the families register there)
     if getattr(models, cls.__name__, None) is cls:
         return f"mixer_lightning.models.{cls.__name__}"
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -98,17 +98,8 @@ LEGACY_MODULES = {
     "KronMLPModule": "kron_mlp",
     "MonarchMLPModule": "monarch_mlp",
 }
-TRAINING_ARGUMENTS = (
-    *DATA_FACTS,
-    "optimizer",
-    "lr_scheduler",
-    "scheduler_interval",
-    "label_smoothing",
-    "layer_decay",
-    "init_from",
-    "upscale",
-    "compile",
-)
+TRAINING_ARGUMENTS = (*DATA_FACTS, "optimizer", "lr_scheduler", "scheduler_interval", "label_smoothing")
+TRAINING_ARGUMENTS += ("layer_decay", "init_from", "upscale", "compile")
 
 
 def upgrade_hparams(hparams: dict[str, Any]) -> dict[str, Any]:

@@ -10,9 +10,10 @@ Its vectorised form is a wide MLP of width m = S·C with Kronecker weights (Prop
 
 from __future__ import annotations
 
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
-from mixer_lightning.models.layers import Activation, FcBlock, InitMode, check_rate, init_mixer_weights
+from mixer_lightning.models.layers import Activation, FcBlock, InitMode, Rate, init_mixer_weights
 from mixer_lightning.models.pk import Axis, PKMixer
 from mixer_lightning.models.registry import register_family
 from mixer_lightning.width import resolve_tokens
@@ -21,20 +22,8 @@ from mixer_lightning.width import resolve_tokens
 class SMixer(PKMixer):
     """S-Mixer classifier (normal or random-permuted).
 
-    Args:
-        num_classes, image_size, in_chans, patch_size: as `MLPMixer`.
-        tokens: S (default S0), or give ``omega``.
-        channels: C.
-        omega: Ω = (C²S + CS²)/2; S is solved from (Ω, C).
-        num_blocks: L.
-        permute: RP S-Mixer: true for all blocks, or one flag per block (App. D.5).
-        skip_layer: SkipLayer in the first block (default: when S ≠ S0; the sweeps set it always).
-        drop_rate: dropout after each FC + σ.
-        drop_path: stochastic depth of the last mixing layer, rising linearly from 0.
-        norm_eps: LayerNorm ε (the paper uses 1e-5).
-        act: ``gelu`` or ``gelu_tanh``.
-        init: ``xavier``, ``lecun`` or ``normal`` (the paper's N(0, 1/fan_in), Sec. 4.3); the paper's
-            configs set ``normal``.
+    Args: as `MLPMixer`'s (without γ, D_S, D_C: γ = 1, so Ω = (C²S + CS²)/2); drop_rate: dropout after each
+    FC + σ; norm_eps: the paper's 1e-5; init: the paper's configs set ``normal`` (N(0, 1/fan_in), Sec. 4.3).
     """
 
     def __init__(
@@ -42,34 +31,23 @@ class SMixer(PKMixer):
         num_classes: int = 10,
         image_size: int = 32,
         in_chans: int = 3,
-        patch_size: int = 4,
-        tokens: int | None = None,
-        channels: int = 128,
-        omega: float | str | None = None,
-        num_blocks: int = 8,
+        patch_size: PositiveInt = 4,
+        tokens: PositiveInt | None = None,
+        channels: PositiveInt = 128,
+        omega: int | str | None = None,
+        num_blocks: PositiveInt = 8,
         permute: bool | list[bool] = False,
         skip_layer: bool | None = None,
-        drop_rate: float = 0.0,
-        drop_path: float = 0.0,
-        norm_eps: float = 1e-5,
+        drop_rate: Rate = 0.0,
+        drop_path: Rate = 0.0,
+        norm_eps: PositiveFloat = 1e-5,
         act: Activation = "gelu",
         init: InitMode = "xavier",
     ):
-        check_rate(drop_rate=drop_rate)
         self._act, self._drop = act, drop_rate
-        super().__init__(
-            num_classes=num_classes,
-            image_size=image_size,
-            in_chans=in_chans,
-            patch_size=patch_size,
-            tokens=resolve_tokens(tokens, omega, channels, 1.0),
-            channels=channels,
-            num_blocks=num_blocks,
-            permute=permute,
-            skip_layer=skip_layer,
-            drop_path=drop_path,
-            norm_eps=norm_eps,
-        )
+        tokens = resolve_tokens(tokens, omega, channels, 1.0)
+        arguments = (patch_size, tokens, channels, num_blocks, permute, skip_layer, drop_path, norm_eps)
+        super().__init__(num_classes, image_size, in_chans, *arguments)
         self.gamma = 1.0
         init_mixer_weights(self, init)
 

@@ -1,22 +1,12 @@
-"""The shallow structured MLPs of Hayase & Karakida 2024, Sec. 3.3 and Fig. 2(d) (setting: App. C.1).
+"""The shallow structured MLPs of Hayase & Karakida 2024, Sec. 3.3 and Fig. 2(d) (setting: App. C.1):
 
-    x ↦ B_c B2 ReLU(B1 x)                on the flattened image x ∈ R^n (no per-patch FC, no LN, no skip)
+    x ↦ B_c B2 ReLU(B1 x)                on the flattened image x ∈ R^n
 
-with B1, B2 ∈ R^{n×n} either Kronecker products V ⊗ W (`KronLinear`, the structure a Mixer's
-vectorised mixing layers have, Prop. 3.2) or Monarch matrices P L Pᵀ R (`MonarchLinear`, Dao et al.
-2022; eq. 12 writes P = J_cᵀ), and B_c the dense classification layer. ``second_act: true`` adds a
-ReLU after B2 (B_c ReLU(B2 ReLU(B1 x)), the form REFERENCE.md and the project's issue state; Sec. 3.3
-writes one ReLU).
-
-Sizes. n = in_chans·H·W factors as n = a·b (``factors``; default a = b = √n as the paper's √n blocks of
-size √n: MNIST 28×28×1 gives n = 784 = 28·28, the digits 8×8×1 give n = 64 = 8·8; a non-square n takes
-the divisor pair nearest √n, e.g. CIFAR's 3072 = 48·64, a rectangular Monarch as Dao et al.'s). Kronecker: V ∈ R^{a×a},
-W ∈ R^{b×b} (a² + b² weights); Monarch: R has a diagonal blocks of b×b and L has b blocks of a×a
-(a·b² + b·a² weights, 2n√n for a = b = √n). Neither matrix is ever formed: each is two batched
-matrix products on the input reshaped to (a, b).
-
-Vectorisation is the paper's (column-major): a layer's input x = vec(X) with X ∈ R^{b×a}, so the
-row-major PyTorch view ``x.view(batch, a, b)`` is Xᵀ.
+with B1, B2 Kronecker products V ⊗ W (`KronLinear`, a Mixer's vectorised mixing layers, Prop. 3.2) or
+Monarch matrices P L Pᵀ R (`MonarchLinear`, Dao et al. 2022; eq. 12: P = J_cᵀ); ``second_act`` adds a
+ReLU after B2 (Sec. 3.3 writes one). n = a·b (``factors``; default √n·√n as the paper's √n blocks of
+size √n, else the divisor pair nearest √n, CIFAR's 3072 = 48·64). Neither matrix is formed: two batched
+matmuls on the input as (a, b). vec is column-major: x = vec(X), X ∈ R^{b×a}, so ``x.view(-1, a, b)`` is Xᵀ.
 """
 
 from __future__ import annotations
@@ -25,38 +15,30 @@ import math
 from typing import Literal
 
 import torch
+from jsonargparse.typing import PositiveInt
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.models.layers import check_positive, new_head
+from mixer_lightning.errors import require
+from mixer_lightning.models.layers import new_head
 from mixer_lightning.models.registry import register_family
 
 Structure = Literal["kron", "monarch"]
 
 
-def square_factors(n: int, factors: tuple[int, int] | list[int] | None, field: str = "factors") -> tuple[int, int]:
+def square_factors(n: int, factors: tuple[int, int] | None, field: str = "factors") -> tuple[int, int]:
     """(a, b) with a·b = n: the given ``factors``, else (√n, √n), else the divisor pair nearest to it
     (a the largest divisor of n below √n: 3072 = 48·64 for CIFAR's 32×32×3)."""
     if factors is None:
         a = next(d for d in range(math.isqrt(n), 0, -1) if n % d == 0)
         return a, n // a
-    require(
-        len(factors) == 2 and all(int(f) > 0 for f in factors),
-        field,
-        f"must be two positive integers, got {factors}",
-        "give e.g. [28, 28]",
-    )
     a, b = (int(f) for f in factors)
     require(a * b == n, field, f"{a}·{b} = {a * b} is not the input size n = {n}", "give factors whose product is n")
     return a, b
 
 
 class KronLinear(nn.Module):
-    """y = (V ⊗ W) x + bias, V ∈ R^{a×a}, W ∈ R^{b×b}, computed as vec(W X Vᵀ) for x = vec(X).
-
-    Each factor is drawn N(0, 1/size), so V ⊗ W's entries have variance 1/n (LeCun normal of the
-    n×n matrix they form).
-    """
+    """y = (V ⊗ W) x + bias, V ∈ R^{a×a}, W ∈ R^{b×b}, as vec(W X Vᵀ) for x = vec(X); factors N(0, 1/size),
+    so V ⊗ W's entries have variance 1/n (LeCun normal of the n×n matrix)."""
 
     def __init__(self, a: int, b: int, bias: bool = True):
         super().__init__()
@@ -88,14 +70,9 @@ class KronLinear(nn.Module):
 
 
 class MonarchLinear(nn.Module):
-    """y = P L Pᵀ R x + bias (Dao et al. 2022; Hayase eq. 12, P = J_cᵀ).
-
-    For x = vec(X), X ∈ R^{b×a}: R = diag(R_1 … R_a), R_j ∈ R^{b×b}, maps column j of X; Pᵀ = J_c
-    transposes, so L = diag(L_1 … L_b), L_i ∈ R^{a×a}, maps row i; P transposes back. With
-    every R_j = W and every L_i = V it is V ⊗ W, the Kronecker (Mixer) layer: a Monarch matrix with
-    shared blocks (Corollary 3.4).
-    Blocks are drawn N(0, 1/size), so the n×n matrix has entries of variance 1/n like `KronLinear`.
-    """
+    """y = P L Pᵀ R x + bias (Dao et al. 2022; Hayase eq. 12, P = J_cᵀ): for x = vec(X), X ∈ R^{b×a}, R =
+    diag(R_1 … R_a) maps X's columns, L = diag(L_1 … L_b) its rows (between the transposes P). With shared
+    blocks it is V ⊗ W (Corollary 3.4). Blocks N(0, 1/size): entries of variance 1/n, as `KronLinear`'s."""
 
     def __init__(self, a: int, b: int, bias: bool = True):
         super().__init__()
@@ -148,14 +125,11 @@ class ShallowMLP(nn.Module):
         image_size: int = 28,
         in_chans: int = 1,
         structure: Structure = "kron",
-        factors: tuple[int, int] | list[int] | None = None,
+        factors: tuple[PositiveInt, PositiveInt] | None = None,
         second_act: bool = False,
         bias: bool = True,
     ):
         super().__init__()
-        check_positive(num_classes=num_classes, image_size=image_size, in_chans=in_chans)
-        if structure not in LAYERS:
-            raise ConfigError("structure", f"unknown structure {structure!r}", "choose 'kron' or 'monarch'")
         n = in_chans * image_size * image_size
         a, b = square_factors(n, factors)
         self.structure, self.features, self.factors = structure, n, (a, b)
@@ -176,8 +150,7 @@ class ShallowMLP(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
-        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        """timm's API: a new zero head for `num_classes` (0: none), as fine-tuning starts (Tolstikhin Sec. 3.1)."""
         self.head = new_head(self.features, num_classes, global_pool)
         self.num_classes = num_classes
 

@@ -1,33 +1,18 @@
 """Static sparse-weight linear layers y = s·(M ⊙ W) x + b of the SW-MLP (Hayase & Karakida 2024,
 App. A.2.5; Golubeva, Neyshabur & Gur-Ari 2021), in two interchangeable implementations:
 
-- `MaskedLinear` (``impl: dense``): the paper's way, a dense W ∈ R^{out×in} times a frozen boolean
-  mask M. Memory, FLOPs and optimiser state grow as out·in whatever the density p.
-- `SparseLinear` (``impl: sparse``): only the non-zero entries of M ⊙ W are stored, as the values
-  of a CSR matrix with frozen int32 indices, so parameters, gradients and optimiser state grow as the
-  number of connections p·out·in. The forward and the input gradient are sparse × dense products
-  (MKL on CPU, cuSPARSE on GPU); the value gradient is a sampled dense-dense product (SDDMM):
-  only the entries of gᵀx on M's pattern are computed. No out×in dense tensor is ever formed.
+- `MaskedLinear` (``impl: dense``): the paper's dense W times a frozen boolean mask M (memory ∝ out·in);
+- `SparseLinear` (``impl: sparse``): only M ⊙ W's non-zeros, as CSR values with frozen int32 indices
+  (memory ∝ connections p·out·in); forward and input gradient are sparse × dense products, the value
+  gradient a sampled dense-dense product (SDDMM). No out×in dense tensor is formed.
 
-Both draw the same mask from torch's global generator (`bernoulli_pattern`) and the same initial
-values, in the same order, so a seed gives the same function in either implementation, and the
-same gradients (``values.grad`` equals ``weight.grad[mask]``).
+Both draw the same mask and initial values from the global generator, in the same order: a seed gives
+the same function and gradients (``values.grad`` = ``weight.grad[mask]``) in either.
 
-Initialisation (``init``):
-
-- ``masked`` (default): M ∈ {0, 1} and the trainable W ~ N(0, 1/(p·m)) on the pattern, so every
-  unit's input has the variance of a dense N(0, 1/m) layer's whatever p. This is what a Mixer's
-  N(0, 1/n) weights (Sec. 4.3: N(0, 1/S) for a token-mixing W, N(0, 1/C) for a channel-mixing V)
-  are in its effective m×m weight: I_C ⊗ W has density p = 1/C and entries N(0, 1/S) = N(0, 1/(p·m)),
-  Vᵀ ⊗ I_S density 1/S and entries N(0, 1/C) (m = S·C).
-- ``spectral`` (Sec. 4.3 and App. D.1, Fig. 4 right): M's ones are 1/√p (a frozen factor s = 1/√p)
-  and the trainable A ~ N(0, 1/m); λ_max(M ⊙ A)² ≈ c² + 3c²√γ(1−p)/q², c = 1+√γ, q = √(pm) (eq. 17).
-
-The two start from exactly the same M ⊙ W (the same draws); they differ in what the optimiser sees
-(W itself, or A = √p·W, whose updates move M ⊙ W 1/√p times as far). Sec. 4.3 is the only place the
-paper states an SW-MLP initialisation ("We initialize the entries of each mask matrix M ... 1/√p ...
-each weight A by i.i.d. N(0, 1/m)"), so the paper's configs use ``spectral``; App. A.2.5 only says
-which entries of M are non-zero ("set to be one"), which ``masked`` reads literally.
+``init``: ``masked`` (M ∈ {0, 1}, trainable W ~ N(0, 1/(pm)) on the pattern, what a Mixer's N(0, 1/n)
+weights are in its effective m×m weight: I_C ⊗ W has p = 1/C and entries N(0, 1/S)); ``spectral``
+(Sec. 4.3, App. D.1: M's ones are 1/√p, A ~ N(0, 1/m), λ_max(M ⊙ A)² ≈ c² + 3c²√γ(1−p)/q², eq. 17).
+Both start from the same M ⊙ W; they differ in what the optimiser moves (W, or A = √p·W).
 """
 
 from __future__ import annotations
@@ -39,8 +24,6 @@ from typing import Literal
 import torch
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
-
 SparseInit = Literal["masked", "spectral"]
 
 # CSR kernels exist for float32/float64 only on CPU; half types are computed in float32.
@@ -48,14 +31,9 @@ _HALF = (torch.float16, torch.bfloat16)
 
 
 def bernoulli_pattern(out_features: int, in_features: int, density: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows and columns of the ones of an out×in mask with i.i.d. Bernoulli(p) entries, in row-major order.
-
-    Drawn from torch's global generator (``seed_everything`` fixes it) in O(p·out·in) time and
-    memory, never forming the mask: the gaps between successive ones of a Bernoulli(p) sequence are
-    i.i.d. Geometric(p), so the flat positions are cumulative sums of geometric draws. Always on the
-    CPU, so the mask does not depend on the device the model is built on.
-    """
-    require(0.0 < density <= 1.0, "density", f"must be in (0, 1], got {density}", "give e.g. 0.1 or 2**-6")
+    """Rows and columns of the ones of an out×in Bernoulli(p) mask, row-major, in O(p·out·in) without forming
+    it: the gaps between ones are i.i.d. Geometric(p). From the global generator, on the CPU (so the mask
+    is the seed's whatever the device)."""
     total = out_features * in_features
     if density == 1.0:
         flat = torch.arange(total, device="cpu")
@@ -81,7 +59,8 @@ def _index_dtype(count: int) -> torch.dtype:
 
 
 class _StaticSparseLinear(nn.Module):
-    """What both implementations share: the pattern, the initial values, the bias and the scale."""
+    """What both implementations share: the pattern and the initial values (drawn here, in this order,
+    so that a seed gives both the same function), the bias and the scale; `_store` keeps them."""
 
     def __init__(
         self,
@@ -93,8 +72,6 @@ class _StaticSparseLinear(nn.Module):
         init_width: int | None = None,
     ):
         super().__init__()
-        if init not in ("masked", "spectral"):
-            raise ConfigError("init", f"unknown initialisation {init!r}", "choose 'masked' or 'spectral'")
         self.in_features, self.out_features = in_features, out_features
         self.density = float(density)
         self.init = init
@@ -103,11 +80,12 @@ class _StaticSparseLinear(nn.Module):
         # The frozen factor of M's ones: 1/√p for the spectral form, 1 for the masked form.
         self.scale = 1.0 / math.sqrt(self.density) if init == "spectral" else 1.0
         self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+        rows, cols = bernoulli_pattern(out_features, in_features, self.density)
+        std = 1.0 / math.sqrt(self.init_width * (1.0 if init == "spectral" else self.density))
+        self._store(rows, cols, torch.randn(rows.numel(), device="cpu") * std)  # one draw per non-zero, row-major
 
-    def _initial_values(self, rows: torch.Tensor) -> torch.Tensor:
-        """The initial trainable values on the pattern, one draw per non-zero in row-major order."""
-        std = 1.0 / math.sqrt(self.init_width * (1.0 if self.init == "spectral" else self.density))
-        return torch.randn(rows.numel(), device="cpu") * std
+    def _store(self, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor) -> None:
+        raise NotImplementedError
 
     @property
     def connections(self) -> int:
@@ -132,20 +110,9 @@ class MaskedLinear(_StaticSparseLinear):
     W is zero off the mask and stays zero: its gradient there is zero, and so is weight decay's pull.
     """
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        density: float,
-        bias: bool = True,
-        init: SparseInit = "masked",
-        init_width: int | None = None,
-    ):
-        super().__init__(in_features, out_features, density, bias, init, init_width)
-        rows, cols = bernoulli_pattern(out_features, in_features, self.density)
-        values = self._initial_values(rows)
-        self.weight = nn.Parameter(torch.zeros(out_features, in_features))
-        self.register_buffer("mask", torch.zeros(out_features, in_features, dtype=torch.bool))
+    def _store(self, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor) -> None:
+        self.weight = nn.Parameter(torch.zeros(self.out_features, self.in_features))
+        self.register_buffer("mask", torch.zeros(self.out_features, self.in_features, dtype=torch.bool))
         if self.weight.device.type != "meta":
             with torch.no_grad():
                 self.mask[rows, cols] = True
@@ -209,29 +176,13 @@ def _csr(crow: torch.Tensor, col: torch.Tensor, values: torch.Tensor, size: tupl
 
 
 class SparseLinear(_StaticSparseLinear):
-    """``impl: sparse``: y = s·(M ⊙ W) x + b storing only M ⊙ W's non-zeros (CSR).
+    """``impl: sparse``: y = s·(M ⊙ W) x + b storing only M ⊙ W's non-zeros (CSR): ``values`` (1×nnz, row-major;
+    2-D so that weight decay treats it as a weight), frozen buffers ``crow``, ``col`` (M) and ``perm``,
+    ``crow_t`` (Wᵀ, for the backward). 12 bytes per connection against 5/p for the dense form. Loading a
+    checkpoint restores its exact pattern, even one of another size (another seed)."""
 
-    Parameters ``values`` (1×nnz: the non-zero weights in row-major order; 2-D so that weight decay
-    treats it as the weight matrix it is) and ``bias``. Frozen buffers, saved in the state dict:
-    ``crow`` (out+1 row pointers) and ``col`` (nnz column indices) of M, and ``perm`` / ``crow_t``
-    (the order of the non-zeros column by column and the column pointers), for Wᵀ in the backward.
-    Bytes per connection: 4 (value) + 8 (indices), against 5/p (float weight + bool mask) for the
-    dense form. Loading a checkpoint restores the exact pattern, even one with another number of
-    non-zeros (another seed).
-    """
-
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        density: float,
-        bias: bool = True,
-        init: SparseInit = "masked",
-        init_width: int | None = None,
-    ):
-        super().__init__(in_features, out_features, density, bias, init, init_width)
-        rows, cols = bernoulli_pattern(out_features, in_features, self.density)
-        values = self._initial_values(rows)
+    def _store(self, rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor) -> None:
+        in_features, out_features = self.in_features, self.out_features
         index = _index_dtype(max(rows.numel(), in_features, out_features) + 1)
         counts = torch.bincount(rows, minlength=out_features)
         crow = torch.zeros(out_features + 1, dtype=torch.long, device="cpu")
@@ -303,6 +254,4 @@ def static_sparse_linear(
     init_width: int | None = None,
 ) -> _StaticSparseLinear:
     """A static sparse linear layer in implementation `impl` (``dense`` or ``sparse``)."""
-    if impl not in IMPLEMENTATIONS:
-        raise ConfigError("impl", f"unknown implementation {impl!r}", "choose 'dense' or 'sparse'")
     return IMPLEMENTATIONS[impl](in_features, out_features, density, bias=bias, init=init, init_width=init_width)

@@ -1,31 +1,17 @@
 """SW-MLP: the static sparse-weight MLP that Hayase & Karakida 2024 compare Mixers with (App. A.2.5,
-after Golubeva, Neyshabur & Gur-Ari 2021).
+after Golubeva, Neyshabur & Gur-Ari 2021): per-patch FC (C0 → C), vec (column-major, m = S0·C), L blocks
 
-    per-patch FC (C0 → C) on the S0 patches, vec (column-major, m = S0·C entries), then L blocks
+    fc:   x ↦ x + σ((M ⊙ W) LN(x))                                    (eq. S.16)
+    mlp:  x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x)))   hidden γm         (eq. S.17)
 
-        fc:   x ↦ x + σ((M ⊙ W) LN(x))                                    (eq. S.16)
-        mlp:  x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x)))   hidden γm         (eq. S.17)
+and a linear classifier on the m features. M are frozen Bernoulli(p) masks; a layer holds Ω = γ·p·m²
+connections (App. D.1); ``impl`` only changes how M ⊙ W is stored (`models.sparse`).
 
-    and the classification FC layer on the m features (no pooling: there is no token axis left).
-
-M, M1, M2 are frozen Bernoulli(p) masks drawn once from the seed. A layer holds Ω = γ·p·m²
-connections on average (App. D.1; γ = 1 for ``fc`` blocks). The masks are the only difference from a
-dense MLP, so ``impl`` only changes how they are stored (`mixer_lightning.models.sparse`):
-``dense`` = the paper's dense M ⊙ W, ``sparse`` = CSR non-zeros only (the default; same function).
-
-Width and density. The per-patch FC gives S0·C entries, so m = S0·C when C is given. A width m
-that S0 does not divide (the paper's Fig. 5 widths 540, 612, … with S0 = 64) is reached with
-C = ⌈m/S0⌉ channels and keeping the first m entries of vec (the last channel of the last S0·C − m
-patches is dropped): no extra layer, and the masks being i.i.d., which entries go does not matter.
-The paper does not say how it reached such widths. Give at most two of:
-
-- ``channels`` C (m = S0·C) or ``width`` m,
-- ``density`` p, or ``omega`` Ω (then p = Ω/(γm²)),
-
-or ``omega`` and ``density`` alone, which give m = round(√(Ω/(γp))) (eq. S.43). The realised m, p
-and Ω = γ·p·m² are the attributes ``width``, ``density`` and ``omega``. With no density and no Ω,
-p is a Mixer's at S = S0 tokens and C = m/S0 channels, (1/S0 + 1/C)/2 (Sec. 4: the average non-zero
-ratio of a Mixer's token and channel layers), so Ω equals that Mixer's γ(C²S + CS²)/2.
+Width and density: give at most two of ``channels`` C (m = S0·C) or ``width`` m, and ``density`` p or
+``omega`` Ω (p = Ω/(γm²)); or Ω and p alone (m = round(√(Ω/(γp))), eq. S.43). A width S0 does not
+divide (Fig. 5's 540, 612, … at S0 = 64; the paper does not say how) takes C = ⌈m/S0⌉ and keeps the
+first m entries of vec (the masks are i.i.d., so which go does not matter). With neither p nor Ω, p
+is a Mixer's at S = S0, C = m/S0: (1/S0 + 1/C)/2 (Sec. 4).
 """
 
 from __future__ import annotations
@@ -34,10 +20,11 @@ from typing import Literal
 
 import torch
 from einops import rearrange
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from torch import nn
 
-from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.models.layers import Activation, PatchEmbed, activation, check_positive, hidden_width, new_head
+from mixer_lightning.errors import require
+from mixer_lightning.models.layers import Activation, Fraction, PatchEmbed, activation, hidden_width, new_head
 from mixer_lightning.models.registry import register_family
 from mixer_lightning.models.sparse import SparseImpl, SparseInit, static_sparse_linear
 from mixer_lightning.width import parse_int_expression
@@ -48,16 +35,7 @@ BlockKind = Literal["fc", "mlp"]
 class SparseFcBlock(nn.Module):
     """x ↦ x + σ((M ⊙ W) LN(x)) (eq. S.16)."""
 
-    def __init__(
-        self,
-        width: int,
-        density: float,
-        impl: SparseImpl,
-        init: SparseInit,
-        act: Activation,
-        norm_eps: float,
-        bias: bool,
-    ):
+    def __init__(self, width: int, density: float, impl: SparseImpl, init: SparseInit, act: Activation, norm_eps, bias):
         super().__init__()
         self.norm = nn.LayerNorm(width, eps=norm_eps)
         self.fc = static_sparse_linear(impl, width, width, density, bias=bias, init=init, init_width=width)
@@ -74,11 +52,8 @@ class SparseFcBlock(nn.Module):
 
 
 class SparseMlpBlock(nn.Module):
-    """x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x))), W1 ∈ R^{γm×m}, W2 ∈ R^{m×γm} (eq. S.17).
-
-    ``out_act: false`` drops the outer σ, giving the Mixer's MLP form x + (M2⊙W2) σ((M1⊙W1) LN(x))
-    (App. C.1: the SW-MLP of Fig. 2 replaces the Mixer's I_C⊗W1, I_C⊗W2, W3ᵀ⊗I_S, W4ᵀ⊗I_S by M ⊙ A).
-    """
+    """x ↦ x + σ((M2 ⊙ W2) σ((M1 ⊙ W1) LN(x))), W1 ∈ R^{γm×m} (eq. S.17); ``out_act: false`` drops the outer
+    σ: the Mixer's MLP form, which Fig. 2's SW-MLP has (App. C.1)."""
 
     def __init__(
         self,
@@ -125,9 +100,6 @@ def resolve_width_density(
         "channels/width, density and omega over-determine the SW-MLP (Ω = γ·p·m²)",
         "give two of them: e.g. width and omega, or omega and density",
     )
-    check_positive(channels=channels, width=width, omega=omega)
-    if density is not None:
-        require(0.0 < density <= 1.0, "density", f"must be in (0, 1], got {density}", "give e.g. 0.1 or 2**-6")
     if width is not None:
         m = int(width)
     elif channels is not None:
@@ -153,25 +125,17 @@ class SWMLP(nn.Module):
     """Static sparse-weight MLP classifier (Hayase & Karakida 2024, App. A.2.5).
 
     Args:
-        num_classes: classes.
-        image_size: image side H = W in pixels.
-        in_chans: image channels.
-        patch_size: P of the per-patch FC (S0 = (H/P)² patches of C0 = in_chans·P² values).
-        channels: C, the per-patch FC's output; the width is m = S0·C.
-        width: m instead of C (C = ⌈m/S0⌉, vec keeps the first m entries).
+        patch_size: P of the per-patch FC (S0 = (H/P)²).
+        channels: C, so m = S0·C; or ``width`` m (module docstring).
         num_blocks: L.
-        block: ``mlp`` (eq. S.17, hidden γm) or ``fc`` (eq. S.16, single sparse FC, γ = 1).
-        gamma: γ of the MLP blocks (default 2, the Fig. 4 / Table S.3 value; must stay 1 for ``fc``).
-        density: p, the probability of a mask entry being one.
-        omega: Ω, connections per layer (an integer or an expression such as ``2**19``):
-            p = Ω/(γm²), or with ``density`` alone the width m = √(Ω/(γp)).
+        block: ``mlp`` (eq. S.17, hidden γm) or ``fc`` (eq. S.16, γ = 1).
+        gamma: γ of the MLP blocks (default 2, Fig. 4 / Table S.3).
+        density: p, the probability of a mask entry being one; or ``omega`` Ω (``2**19``): p = Ω/(γm²).
         impl: ``sparse`` (CSR, memory ∝ connections) or ``dense`` (the paper's masked dense weights).
-        init: ``masked`` (M ∈ {0,1}, W ~ N(0, 1/(pm))) or ``spectral`` (M ∈ {0, 1/√p}, A ~ N(0, 1/m),
-            Sec. 4.3); both give the same initial M ⊙ W (`mixer_lightning.models.sparse`).
-        out_act: the outer σ of an MLP block (eq. S.17); false gives the Mixer MLP form (App. C.1).
-        bias: biases in the sparse layers (the paper's equations omit them, its Mixers have them).
-        norm_eps: LayerNorm ε (the paper: 1e-5).
-        act: σ, ``gelu`` (the paper) or ``gelu_tanh``.
+        init: ``masked`` or ``spectral`` (Sec. 4.3), the same initial M ⊙ W (`models.sparse`).
+        out_act: the outer σ of an MLP block (eq. S.17); false: the Mixer's MLP form (App. C.1).
+        bias: biases in the sparse layers (the equations omit them, the paper's Mixers have them).
+        norm_eps: LayerNorm ε (the paper: 1e-5). act: σ, ``gelu`` (the paper) or ``gelu_tanh``.
     """
 
     def __init__(
@@ -179,24 +143,22 @@ class SWMLP(nn.Module):
         num_classes: int = 10,
         image_size: int = 32,
         in_chans: int = 3,
-        patch_size: int = 4,
-        channels: int | None = None,
-        width: int | None = None,
-        num_blocks: int = 3,
+        patch_size: PositiveInt = 4,
+        channels: PositiveInt | None = None,
+        width: PositiveInt | None = None,
+        num_blocks: PositiveInt = 3,
         block: BlockKind = "mlp",
-        gamma: float | None = None,
-        density: float | None = None,
-        omega: float | str | None = None,
+        gamma: PositiveFloat | None = None,
+        density: Fraction | None = None,
+        omega: int | str | None = None,
         impl: SparseImpl = "sparse",
         init: SparseInit = "masked",
         out_act: bool = True,
         bias: bool = True,
-        norm_eps: float = 1e-5,
+        norm_eps: PositiveFloat = 1e-5,
         act: Activation = "gelu",
     ):
         super().__init__()
-        if block not in ("fc", "mlp"):
-            raise ConfigError("block", f"unknown block {block!r}", "choose 'mlp' (eq. S.17) or 'fc' (eq. S.16)")
         if block == "fc":
             require(
                 gamma in (None, 1),
@@ -206,13 +168,7 @@ class SWMLP(nn.Module):
             )
             gamma = 1.0
         gamma = 2.0 if gamma is None else float(gamma)
-        check_positive(num_classes=num_classes, num_blocks=num_blocks, gamma=gamma, norm_eps=norm_eps)
-        if impl not in ("dense", "sparse"):
-            raise ConfigError("impl", f"unknown implementation {impl!r}", "choose 'dense' or 'sparse'")
-        if init not in ("masked", "spectral"):
-            raise ConfigError("init", f"unknown initialisation {init!r}", "choose 'masked' or 'spectral'")
         omega_value = None if omega is None else float(parse_int_expression(omega, "omega"))
-        check_positive(image_size=image_size, patch_size=patch_size, in_chans=in_chans)
         require(
             image_size % patch_size == 0,
             "patch_size",
@@ -253,8 +209,7 @@ class SWMLP(nn.Module):
         return self.head
 
     def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
-        """A new head for `num_classes` (0: none, the pooled features come out), zero-initialised as
-        fine-tuning starts it (Tolstikhin Sec. 3.1); timm's signature: the pooling is always the average."""
+        """timm's API: a new zero head for `num_classes` (0: none), as fine-tuning starts (Tolstikhin Sec. 3.1)."""
         self.head = new_head(self.width, num_classes, global_pool)
         self.num_classes = num_classes
 

@@ -1,10 +1,6 @@
 """`ClassifierModule`: image classification with any network (lightning-hydra-template's ``net``): loss,
-metrics, optimiser and schedule are written once here, the network is given.
-
-Metrics are torchmetrics objects per stage: ``train/loss``, ``train/acc1``, ``val/loss``, ``val/acc1``,
-``val/acc5``, ``test/loss``, ``test/acc1``, ``test/acc5``. The optimiser and the schedule are called in
-`configure_optimizers`, after a strategy such as FSDP has wrapped the model.
-"""
+metrics (``train/loss``, ``train/acc1``, ``val/loss``, ``val/acc1``, ``val/acc5``, ``test/...``), optimiser
+and schedule (called in `configure_optimizers`, after a strategy such as FSDP wrapped the model)."""
 
 from __future__ import annotations
 
@@ -16,31 +12,28 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from jsonargparse.typing import PositiveInt, restricted_number_type
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from torch import nn
 from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from mixer_lightning.data.sampling import rng_states, set_rng_states
-from mixer_lightning.errors import ConfigError, TrainingError, field_prefix
+from mixer_lightning.errors import TrainingError, require
+from mixer_lightning.models.layers import Fraction, Rate
 from mixer_lightning.models.registry import DATA_FACTS, class_path
 from mixer_lightning.optim import WarmupDecayLR, layer_decay_groups, param_groups
-from mixer_lightning.tasks.initialise import build_initialised, implied_arguments, network_class
-from mixer_lightning.weights import read_weights
+from mixer_lightning.tasks.initialise import build_network, network_class
 
 # Module state that is not the network: the training metrics' accumulators (filled in when absent).
 NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")
-Smoothing = restricted_number_type(None, float, [(">=", 0.0), ("<", 1.0)])  # [0, 1)
-LayerDecay = restricted_number_type(None, float, [(">", 0.0), ("<=", 1.0)])  # (0, 1]
 
 
 def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollection:
-    metrics = {"acc1": MulticlassAccuracy(num_classes, top_k=1, average="micro")}
-    if top5:
-        metrics["acc5"] = MulticlassAccuracy(num_classes, top_k=min(5, num_classes), average="micro")
+    top_k = {"acc1": 1, **({"acc5": min(5, num_classes)} if top5 else {})}
+    metrics = {name: MulticlassAccuracy(num_classes, top_k=k, average="micro") for name, k in top_k.items()}
     return MetricCollection(metrics, prefix=f"{stage}/")
 
 
@@ -54,39 +47,27 @@ def spec(factory: Any) -> dict[str, Any] | None:
 
 
 def optimizer_argument(factory: Any, name: str) -> Any:
-    """The value the optimiser callable will use for `name` (``lr``, ``weight_decay``): the one it binds,
-    else the optimiser class's default; None when it has no such argument."""
-    keywords = getattr(factory, "keywords", None) or {}
-    if name in keywords:
-        return keywords[name]
+    """The value the optimiser callable uses for `name` (``lr``, ``weight_decay``): bound, else its class's default."""
     parameter = inspect.signature(network_class(factory) or factory).parameters.get(name)
-    return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
+    default = None if parameter is None or parameter.default is parameter.empty else parameter.default
+    return (getattr(factory, "keywords", None) or {}).get(name, default)
 
 
 class ClassifierModule(LightningModule):
     """Image classification with the network `net`.
 
     Args:
-        net: the network: a factory called as ``net(num_classes, image_size, in_chans)`` (from a config,
-            ``net: {class_path: mixer_lightning.models.SMixer, init_args: {...}}``), or, in Python, a built
-            ``nn.Module``.
-        num_classes: classes (linked from the data module by the CLI; in Python taken at `setup` from the
-            trainer's data module when None, where the network is then built).
-        image_size: image side in pixels (as num_classes).
-        in_chans: image channels (as num_classes).
+        net: called as ``net(num_classes, image_size, in_chans)`` (a config's ``net: {class_path, init_args}``),
+            or in Python a built ``nn.Module``.
+        num_classes, image_size, in_chans: the data's (linked by the CLI; in Python, else taken at `setup`).
         optimizer: called with the parameter groups (no weight decay on biases and norms); None: AdamW.
         lr_scheduler: called with the optimiser; `WarmupDecayLR` is told the training length.
-        scheduler_interval: step the schedule every optimiser ``step`` or every ``epoch``.
         label_smoothing: of the training cross-entropy.
-        layer_decay: layer-wise lr decay for fine-tuning (BEiT; timm's ``--layer-decay``): the head at the
-            optimiser's lr, each layer below at ``layer_decay`` times the one above (the network's
-            ``group_matcher``); ``WarmupDecayLR``'s ``warmup_start_lr`` and ``min_lr`` stay absolute.
-        init_from: initial weights: a checkpoint of this project, timm weights (``.pth``, ``.safetensors``,
-            ``timm:``/``hf-hub:`` names) or an official JAX ``.npz``; a head of another size starts at zero.
-            The network arguments the config leaves at their defaults take the file's values (but dropout
-            and stochastic depth); checkpoints record them and drop ``init_from``.
+        layer_decay: layer-wise lr decay for fine-tuning (timm's ``--layer-decay``, the net's ``group_matcher``).
+        init_from: a checkpoint, timm weights or an official JAX ``.npz`` (a head of another size starts at
+            zero); the network arguments left at their defaults take the file's (`tasks.initialise`).
         upscale: K: fine-tune at K× the image side of ``init_from``'s network (Mixer supplementary C).
-        compile: compile the network with torch.compile (`configure_model`).
+        compile: torch.compile the network (`configure_model`).
     """
 
     def __init__(
@@ -98,8 +79,8 @@ class ClassifierModule(LightningModule):
         optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = WarmupDecayLR,
         scheduler_interval: Literal["step", "epoch"] = "step",
-        label_smoothing: Smoothing = 0.0,
-        layer_decay: LayerDecay | None = None,
+        label_smoothing: Rate = 0.0,
+        layer_decay: Fraction | None = None,
         init_from: str | None = None,
         upscale: PositiveInt | None = None,
         compile: bool = False,
@@ -112,22 +93,16 @@ class ClassifierModule(LightningModule):
                 self.hparams[key] = spec(value)
                 if self.hparams[key] is None:
                     del self.hparams[key]
-        self.factory = net
-        self.num_classes, self.image_size, self.in_chans = num_classes, image_size, in_chans
+        self.factory, self.num_classes, self.image_size, self.in_chans = net, num_classes, image_size, in_chans
         self.optimizer_factory = optimizer or torch.optim.AdamW  # jsonargparse#460: the default chosen here
-        self.lr_scheduler_factory = lr_scheduler
-        self.scheduler_interval = scheduler_interval
-        self.label_smoothing = label_smoothing
-        self.layer_decay = layer_decay
-        self.init_from = init_from
-        self.upscale = upscale
-        self.compile_network = compile
+        self.lr_scheduler_factory, self.scheduler_interval = lr_scheduler, scheduler_interval
+        self.label_smoothing, self.layer_decay, self.compile_network = label_smoothing, layer_decay, compile
+        self.init_from, self.upscale = init_from, upscale
         self._lr: float | None = None  # a learning rate set through `lr` (Lightning's LR finder)
         self.train_loss = MeanMetric()
         self.train_loss.persistent(True)
         # Evaluation losses as metrics: summed over every process at the epoch's end, weighted by batch size.
-        self.val_loss = MeanMetric()
-        self.test_loss = MeanMetric()
+        self.val_loss, self.test_loss = MeanMetric(), MeanMetric()
         self._rng_states_to_restore: dict | None = None
         self._pending_losses: list[tuple[torch.Tensor, int, int]] = []  # (loss, step, epoch) not yet checked
         self._last_loss: tuple[torch.Tensor, int] | None = None  # (loss, batch size) of the step running
@@ -141,24 +116,8 @@ class ClassifierModule(LightningModule):
 
     def _build(self) -> None:
         """Build the network for the data's facts, initialised from ``init_from`` (`tasks.initialise`)."""
-        with field_prefix("model"):
-            weights = read_weights(self.init_from, "init_from") if self.init_from else None
-            implied, upscale = implied_arguments(self.factory, weights, repr(self.init_from)) if weights else ({}, None)
-            if implied:
-                rank_zero_info(
-                    f"model.net: {', '.join(f'{k}={v!r}' for k, v in implied.items())} from {self.init_from}"
-                )
-            upscale = self.upscale or upscale
-            self.upscale = None if upscale is None else int(upscale)  # a plain int for the checkpoints
-            if self.upscale not in (None, 1) and weights is None:
-                rank_zero_warn(
-                    f"model.upscale: {self.upscale} without model.init_from: the upscaled network starts from a "
-                    "random initialisation (as it should when a checkpoint (--ckpt_path) supplies its weights)"
-                )
-            facts = (self.num_classes, self.image_size, self.in_chans)
-            self.net, messages = build_initialised(self.factory, facts, weights, self.upscale, implied)
-            for message in messages:
-                rank_zero_info(f"model.{message}")
+        facts = (self.num_classes, self.image_size, self.in_chans)
+        self.net, implied, self.upscale = build_network(self.factory, facts, self.init_from, self.upscale)
         net = self.hparams.get("net")
         if isinstance(net, dict):  # S solved from Ω, and the file's arguments: what was trained is on record
             init_args = {**(net.get("init_args") or {}), **implied}
@@ -173,19 +132,15 @@ class ClassifierModule(LightningModule):
         self.test_metrics = accuracy_metrics(self.num_classes, "test", top5=True)
 
     def setup(self, stage: str) -> None:
-        """Build a network whose data facts were not given from the trainer's data module (Lightning
-        calls this before it moves the module to its device or restores a checkpoint)."""
-        if "net" in self._modules:
+        """Build a network whose data facts were not given, from the trainer's data module (Lightning calls
+        this before it moves the module to its device or restores a checkpoint)."""
+        if hasattr(self, "net"):
             return
         datamodule = self.trainer.datamodule
         taken = {fact: getattr(self, fact) or getattr(datamodule, fact, None) for fact in DATA_FACTS}
-        absent = [fact for fact, value in taken.items() if value is None]
-        if absent:
-            raise ConfigError(
-                "model",
-                f"{', '.join(absent)} not given and the data module ({type(datamodule).__name__}) has none",
-                "give them to ClassifierModule, or fit with a data module that has them (ImageDataModule)",
-            )
+        absent = ", ".join(fact for fact, value in taken.items() if value is None)
+        problem = f"{absent} not given and the data module ({type(datamodule).__name__}) has none"
+        require(not absent, "model", problem, "give them, or fit with a data module that has them (ImageDataModule)")
         self.num_classes, self.image_size, self.in_chans = (taken[fact] for fact in DATA_FACTS)
         self.record(taken)  # checkpoints rebuild the same network
         self._build()
@@ -195,7 +150,7 @@ class ClassifierModule(LightningModule):
         S, C, m = S·C, Ω = γ(C²S + CS²)/2 (eq. 14), p = Ω/(γm²); an SW-MLP's m, Ω = γpm², p; else none."""
         from mixer_lightning.width import density, omega
 
-        net = self._modules.get("net")
+        net = getattr(self, "net", None)
         if isinstance(getattr(net, "tokens", None), int) and isinstance(getattr(net, "channels", None), int):
             tokens, channels, gamma = int(net.tokens), int(net.channels), getattr(net, "gamma", 1.0)
             m, o, p = tokens * channels, omega(tokens, channels, gamma), density(tokens, channels, gamma)
@@ -224,9 +179,8 @@ class ClassifierModule(LightningModule):
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """``train/loss`` is logged at the steps the loggers write (every ``log_every_n_steps`` optimiser
-        steps, an epoch's last batch, fast_dev_run): the same figures as logging every step, without
-        paying `self.log` and a host sync at every step. A loss is checked (`check_finite`) before."""
+        """``train/loss`` is logged (after `check_finite`) only at the steps the loggers write: the same figures,
+        without `self.log` and a host sync at every step."""
         trainer, every = self.trainer, self.trainer.log_every_n_steps
         logs = (
             bool(trainer.fast_dev_run)
@@ -253,11 +207,11 @@ class ClassifierModule(LightningModule):
         self.check_finite()
 
     def check_finite(self) -> None:
-        """Stop a diverged run before a checkpoint or a figure of it is written: the losses since the last
-        check, on the host together (one sync), every ``log_every_n_steps`` steps, before every checkpoint,
-        validation and epoch end. Under DDP every process learns that one diverged."""
+        """Stop a diverged run before a checkpoint or a figure of it is written: the losses since the last check,
+        in one host sync (every ``log_every_n_steps`` steps, before checkpoints, validation, epoch ends); under
+        DDP every process learns that one diverged."""
         pending, self._pending_losses = self._pending_losses, []
-        if not pending or self._trainer is None:
+        if not pending:  # (losses are only pending inside a trainer's fit)
             return
         losses = torch.stack([loss.float() for loss, _, _ in pending])
         bad = ~torch.isfinite(losses)
@@ -302,12 +256,8 @@ class ClassifierModule(LightningModule):
             if not isinstance(config.scheduler, WarmupDecayLR):
                 continue
             total = self.trainer.estimated_stepping_batches
-            if not math.isfinite(total):
-                raise ConfigError(
-                    "trainer.max_epochs",
-                    "a decaying learning-rate schedule needs a finite training length",
-                    "set trainer.max_epochs or trainer.max_steps",
-                )
+            fix = "set trainer.max_epochs or trainer.max_steps"
+            require(math.isfinite(total), "trainer.max_epochs", "a decaying schedule needs a finite length", fix)
             batches = self.trainer.num_training_batches
             per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
             config.scheduler.set_training_length(int(total), max(1, int(per_epoch)))
@@ -351,12 +301,13 @@ class ClassifierModule(LightningModule):
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Used from the next `configure_optimizers`; with an optimiser already made (the finder as a
-        callback), also the schedules' peaks (``base_lrs``, ``initial_lr``), which `WarmupDecayLR` steps from."""
+        """Used from the next `configure_optimizers`, and made the schedules' peaks (``base_lrs``, ``initial_lr``)."""
         self._lr = float(value)
-        if self._trainer is None:
+        try:
+            configs = self.trainer.lr_scheduler_configs
+        except RuntimeError:  # not attached to a trainer (yet)
             return
-        for config in self.trainer.lr_scheduler_configs:
+        for config in configs:
             if hasattr(config.scheduler, "base_lrs"):
                 groups = config.scheduler.optimizer.param_groups
                 config.scheduler.base_lrs = [self._lr * group.get("lr_scale", 1.0) for group in groups]

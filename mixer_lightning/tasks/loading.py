@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from mixer_lightning.errors import ConfigError
+from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.trust import load_torch_file
 from mixer_lightning.tasks.classifier import NON_NETWORK_PREFIXES, ClassifierModule
@@ -21,38 +21,28 @@ def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any
     """The checkpoint dict at `path`, its ``hyper_parameters`` upgraded (`upgrade_hparams`), or a
     `ConfigError` saying what is wrong with the file (not a checkpoint, untrusted names, NaN weights)."""
     checkpoint = load_torch_file(path, field, "give the path of a checkpoint written by `mixer fit` or `mixer convert`")
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        raise ConfigError(
-            field,
-            f"{str(path)!r} is a bare weights file, not a mixer checkpoint",
-            "turn it into one with `mixer convert --from FILE --model NAME --out model.ckpt`",
-        )
+    fix = "turn it into one with `mixer convert --from FILE --model NAME --out model.ckpt`"
+    require(isinstance(checkpoint, dict) and "state_dict" in checkpoint, field, f"{str(path)!r} is no checkpoint", fix)
     checkpoint["hyper_parameters"] = upgrade_hparams(checkpoint.get("hyper_parameters") or {})
     check_finite(checkpoint["state_dict"], path, field)
     return checkpoint
 
 
 def check_finite(state_dict: Any, path: str | Path, field: str) -> None:
-    """A `ConfigError` if a floating tensor of the network holds NaN or inf: testing, exporting or
-    resuming a diverged checkpoint would only give NaN figures."""
+    """A `ConfigError` if a tensor of the network holds NaN or inf (a diverged run's: NaN figures only)."""
     for name, tensor in state_dict.items() if isinstance(state_dict, dict) else ():
-        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point() or torch.isfinite(tensor).all():
             continue
-        if str(name).startswith(NON_NETWORK_PREFIXES) or bool(torch.isfinite(tensor).all()):
-            continue
-        nan = int(torch.isnan(tensor).sum())
-        raise ConfigError(
-            field,
-            f"{str(path)!r} holds non-finite weights ({name}: {nan:,} NaN, {int(torch.isinf(tensor).sum()):,} inf)",
-            "use a checkpoint from before the run diverged, e.g. its best.ckpt or an earlier top-k file",
-        )
+        if not str(name).startswith(NON_NETWORK_PREFIXES):
+            nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+            problem = f"{str(path)!r} holds non-finite weights ({name}: {nan:,} NaN, {inf:,} inf)"
+            raise ConfigError(field, problem, "use a checkpoint from before the run diverged, e.g. its best.ckpt")
 
 
 def describe_mismatch(
     model: torch.nn.Module, state_dict: dict[str, torch.Tensor], limit: int = 4, ignore: tuple[str, ...] = ()
 ) -> str | None:
-    """A one-line account of how `state_dict` fails to fit `model` (None if it fits); keys starting
-    with one of `ignore` are left out on both sides."""
+    """How `state_dict` fails to fit `model`, in one line (None if it fits), keys starting with `ignore` left out."""
     from mixer_lightning.models.sparse import SparseLinear
 
     own = {k: v for k, v in model.state_dict().items() if not k.startswith(ignore)}
@@ -82,20 +72,11 @@ def describe_mismatch(
 
 
 def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
-    """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model`."""
-    state = read_checkpoint(path, field)["state_dict"]
-    own = model.state_dict()
-    if "net.head.weight" in own and "net.head.weight" in state:
-        trained, wanted = state["net.head.weight"].shape[0], own["net.head.weight"].shape[0]
-        if trained != wanted and describe_mismatch(model, state, ignore=(*NON_NETWORK_PREFIXES, "net.head.")) is None:
-            raise ConfigError(
-                field,
-                f"{path!r} was trained for {trained} classes, the data has {wanted}",
-                "evaluate it on its own dataset, or fine-tune it here with model.init_from (a new head)",
-            )
-    problem = describe_mismatch(model, state, ignore=NON_NETWORK_PREFIXES)
-    if problem:
-        raise ConfigError(field, f"{path!r} does not fit the configured model ({problem})", "use its run's config.yaml")
+    """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model` (a head for
+    other classes: fine-tune with model.init_from, which starts a new head)."""
+    problem = describe_mismatch(model, read_checkpoint(path, field)["state_dict"], ignore=NON_NETWORK_PREFIXES)
+    fix = "use its run's config.yaml, or for other classes fine-tune it with model.init_from (a new head)"
+    require(problem is None, field, f"{path!r} does not fit the configured model ({problem})", fix)
 
 
 def load_classifier(path: str | Path, field: str = "ckpt_path") -> ClassifierModule:
@@ -110,7 +91,6 @@ def load_classifier(path: str | Path, field: str = "ckpt_path") -> ClassifierMod
     module = ClassifierModule(functools.partial(cls, **(spec.get("init_args") or {})), **hparams)
     module.on_load_checkpoint(checkpoint)  # what Lightning's loading does first (fills absent metric states)
     problem = describe_mismatch(module, checkpoint["state_dict"])
-    if problem:
-        raise ConfigError(field, f"{str(path)!r} does not fit its {cls.__name__} ({problem})", "check the file")
+    require(problem is None, field, f"{str(path)!r} does not fit its {cls.__name__} ({problem})", "check the file")
     module.load_state_dict(checkpoint["state_dict"])
     return module.eval()
