@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +32,7 @@ import numpy as np
 
 from mixer_lightning.data.shards import MANIFEST
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.safety.atomic import atomic_write, remove_orphans, write_text
+from mixer_lightning.safety.atomic import atomic_write, remove_orphans, sha256_file, write_text
 
 PACK_VERSION = 1
 # Our split names → the hub's in shard names.
@@ -92,18 +91,13 @@ def folder_source(root: Path) -> tuple[list[str], list[SplitPlan]]:
     if folders["train"] is None:
         folders = {"train": root, "val": None, "test": None}
     classes = sorted(entry.name for entry in os.scandir(folders["train"]) if entry.is_dir())
-    require(len(classes) >= 1, "source", f"{str(folders['train'])!r} holds no class folders", "give an image folder")
     plans = []
     for split, folder in folders.items():
         if folder is None:
             continue
         found = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
-        require(
-            found == classes,
-            "source",
-            f"the class folders of {str(folder)!r} differ from those of {str(folders['train'])!r}",
-            "every split needs the same class folders",
-        )
+        problem = f"the class folders of {str(folder)!r} differ from those of {str(folders['train'])!r}"
+        require(found == classes, "source", problem)  # labels are positions in the sorted class folders
         files, labels = [], []
         for label, name in enumerate(classes):
             listed = image_files(folder / name, IMG_EXTENSIONS)
@@ -127,8 +121,7 @@ def hf_source(root: str, image_column: str | None, label_column: str | None) -> 
     from mixer_lightning.data.sources.huggingface import HuggingFace
 
     source = HuggingFace(root, download=True, image_column=image_column, label_column=label_column)
-    feature = source.splits[source.split_names["train"]].features[source.label_column]
-    classes = list(getattr(feature, "names", None) or [str(i) for i in range(source.info.num_classes)])
+    classes = source.classes or [str(i) for i in range(source.info.num_classes)]
     plans = []
     roles = [("train", source.split_names["train"]), ("val", source.split_names["val"])]
     if source.split_names["test"] not in (source.split_names["val"], None):
@@ -159,43 +152,8 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-class Progress:
-    """A bar in a terminal (tqdm), a plain line per shard in a log."""
-
-    def __init__(self, total: int, split: str, shards: int, log: Callable[[str], None] = _say):
-        self.total, self.split, self.shards, self.start, self.done = total, split, shards, time.perf_counter(), 0
-        self.bar, self.log = None, log
-        if sys.stdout.isatty() and log is _say:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=f"pack {split}", unit="img", dynamic_ncols=True)
-
-    def update(self, images: int, shard: int, skipped: bool = False) -> None:
-        self.done += images
-        if self.bar is not None:
-            self.bar.update(images)
-            return
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else math.inf
-        what = "already packed" if skipped else f"{rate:,.0f} img/s, ETA {eta:,.0f} s"
-        self.log(f"pack   {self.split}: shard {shard + 1}/{self.shards}, {self.done:,}/{self.total:,} images ({what})")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _fingerprint(source: str, classes: list[str], plans: list[SplitPlan], settings: dict) -> str:
@@ -218,7 +176,6 @@ def pack(
 ) -> dict:
     """Pack `source` (an image folder, else a Hugging Face hub id or local dataset) into shards in `out`;
     returns the manifest (module docstring)."""
-    require(shard_size >= 1, "shard_size", f"must be >= 1, got {shard_size}")
     if Path(source).is_dir() and not any(Path(source).glob("data/*")) and not any(Path(source).glob("*.parquet")):
         classes, plans = folder_source(Path(source))
         kind = "folder"
@@ -297,43 +254,36 @@ def _pack_split(
         },
     )
     done = {shard["name"]: shard for shard in entry["shards"]}
-    progress = Progress(n, split_name, count, log)
-    try:
-        for j in range(count):
-            name = f"{prefix}-{split_name}-{j:0{width}d}.tar"
-            members = order[j * shard_size : (j + 1) * shard_size].tolist()
-            path = target / name
-            recorded = done.get(name)
-            if (
-                recorded
-                and path.is_file()
-                and path.stat().st_size == recorded["bytes"]
-                and sha256_file(path) == recorded["sha256"]
-            ):
-                progress.update(len(members), j, skipped=True)
-                continue
-            images = plan.read(members)
-            with (
-                atomic_write(path, "wb", field="out") as f,
-                tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar,
-            ):
-                for position, data in zip(members, images, strict=True):
-                    source_name = plan.names[position]
-                    data, extension = as_shard_image(data, repr(source_name))
-                    key = _key(position, source_name)
-                    label = plan.labels[position]
-                    _member(tar, f"{key}.{extension}", data)
-                    _member(tar, f"{key}.cls", str(label).encode())
-                    sidecar = {"filename": source_name, "label": label, "class_name": classes[label]}
-                    _member(tar, f"{key}.json", json.dumps(sidecar).encode())
-            record = {"name": name, "samples": len(members), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-            entry["shards"] = [s for s in entry["shards"] if s["name"] != name] + [record]
-            entry["shards"].sort(key=lambda s: s["name"])
-            entry["bytes"] = sum(s["bytes"] for s in entry["shards"])
-            write_text(manifest_path, json.dumps(manifest, indent=1) + "\n", field="out")
-            progress.update(len(members), j)
-    finally:
-        progress.close()
+    start, packed = time.perf_counter(), 0
+    for j in range(count):
+        name = f"{prefix}-{split_name}-{j:0{width}d}.tar"
+        members = order[j * shard_size : (j + 1) * shard_size].tolist()
+        path = target / name
+        recorded = done.get(name)
+        whole = recorded and path.is_file() and path.stat().st_size == recorded["bytes"]
+        if whole and sha256_file(path) == recorded["sha256"]:
+            log(f"pack   {split_name}: shard {j + 1}/{count} already packed")
+            continue
+        with (
+            atomic_write(path, "wb", field="out") as f,
+            tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for position, data in zip(members, plan.read(members), strict=True):
+                source_name = plan.names[position]
+                data, extension = as_shard_image(data, repr(source_name))
+                key = _key(position, source_name)
+                label = plan.labels[position]
+                _member(tar, f"{key}.{extension}", data)
+                _member(tar, f"{key}.cls", str(label).encode())
+                sidecar = {"filename": source_name, "label": label, "class_name": classes[label]}
+                _member(tar, f"{key}.json", json.dumps(sidecar).encode())
+        record = {"name": name, "samples": len(members), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        entry["shards"] = sorted([s for s in entry["shards"] if s["name"] != name] + [record], key=lambda s: s["name"])
+        entry["bytes"] = sum(s["bytes"] for s in entry["shards"])
+        write_text(manifest_path, json.dumps(manifest, indent=1) + "\n", field="out")
+        packed += len(members)
+        rate = packed / max(time.perf_counter() - start, 1e-9)
+        log(f"pack   {split_name}: shard {j + 1}/{count} ({rate:,.0f} img/s)")
 
 
 def verify(folder: Path, log: Callable[[str], None] = _say) -> int:

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from mixer_lightning.data.sampling import ResumableDataLoader, mix, resume_point
+from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import require
 
 
@@ -103,15 +104,9 @@ def shard_loader(datamodule: Any, dataset: Dataset, seed: int, common: dict[str,
     shard_of = base.index.shard[positions]
     trainer = datamodule.trainer
     world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-    batch_size = datamodule.batch_size
-    window = int(datamodule.hparams.get("shuffle_window", 8))
+    batch_size, window = datamodule.batch_size, datamodule.shuffle_window
     steps = len(dataset) // (batch_size * world)
-    require(
-        steps > 0,
-        "data.batch_size",
-        f"{len(dataset):,} training images make no full batch of {batch_size} on each of {world} processes",
-        "lower data.batch_size or use more shards",
-    )
+    require(steps > 0, "data.batch_size", f"{len(dataset):,} training images make no batch of {batch_size} × {world}")
     resume = None
     if trainer is not None and trainer.fit_loop.restarting:  # resuming: go on where the checkpoint was taken
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
@@ -119,13 +114,11 @@ def shard_loader(datamodule: Any, dataset: Dataset, seed: int, common: dict[str,
             trainer.current_epoch, done, steps * batch_size, batch_size, True, trainer.limit_train_batches
         )
     sampler = ShardOrder(dataset, shard_of, batch_size, seed, window, world, rank, resume)
-    if rank == 0 and not getattr(datamodule, "_shard_line_printed", False):
-        datamodule._shard_line_printed = True
-        shards = len(np.unique(shard_of))
-        print(
-            f"data   wds: {len(dataset):,} training images in {shards:,} shards, shuffled in windows of {window} "
-            f"shards; {world} × {batch_size} images a step; a stopped run resumes at its exact batch",
-            flush=True,
+    if rank == 0 and not getattr(datamodule, "_shard_line_said", False):
+        datamodule._shard_line_said = True
+        say(
+            f"data   wds: {len(dataset):,} training images in {len(np.unique(shard_of)):,} shards, shuffled in "
+            f"windows of {window} shards; {world} × {batch_size} images a step; a stopped run resumes at its exact batch"
         )
     generator = torch.Generator().manual_seed(seed)  # the workers' base seed never draws from the global RNG
     return ResumableDataLoader(
