@@ -103,7 +103,13 @@ def test_the_hf_overlay_offline_fails_at_once(
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HOME", str(Path.cwd() / "empty_hf_home"))
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", Path.cwd() / "empty_hf_home" / "datasets")
-    args = ["fit", "--config", str(CONFIGS / "cifar10_fig5_s_mixer.yaml"), "--config", str(CONFIGS / "data" / "cifar10_hf.yaml")]
+    args = [
+        "fit",
+        "--config",
+        str(CONFIGS / "cifar10_fig5_s_mixer.yaml"),
+        "--config",
+        str(CONFIGS / "data" / "cifar10_hf.yaml"),
+    ]
     assert error_field(capsys, [*args, "--trainer.fast_dev_run", "true"]) == "data.root"
 
 

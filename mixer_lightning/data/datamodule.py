@@ -185,7 +185,7 @@ class ImageDataModule(LightningDataModule):
     ):
         super().__init__()
         arguments = plain({name: value for name, value in locals().items() if name not in ("self", "__class__")})
-        options = dict(image_column=image_column, label_column=label_column, num_classes=num_classes)
+        options = dict(image_column=image_column, label_column=label_column, num_classes=arguments["num_classes"])
         self.source = get_source(dataset, root, download, streaming, cache_dir, **options)
         info = self.source.info
         self.dataset, self.val_split, self.split_seed, self.train_subset = dataset, val_split, split_seed, train_subset
@@ -203,15 +203,19 @@ class ImageDataModule(LightningDataModule):
                 len(values) == info.in_chans, f"data.{name}", f"has {len(values)} values for {info.in_chans} channels"
             )
         # Loading.
+        # (plain numbers: loaders and their state end up in checkpoints)
+        num_workers, batch_size, eval_batch_size = (
+            arguments[k] for k in ("num_workers", "batch_size", "eval_batch_size")
+        )
         self.batch_size, self._eval_batch_size = batch_size, eval_batch_size
         self.eval_batch_size = eval_batch_size or batch_size
-        self.num_workers_given, self.prefetch_factor = num_workers, prefetch_factor
+        self.num_workers_given, self.prefetch_factor = num_workers, arguments["prefetch_factor"]
         self.num_workers = (
             num_workers if num_workers is not None else 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
         )
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers
-        self.shuffle_window, self.shuffle_buffer = shuffle_window, shuffle_buffer
+        self.shuffle_window, self.shuffle_buffer = arguments["shuffle_window"], arguments["shuffle_buffer"]
         # Augmentation of the training images, evaluation, and the input permutation of every image.
         self.augmentation = Augmentation.for_dataset(
             info.natural,
@@ -379,7 +383,7 @@ class ImageDataModule(LightningDataModule):
         `DistributedSampler` would repeat images until every process has as many, and count them twice in
         the metrics (torchmetrics states summed at the epoch's end take uneven shards)."""
         trainer = self.trainer
-        if trainer is None or trainer.world_size <= 1:
+        if getattr(trainer, "world_size", 1) <= 1:
             return None
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
