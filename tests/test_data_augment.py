@@ -65,7 +65,7 @@ def test_timm_posterize_at_zero_bits_is_the_trap_we_fix() -> None:
 
 
 def policy_transform(policy: str, channels: int):
-    augmentation = Augmentation(crop="random_crop", auto_augment=policy, random_erasing=0.25)
+    augmentation = Augmentation(train_crop="random_crop", auto_augment=policy, random_erasing=0.25)
     return train_transform(32, 32, augmentation, mean=(0.5,) * channels, std=(0.25,) * channels)
 
 
@@ -132,12 +132,12 @@ def test_training_crops() -> None:
     normalisation = dict(mean=(0.5,) * 3, std=(0.5,) * 3)
     stl = images(1, size=96)[0]
     for crop in ("random_crop", "random_resized_crop", "resize"):
-        augmentation = Augmentation(crop=crop, interpolation="bicubic")
+        augmentation = Augmentation(train_crop=crop, interpolation="bicubic")
         assert train_transform(32, 96, augmentation, **normalisation)(stl).shape == (3, 32, 32)
     # random_crop at the native size is pad-4 + crop: the image shifted by at most 4 pixels.
     image = images(1)[0]
     torch.manual_seed(0)
-    no_flip = Augmentation(crop="random_crop", hflip=0.0, interpolation="bicubic")
+    no_flip = Augmentation(train_crop="random_crop", hflip=0.0, interpolation="bicubic")
     x = train_transform(32, 32, no_flip, **normalisation)(image)
     reference = TF.normalize(TF.to_tensor(image), (0.5,) * 3, (0.5,) * 3)
     padded = torch.nn.functional.pad(reference, (4, 4, 4, 4), value=-1.0)  # zero pixels, normalised

@@ -1,15 +1,11 @@
-"""The decoded-tensor cache of the tensor path: each split decoded once, through the prefix of its
-`BatchedPlan`, into an (N, C, H, W) uint8 tensor (`decode`), and kept on disk (`load_or_decode`) keyed
-by the files the readers read (real paths, sizes, modification and change times, inodes) or a hub
-dataset's Arrow files, the prefix and `LOADER_VERSION` (`cache_key`): a changed source or prefix
-decodes again. Where the cache lies is no part of the key.
+"""The decoded-tensor cache of the tensor path: each split decoded once into an (N, C, H, W) uint8 tensor
+(`decode`), kept on disk keyed by what the readers read (real paths, sizes, times and inodes of the
+files, or a hub dataset's Arrow files), the transform's prefix and `LOADER_VERSION` (`cache_key`).
 
-A cache file is checked before use, since a run would train on whatever it holds: its SHA-256 of
-images and labels, its count, and its first and last images against the source's, decoded again; a
-mismatch decodes the split again and replaces the file (`Loaded.damaged` says why). Written whole
-(`safety.atomic.atomic_write`: a temporary renamed over the file, never changed in place, so a run
-that memory-maps it keeps its pages); a write that fails keeps the split in memory (`Loaded.unwritten`).
-"""
+A cache file is checked before use, since a run would train on whatever it holds (its SHA-256, count,
+and first and last images decoded again from the source): a mismatch decodes again and replaces it.
+Written whole (`safety.atomic.atomic_write`: renamed over the file, never changed in place, so a run that
+memory-maps it keeps its pages); a write that fails keeps the split in memory."""
 
 from __future__ import annotations
 
@@ -165,12 +161,10 @@ def checksum(images: torch.Tensor, labels: torch.Tensor) -> str:
 
 @dataclass
 class Loaded:
-    """A decoded split: `cached` is where it is on disk (None: in memory only), `damaged` why the file
-    found there was not used, `unwritten` why the split could not be written there."""
+    """A decoded split, why the cache file found was not used (`damaged`), why it was not written (`unwritten`)."""
 
     images: torch.Tensor
     labels: torch.Tensor
-    cached: Path | None
     damaged: str | None = None
     unwritten: str | None = None
 
@@ -218,7 +212,7 @@ def load_or_decode(base: Dataset, prefix: Sequence[Callable], path: Path | None)
     damaged = None
     if path is not None and path.is_file():
         try:
-            return Loaded(*_read(path, TransformedDataset(base, _to_array(prefix))), path)
+            return Loaded(*_read(path, TransformedDataset(base, _to_array(prefix))))
         except Damaged as problem:
             damaged = str(problem)
         except (ConfigError, NotDecodable):
@@ -227,7 +221,7 @@ def load_or_decode(base: Dataset, prefix: Sequence[Callable], path: Path | None)
             damaged = f"unreadable: {type(error).__name__}: {str(error).strip()[:120]}"
     images, labels = decode(base, prefix)
     unwritten = _write(path, images, labels) if path is not None else None
-    return Loaded(images, labels, None if unwritten or path is None else path, damaged, unwritten)
+    return Loaded(images, labels, damaged, unwritten)
 
 
 class DecodedSplit:

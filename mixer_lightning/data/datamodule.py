@@ -3,7 +3,7 @@
 It reads a named source (`sources`), carves a seeded validation split from train when the dataset has
 none, optionally keeps a seeded subset of the training images (`sampling`), applies timm's training
 augmentation or the evaluation pre-processing (`transforms`), the optional input permutation of the
-Mixer paper (Sec. 3.4), and mixup/cutmix on training batches (`mixup`). It knows ``num_classes``,
+Mixer paper (Sec. 3.4), and mixup/cutmix on training batches. It knows ``num_classes``,
 ``image_size`` and ``in_chans`` at construction, which the CLI links into the model. Two data paths
 give the same batches bit for bit (``data.pipeline``): the per-image PIL path (`pil_path`, in
 DataLoader workers) and the tensor path (`tensor_path`: each split decoded once, whole batches made on
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import fields
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import torch
@@ -22,7 +24,6 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from mixer_lightning.data.mixup import MixupMode, build_mixup
 from mixer_lightning.data.pil_path import TransformedDataset
 from mixer_lightning.data.sampling import (
     mix,
@@ -33,7 +34,7 @@ from mixer_lightning.data.sampling import (
     training_seed,
     worker_options,
 )
-from mixer_lightning.data.sources import DatasetInfo, get_source
+from mixer_lightning.data.sources import get_source
 from mixer_lightning.data.sources.base import say
 from mixer_lightning.data.tensor_path import (
     DecodedImages,
@@ -49,8 +50,10 @@ from mixer_lightning.data.transforms import (
     EvalCrop,
     InputPermutation,
     Interpolation,
+    MixupMode,
     PermutationMode,
     TrainCrop,
+    build_mixup,
     eval_transform,
     train_transform,
 )
@@ -184,93 +187,50 @@ class ImageDataModule(LightningDataModule):
         predict_root: str | list[str] | None = None,
     ):
         super().__init__()
-        arguments = plain({name: value for name, value in locals().items() if name not in ("self", "__class__")})
-        options = dict(image_column=image_column, label_column=label_column, num_classes=arguments["num_classes"])
+        a = SimpleNamespace(**plain({k: v for k, v in locals().items() if k not in ("self", "__class__")}))
+        options = dict(image_column=image_column, label_column=label_column, num_classes=a.num_classes)
         self.source = get_source(dataset, root, download, streaming, cache_dir, **options)
-        info = self.source.info
-        self.dataset, self.val_split, self.split_seed, self.train_subset = dataset, val_split, split_seed, train_subset
-        self._image_size = int(image_size or info.image_size)
+        # Facts linked into the model by the CLI (known without reading the data).
+        self.info = info = self.source.info
+        self.num_classes, self.in_chans = info.num_classes, info.in_chans
+        self.image_size = a.image_size or info.image_size
         # The resolved size and classes, as the model's linked hparams are (the logger merges both sets).
-        self.save_hyperparameters({**arguments, "image_size": self._image_size, "num_classes": info.num_classes})
+        self.save_hyperparameters({**vars(a), "image_size": self.image_size, "num_classes": info.num_classes})
         if image_size is None and not self.source.square:
             raise ConfigError("data.image_size", f"the images of {root!r} are not square", "set data.image_size")
-        self.mean = tuple(mean) if mean is not None else info.mean
-        self.std = tuple(std) if std is not None else info.std
+        self.dataset, self.val_split, self.split_seed, self.train_subset = dataset, val_split, split_seed, train_subset
+        self.mean, self.std = tuple(a.mean or info.mean), tuple(a.std or info.std)
         if (mean is None or std is None) and self.source.statistics_note:
             say(self.source.statistics_note)  # e.g. ImageNet's statistics on 32 px hub images
         for name, values in (("mean", self.mean), ("std", self.std)):  # else broadcast silently over the channels
-            require(
-                len(values) == info.in_chans, f"data.{name}", f"has {len(values)} values for {info.in_chans} channels"
-            )
-        # Loading.
-        # (plain numbers: loaders and their state end up in checkpoints)
-        num_workers, batch_size, eval_batch_size = (
-            arguments[k] for k in ("num_workers", "batch_size", "eval_batch_size")
-        )
-        self.batch_size, self._eval_batch_size = batch_size, eval_batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.num_workers_given, self.prefetch_factor = num_workers, arguments["prefetch_factor"]
-        self.num_workers = (
-            num_workers if num_workers is not None else 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
-        )
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+            require(len(values) == self.in_chans, f"data.{name}", f"has {len(values)} values, not {self.in_chans}")
+        # Loading (plain numbers: loaders and their state end up in checkpoints).
+        self.batch_size, self.eval_batch_size = a.batch_size, a.eval_batch_size or a.batch_size
+        self.num_workers_given, self.prefetch_factor = a.num_workers, a.prefetch_factor
         self.persistent_workers = persistent_workers
-        self.shuffle_window, self.shuffle_buffer = arguments["shuffle_window"], arguments["shuffle_buffer"]
+        self.shuffle_window, self.shuffle_buffer = a.shuffle_window, a.shuffle_buffer
+        default_workers = 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
+        self.num_workers = a.num_workers if num_workers is not None else default_workers
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         # Augmentation of the training images, evaluation, and the input permutation of every image.
-        self.augmentation = Augmentation.for_dataset(
-            info.natural,
-            info.small,
-            train_crop,
-            hflip,
-            crop_padding=crop_padding,
-            crop_scale=tuple(crop_scale),
-            auto_augment=auto_augment,
-            color_jitter=color_jitter,
-            interpolation=interpolation,
-            random_erasing=random_erasing,
-            random_erasing_mode=random_erasing_mode,
-            random_erasing_count=random_erasing_count,
-        )
+        settings = {field.name: getattr(a, field.name) for field in fields(Augmentation)}
+        self.augmentation = Augmentation.for_dataset(info.natural, info.small, **settings)
         if self.source.in_memory:
             self.augmentation.refuse_image_augmentation(dataset)
         self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
-        self.eval_crop_pct, self.interpolation, self.predict_root = eval_crop_pct, interpolation, predict_root
-        self.mixup_fn = build_mixup(info.num_classes, mixup, cutmix, mixup_prob, mixup_switch_prob, mixup_mode)
-        self.permutation = None
-        if input_permutation != "none":
-            self.permutation = InputPermutation(
-                input_permutation, self._image_size, permutation_patch_size, permutation_seed
-            )
+        self.eval_crop_pct, self.interpolation, self.predict_root = a.eval_crop_pct, interpolation, predict_root
+        self.mixup_fn = build_mixup(info.num_classes, a.mixup, a.cutmix, a.mixup_prob, a.mixup_switch_prob, mixup_mode)
+        permuted = (input_permutation, self.image_size, a.permutation_patch_size, permutation_seed)
+        self.permutation = InputPermutation(*permuted) if input_permutation != "none" else None
         self.train_set: Dataset | None = None
         self.val_set: Dataset | None = None
         self.test_set: Dataset | None = None
         # The tensor path's batched plans (None: the PIL path); the path taken is known once setup() has run.
         in_batches = self.source.sharded or self.source.streaming  # no whole split to decode into memory
-        plans = batched_plans(pipeline, self.source.in_memory, dataset, self._image_transform, in_batches)
-        self.plans = plans
-        self.tensor_path = (
-            None
-            if plans is None
-            else TensorPath(plans, pipeline == "tensor", dataset, root, cache_dir, tensor_limit_gb)
-        )
+        self.plans = plans = batched_plans(pipeline, self.source.in_memory, dataset, self._image_transform, in_batches)
+        forced = pipeline == "tensor"
+        self.tensor_path = plans and TensorPath(plans, forced, dataset, root, cache_dir, a.tensor_limit_gb)
         self.pipeline: str | None = None if plans is not None else "pil"
-
-    # Facts linked into the model by the CLI (known without reading the data).
-    @property
-    def info(self) -> DatasetInfo:
-        return self.source.info
-
-    @property
-    def num_classes(self) -> int:
-        return self.info.num_classes
-
-    @property
-    def image_size(self) -> int:
-        return self._image_size
-
-    @property
-    def in_chans(self) -> int:
-        return self.info.in_chans
 
     def _image_transform(self, train: bool) -> Callable:
         """The PIL → normalised tensor transform of training or evaluation images (no permutation)."""
@@ -339,7 +299,8 @@ class ImageDataModule(LightningDataModule):
         """The batch size of `dataset`'s evaluation loader: ``eval_batch_size``, which defaults to 4 ×
         ``batch_size`` on the tensor path (one gather per batch), else to ``batch_size``."""
         tensor = isinstance(dataset, (DecodedImages, KeyView))
-        return (self._eval_batch_size or 4 * self.batch_size) if tensor else self.eval_batch_size
+        given = self.hparams["eval_batch_size"]
+        return (given or 4 * self.batch_size) if tensor else self.eval_batch_size
 
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         assert dataset is not None, "setup() has not been called"

@@ -1,16 +1,11 @@
 """``mixer data pack``: an image folder or a Hugging Face dataset → WebDataset tar shards in the hub's
 layout (``NAME-train-0000.tar``, ``NAME-validation-0000.tar``; each sample ``KEY.jpg`` (or ``.png``,
-``.webp``: the image's own bytes, never re-encoded), ``KEY.cls`` (the class number) and ``KEY.json``
-(the original file name, label and class name)), read back by ``data.dataset: wds``.
-
-- **Deterministic.** The samples of a split are put in a seeded random order (training shards mix all
-  classes, as the hub's do) and cut into shards of ``shard_size``; tar headers carry no times or
-  owners, so the same source and settings give the same bytes.
-- **A manifest** (``manifest.json``): the classes, and per split the samples, bytes and counts per class,
-  and per shard its samples, bytes and SHA-256 (``mixer data check`` verifies them).
-- **Resumable.** Every shard is written atomically and recorded in the manifest once whole; the same
-  command run again after a stop skips the shards the manifest holds (their checksums verified) and
-  writes the rest. A folder written with other settings or from another source is refused.
+``.webp``: the image's own bytes), ``KEY.cls`` (its class) and ``KEY.json`` (file name, label, class
+name)), read back by ``data.dataset: wds``. Deterministic: a seeded order across shards, tar headers
+without times or owners. A manifest (``manifest.json``) records the classes, per split the counts per
+class, per shard its samples, bytes and SHA-256 (``mixer data check`` verifies them). Resumable: every
+shard is written atomically and recorded once whole; the same command after a stop keeps the shards
+whose checksums hold; a folder packed with other settings or from another source is refused.
 """
 
 from __future__ import annotations
@@ -40,25 +35,14 @@ SHARD_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 FOLDER_SPLITS = {"train": ("train",), "val": ("val", "validation"), "test": ("test",)}
 
 
-def sniff_extension(data: bytes) -> str | None:
-    """The webdataset extension of encoded image bytes (jpg, png, webp), or None for another format."""
-    if data[:3] == b"\xff\xd8\xff":
-        return "jpg"
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
-
-
 def as_shard_image(data: bytes, where: str) -> tuple[bytes, str]:
     """(bytes, extension) to store: JPEG, PNG and WebP as they are; any other image (BMP, TIFF, ...)
     re-encoded as PNG (lossless). Not an image: a one-line error naming it."""
     from PIL import Image
 
-    extension = sniff_extension(data)
     try:
         with Image.open(io.BytesIO(data)) as image:  # the header only: cheap, and catches what is no image
+            extension = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}.get(image.format)
             if extension is not None:
                 return data, extension
             out = io.BytesIO()
@@ -287,26 +271,14 @@ def _pack_split(
 
 
 def verify(folder: Path, log: Callable[[str], None] = _say) -> int:
-    """Check every shard the manifest in `folder` lists against its size and SHA-256; the number checked.
-    A mismatch is one line naming the shard."""
+    """Check every shard the manifest in `folder` lists against its size and SHA-256 (a missing, changed or
+    damaged shard: one line naming it); the number checked."""
     manifest_path = folder / MANIFEST
-    manifest = json.loads(manifest_path.read_text())
-    checked = 0
-    for split, entry in manifest.get("splits", {}).items():
-        for shard in entry["shards"]:
-            path = folder / shard["name"]
-            require(
-                path.is_file(),
-                "root",
-                f"{split} shard {str(path)!r} is listed in {MANIFEST} but missing",
-                "re-run mixer data pack",
-            )
-            if path.stat().st_size != shard["bytes"] or sha256_file(path) != shard["sha256"]:
-                raise ConfigError(
-                    "root",
-                    f"shard {str(path)!r} differs from its checksum in {MANIFEST} (changed or damaged)",
-                    "re-run mixer data pack (it rewrites the damaged shard), or restore the file",
-                )
-            checked += 1
-    log(f"check  {checked} shards match the sizes and SHA-256 checksums of {manifest_path}")
-    return checked
+    shards = [shard for entry in json.loads(manifest_path.read_text())["splits"].values() for shard in entry["shards"]]
+    for shard in shards:
+        path = folder / shard["name"]
+        whole = path.is_file() and path.stat().st_size == shard["bytes"] and sha256_file(path) == shard["sha256"]
+        fix = "re-run mixer data pack (it rewrites the shard), or restore the file"
+        require(whole, "root", f"shard {str(path)!r} is missing or differs from its checksum in {MANIFEST}", fix)
+    log(f"check  {len(shards)} shards match the sizes and SHA-256 checksums of {manifest_path}")
+    return len(shards)

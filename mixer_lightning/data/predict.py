@@ -1,12 +1,8 @@
-"""Prediction on image files (a folder, at any depth, or a list of files), without the training data.
-
-A checkpoint written by ``mixer fit`` carries the facts of its data (`data_facts`, under its ``data``
-key, written by `mixer_lightning.callbacks.DataFacts`): the classes and their names, the image size and
-channels, the normalisation, the evaluation crop (Mixer supplementary C) and the input permutation
-(Mixer Sec. 3.4). `PredictionData` is a data module made of those facts alone, so ``mixer predict
---ckpt_path best.ckpt --data.predict_root photos/`` needs no data config and no training data;
-`ImageDataModule` serves the same files through `files_loader` when a config gives a ``predict_root``.
-"""
+"""Prediction on image files (a folder, at any depth, or files), without the training data: a checkpoint
+carries the facts of its data (`data_facts`: classes and names, image size and channels, normalisation,
+evaluation crop, input permutation), of which `PredictionData` is made, so ``mixer predict --ckpt_path
+best.ckpt --data.predict_root photos/`` needs no data config; `ImageDataModule` serves the same files
+through `files_loader` when its config gives a ``predict_root``."""
 
 from __future__ import annotations
 
@@ -27,20 +23,9 @@ from mixer_lightning.errors import ConfigError, require
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # The facts a checkpoint carries about its data (the checkpoint's ``data`` entry), all plain values.
-FACT_KEYS = (
-    "dataset",
-    "num_classes",
-    "class_names",
-    "image_size",
-    "in_chans",
-    "mean",
-    "std",
-    "eval_crop",
-    "eval_crop_pct",
-    "interpolation",
-    "input_permutation",
-    "permutation_patch_size",
-    "permutation_seed",
+FACT_KEYS = tuple(
+    "dataset num_classes class_names image_size in_chans mean std eval_crop eval_crop_pct interpolation "
+    "input_permutation permutation_patch_size permutation_seed".split()
 )
 # First characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection"), and their
 # full-width forms, which some spreadsheets read as formulas too.
@@ -239,20 +224,11 @@ class PredictionData(LightningDataModule):
             "permutation_patch_size": int(permutation_patch_size),
             "permutation_seed": int(permutation_seed),
         }
+        # Linked into the model by the CLI, as ImageDataModule's.
+        self.num_classes, self.image_size, self.in_chans = (
+            self.facts[k] for k in ("num_classes", "image_size", "in_chans")
+        )
         self.predict_set: ImageFiles | None = None
-
-    # Linked into the model by the CLI, as ImageDataModule's.
-    @property
-    def num_classes(self) -> int:
-        return self.facts["num_classes"]
-
-    @property
-    def image_size(self) -> int:
-        return self.facts["image_size"]
-
-    @property
-    def in_chans(self) -> int:
-        return self.facts["in_chans"]
 
     def setup(self, stage: str | None = None) -> None:
         if self.predict_set is None:

@@ -1,15 +1,9 @@
 """A training order and augmentation randomness that depend on the seed alone, so that runs are
-bit-identical whatever the number of workers, and a run stopped mid-epoch resumes exactly.
-
-- `EpochRandomSampler`: the permutation of epoch e, drawn from its own generator seeded by (seed, e).
-- `KeyedBatchSampler`: batches of ``(sample_seed, index)`` keys, sample_seed = f(seed, epoch, index);
-  it can skip the first batches of an epoch (resuming mid-epoch, without reading their images).
-- `seeded`: an image's augmentation runs inside it, with Python's, NumPy's and torch's RNGs seeded by
-  the sample seed and restored afterwards: each augmented image is a function of (seed, epoch, index).
-- `training_loader`: the training loader, resumable from the trainer's own progress.
-- `worker_options`: how DataLoader workers start, and that they leave stopping to the run.
-- `split_train`, `train_subset`: the seeded validation split and training subset (``data.split_seed``,
-  kept apart from the training seed, so every run of an experiment validates on the same images).
+bit-identical whatever the number of workers, and a run stopped mid-epoch resumes exactly: each epoch's
+order is drawn from (seed, epoch), each image's augmentation runs under `seeded` (seed, epoch, index),
+and a resumed run's sampler skips the batches its epoch had trained on. Also: how DataLoader workers
+start (`worker_options`), and the seeded validation split and training subset (``data.split_seed``,
+kept apart from the training seed, so every run of an experiment validates on the same images).
 """
 
 from __future__ import annotations
@@ -67,10 +61,9 @@ class EpochRandomSampler(RandomSampler):
 
 
 class KeyedBatchSampler(BatchSampler):
-    """Batches of ``(sample_seed, index)`` keys of `sampler`'s order (its ``epoch``, which Lightning sets,
-    is the keys' epoch). `resume`: (epoch, batches) of a resumed run: its first pass is that epoch
-    without its first batches; an argument of ``__init__``, so that it survives Lightning's re-creation
-    of the batch sampler around a DistributedSampler."""
+    """Batches of ``(sample_seed, index)`` keys of `sampler`'s order (whose ``epoch`` Lightning sets).
+    `resume` (epoch, batches): the first pass is that epoch without its first batches; an argument of
+    ``__init__``, so that it survives Lightning's re-creation of the batch sampler under DDP."""
 
     def __init__(
         self, sampler: Sampler[int], batch_size: int, drop_last: bool, seed: int = 0, resume: tuple | None = None
@@ -118,8 +111,7 @@ def seeded(seed: int) -> Iterator[None]:
 
 
 def rng_states() -> dict:
-    """Python's, NumPy's and torch's RNG states in a form `torch.load(weights_only=True)` reads back
-    (tensors, numbers, tuples: no NumPy arrays), for checkpoints."""
+    """Python's, NumPy's and torch's RNG states, for checkpoints read with ``weights_only=True`` (no NumPy arrays)."""
     kind, keys, position, has_gauss, cached = np.random.get_state()
     states = {
         "python": random.getstate(),
@@ -142,8 +134,8 @@ def set_rng_states(states: dict) -> None:
 
 
 class ResumableDataLoader(DataLoader):
-    """The training loader. It resumes from the trainer's own progress (its sampler skips the batches
-    done), so it has no state to save; it declares ``state_dict`` so that Lightning knows it resumes."""
+    """A loader that resumes from the trainer's progress (its sampler skips the batches done): no state to
+    save, but ``state_dict`` declared, so that Lightning knows it resumes."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
@@ -153,10 +145,9 @@ class ResumableDataLoader(DataLoader):
 
 
 def leave_stops_to_the_run(worker_id: int) -> None:
-    """A DataLoader worker's `worker_init_fn`: it ignores the stop signals that reach it with its run
-    (`WORKER_IGNORES`). Else torch's worker dies of them, and the run fails with "DataLoader worker ...
-    exited unexpectedly" instead of stopping at a resumable point with last.ckpt. Workers still end
-    when their loader ends them (and `_kill_workers_at_exit`)."""
+    """A DataLoader worker's `worker_init_fn`: it ignores the stop signals that reach it with its run, which
+    would otherwise fail with "DataLoader worker ... exited unexpectedly" instead of stopping at a
+    resumable point with last.ckpt. Workers end when their loader ends them (or `_kill_workers_at_exit`)."""
     for signum in WORKER_IGNORES:
         signal.signal(signum, signal.SIG_IGN)
 
@@ -169,10 +160,8 @@ def fork_may_deadlock(version: tuple[int, ...] = tuple(sys.version_info[:3])) ->
 
 
 def worker_options(workers: int, trainer: Any) -> dict[str, Any]:
-    """The DataLoader options of a loader's `workers`: `leave_stops_to_the_run`, and spawn in a run of
-    several processes on a Python whose fork can deadlock: there the process group's threads (gloo's)
-    take the thread-list lock at moments of their own, and a rank whose worker hangs before its first
-    batch holds up every rank for good (docs/notes/cluster-data.md)."""
+    """The DataLoader options of `workers`: `leave_stops_to_the_run`, and spawn under DDP where a fork can
+    deadlock (gloo's threads take the thread-list lock at moments of their own: docs/notes/cluster-data.md)."""
     if workers <= 0:
         return {"worker_init_fn": None, "multiprocessing_context": None}
     spawn = getattr(trainer, "world_size", 1) > 1 and fork_may_deadlock()
@@ -181,10 +170,9 @@ def worker_options(workers: int, trainer: Any) -> dict[str, Any]:
 
 @atexit.register
 def _kill_workers_at_exit() -> None:
-    """SIGKILL the daemonic children still alive at exit (workers of a loader never shut down: a run that
-    failed mid-epoch). multiprocessing's own exit handler, which runs after this one, sends them SIGTERM
-    and waits: workers ignore SIGTERM (`leave_stops_to_the_run`), so it would wait forever. torch's
-    SIGCHLD handler, still installed for such a loader, would report each kill: it goes first."""
+    """SIGKILL the daemonic children still alive at exit (workers of a run that failed mid-epoch):
+    multiprocessing's exit handler, after this one, would SIGTERM them, which they ignore, and wait for
+    ever. torch's SIGCHLD handler would report each kill: it goes first."""
     children = [child for child in multiprocessing.active_children() if child.daemon]
     if children and hasattr(signal, "SIGCHLD") and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -198,8 +186,7 @@ def training_seed() -> int:
 
 
 def training_loader(dataset: Any, batch_size: int, drop_last: bool, trainer: Any, **options: Any) -> DataLoader:
-    """The training loader of `dataset`: batches of `KeyedBatchSampler` in the seeded order of
-    `EpochRandomSampler`; under a `trainer` that resumes, from where its checkpoint was taken."""
+    """The training loader of `dataset`, seeded, and under a `trainer` that resumes, from its checkpoint."""
     seed = training_seed()
     resume = None
     if trainer is not None and trainer.fit_loop.restarting:

@@ -1,22 +1,13 @@
 """The training order of sharded data (``data.dataset: wds``): shard-local shuffling, one order for
-every rank, resumable at any batch.
+every rank, resumable at any batch (docs/notes/cluster-data.md).
 
 An epoch's order is a function of (seed, epoch) only: the shards are permuted, cut into windows of
-``data.shuffle_window`` consecutive shards of that permutation, and the samples of each window are
-permuted (a window of 8 ImageNet shards holds ≈ 10,000 images, the size of timm's sample shuffle
-buffer). At any moment the ranks read the shards of one window, each shard at random offsets: a few
-files open per process on a shared file system, not a million.
-
-The order is split into global batches of ``batch_size × ranks`` samples; rank r takes the r-th
-``batch_size`` of each (the ranks' samples are disjoint and together cover the epoch, less the
-remainder of fewer than one global batch, a different one every epoch). The global batches do not
-depend on the number of DataLoader workers, nor, for a fixed global batch, on the number of ranks.
-A resumed run skips the batches its epoch had trained on without reading them. Each sample's
-augmentation is seeded by (seed, epoch, index), as `mixer_lightning.data.sampling.KeyedBatchSampler`
-does for the other sources, so the images are the same bit for bit.
-
-`ShardOrder` is a ``DistributedSampler`` so that Lightning leaves it in place under DDP (it replaces
-any other sampler by its own, which would split the order rank by rank and lose the locality).
+``data.shuffle_window`` shards, and the samples of each window permuted, so the ranks read a few files
+at a time on a shared file system. Global batches of ``batch_size × ranks`` samples follow that order;
+rank r takes the r-th ``batch_size`` of each (disjoint ranks, covering the epoch less a remainder), the
+same whatever the workers and, for a fixed global batch, the ranks. Each sample's augmentation is seeded
+by (seed, epoch, index), as `sampling.KeyedBatchSampler` does. `ShardOrder` is a ``DistributedSampler``
+so that Lightning leaves it in place under DDP (it would replace any other by its own).
 """
 
 from __future__ import annotations

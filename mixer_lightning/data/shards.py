@@ -1,19 +1,15 @@
-"""WebDataset tar shards found, scanned, checked and indexed for random access (``data.dataset: wds``,
-whose source is `mixer_lightning.data.sources.webdataset`; ``mixer data check``): the hub's ImageNet as
-it is distributed (``timm/imagenet-1k-wds``: ``imagenet1k-train-0000.tar …``, each sample a ``KEY.jpg``
-and a ``KEY.cls`` holding its class number), or what ``mixer data pack`` writes.
+"""WebDataset tar shards found, scanned, checked and indexed for random access (``data.dataset: wds``;
+``mixer data check``): the hub's ImageNet as distributed (``timm/imagenet-1k-wds``: each sample a
+``KEY.jpg`` and a ``KEY.cls`` holding its class number), or what ``mixer data pack`` writes.
 
-A tar shard is uncompressed, so every member lies at a byte offset that one scan of its headers finds
-(docs/notes/cluster-data.md). `index_split` scans each shard once (headers and the few bytes of each
-``.cls`` label), checks it (a truncated tar, a sample without an image or a label, a label out of
-range: one line naming the shard and the sample, so that a run never trains on a damaged or wrong
-shard) and caches the index beside the data (or in ``$MIXER_CACHE_DIR``), keyed by the shards' names,
-sizes and modification times.
+A tar shard is uncompressed, so every member lies at a byte offset that one scan of its headers finds.
+`index_split` scans each shard once, checks it (a truncated tar, a sample without an image or a label,
+a label out of range: one line naming the shard and the sample, so that no run trains on a damaged or
+wrong shard) and caches the index, keyed by the shards' names, sizes and modification times.
 
-Shards are found from ``data.root``: a folder (its ``*.tar`` files, each split by a word of its name:
-``train``; ``validation``, ``valid``, ``val``; ``test``), or a brace pattern
-(``/data/imagenet1k-train-{0000..0099}.tar``) or one ``.tar`` file: the training shards, the validation
-and test shards being those of the same folder named as above.
+``data.root`` is a folder (its ``*.tar`` files, each split by a word of its name: ``train``;
+``validation``, ``valid``, ``val``; ``test``), or a brace pattern (``imagenet1k-train-{0000..0099}.tar``)
+or one ``.tar`` file: the training shards, the other splits' being those of its folder.
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
-"""Hugging Face datasets streamed, never downloaded whole (``data.dataset: hf``, ``data.streaming: true``;
-the source: `mixer_lightning.data.sources.huggingface_stream`).
+"""Hugging Face datasets streamed, never downloaded whole (``data.dataset: hf``, ``data.streaming: true``).
+The library reads: its seeded shuffle (``data.shuffle_buffer``; ``set_epoch`` reshuffles),
+`split_dataset_by_node` across the ranks and its split of the files across workers. What this module
+adds (docs/notes/cluster-data.md):
 
-The library reads: ``datasets.load_dataset(root, streaming=True)``, its seeded shuffle (data files, then a
-buffer of ``data.shuffle_buffer`` examples; ``set_epoch`` reshuffles), `split_dataset_by_node` across
-the ranks and its split of the files across DataLoader workers. What this module adds
-(docs/notes/cluster-data.md):
-
-- **Batches in a known order.** Each worker decodes, augments and batches its own examples; its k-th
-  batch is global batch ``k × workers + worker``, the order in which the DataLoader hands them out.
-  `StreamLoader` yields them in that order and ends the epoch at the first missing batch (a worker whose
-  files ran dry) or after ``⌊examples / (batch × ranks)⌋`` batches; under DDP the ranks agree at every
-  batch, so none waits on a collective another never joins.
-- **Exact resume, by replay.** The order is a function of (seed, epoch, workers, ranks): a run resumed
-  mid-epoch replays the epoch's stream, reading past the batches already trained on without decoding
-  them, and goes on with the same batches, augmented with the same seeds. With another number of workers
-  or ranks the order differs (a warning says so). (Hugging Face's own ``state_dict`` needs torchdata's
-  StatefulDataLoader and loses the shuffle buffer's examples.)
+- **Batches in a known order.** A worker's k-th batch is global batch ``k × workers + worker``, the order
+  the DataLoader hands them out; `StreamLoader` ends the epoch at the first missing batch or after
+  ``⌊examples / (batch × ranks)⌋`` batches, and under DDP the ranks agree at every batch, so none waits
+  on a collective another never joins.
+- **Exact resume, by replay.** The order is a function of (seed, epoch, workers, ranks): a resumed run
+  replays the epoch's stream, reading past the batches already trained on without decoding them (with
+  other workers or ranks the order differs: a warning says so). Hugging Face's own ``state_dict`` needs
+  torchdata's StatefulDataLoader and loses the shuffle buffer.
 - **Labels checked as they stream**: a label outside 0..num_classes-1 is one line naming the example.
 """
 
@@ -28,10 +23,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from mixer_lightning.data.pil_path import UNREADABLE, to_mode
-from mixer_lightning.data.sampling import mix, seeded, training_seed, worker_options
+from mixer_lightning.data.sampling import ResumableDataLoader, mix, seeded, training_seed, worker_options
 from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import ConfigError, require
 
@@ -57,13 +52,8 @@ class StreamImages(IterableDataset):
         mode: str,
         num_classes: int,
     ):
-        self.stream, self.examples, self.split, self.root = stream, examples, split, root
-        self.image_column, self.label_column, self.mode, self.num_classes = (
-            image_column,
-            label_column,
-            mode,
-            num_classes,
-        )
+        self.stream, self.examples, self.split, self.root, self.mode = stream, examples, split, root, mode
+        self.image_column, self.label_column, self.num_classes = image_column, label_column, num_classes
         self.transform: Callable | None = None
         self.batch_size, self.train, self.seed, self.shuffle_buffer = 1, False, 0, 10_000
         self.rank, self.world, self.epoch, self.skip = 0, 1, 0, 0
@@ -163,8 +153,9 @@ class StreamImages(IterableDataset):
             yield self._batch(pending, k * workers + worker, worker, epoch)
 
 
-class StreamLoader(DataLoader):
-    """The DataLoader of a `StreamImages` (module docstring): (images, labels) in global batch order.
+class StreamLoader(ResumableDataLoader):
+    """The DataLoader of a `StreamImages` (module docstring): (images, labels) in global batch order; it
+    resumes from the trainer's progress (`skip`), so it has no state of its own.
 
     Args:
         epoch: returns the epoch about to be read (the trainer's).
@@ -177,14 +168,6 @@ class StreamLoader(DataLoader):
 
     def __len__(self) -> int:
         return self.dataset.batches
-
-    # Resumes from the trainer's progress (`skip`), so it has no state of its own: it declares the
-    # interface so that Lightning knows it is resumable (as `ResumableDataLoader`).
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        pass
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         data: StreamImages = self.dataset
@@ -261,21 +244,12 @@ def stream_loader(
 def setup_streams(datamodule: Any, stage: str | None) -> None:
     """`ImageDataModule.setup` for a streamed source: the splits as `StreamImages` (nothing is read yet)."""
     source = datamodule.source
-    require(
-        datamodule.train_subset is None,
-        "data.train_subset",
-        "a streamed dataset cannot keep a seeded subset of its images",
-        "drop data.train_subset, or use data.streaming: false",
-    )
+    require(datamodule.train_subset is None, "data.train_subset", "a stream keeps no subset", "remove it")
     datamodule.pipeline = "pil"
     if stage in (None, "fit", "validate") and datamodule.train_set is None:
         has_val = source.split_names["val"] is not None  # (also when it serves as the test split: ImageNet's)
-        require(
-            has_val or datamodule.val_split == 0,
-            "data.val_split",
-            f"{source.root!r} has no validation split, and a stream cannot hold out training images",
-            "set data.val_split: 0 (validate on the test split), or use data.streaming: false",
-        )
+        problem = f"{source.root!r} has no validation split, and a stream cannot hold out training images"
+        require(has_val or datamodule.val_split == 0, "data.val_split", problem, "set data.val_split: 0")
         datamodule.train_set = source.load("train")
         datamodule.val_set = source.load("val" if has_val else "test")
     if stage in (None, "test", "predict") and datamodule.test_set is None:

@@ -1,20 +1,10 @@
-"""The tensor data path: each split decoded once into a uint8 tensor, whole batches augmented on the
-training device. For CIFAR/STL-size data the per-image PIL pipeline costs a large share of a CPU's
-training step and would starve a GPU; here (docs/notes/tensor-data-path.md):
-
-1. `batched.batched_plan` reads the very transform the PIL path would run and splits it into a
-   deterministic prefix (resizes, centre crops: applied once, when decoding) and the random steps that
-   have a batched form (zero-padded ``RandomCrop``, ``RandomHorizontalFlip``), then the normalisation.
-   Any other step (RandAugment, colour jitter, random erasing, the random-resized crop, ...) keeps the
-   PIL path.
-2. `cache.load_or_decode` runs the prefix over a split once into an (N, C, H, W) uint8 tensor, cached
-   on disk and loaded memory-mapped.
-3. Loaders yield small key batches: base indices and, for training, each image's crop offsets and flip,
-   drawn exactly as the PIL path draws them (torch's generator seeded by the sample seed of
-   `sampling.KeyedBatchSampler`). The data module's ``on_after_batch_transfer`` turns them into images on
-   the device (`DecodedImages.materialize`), equal to the PIL path's batch bit for bit, so resuming,
-   worker counts and DDP shards behave exactly as there.
-"""
+"""The tensor data path (docs/notes/tensor-data-path.md): each split decoded once into a uint8 tensor
+(`cache`, through the deterministic prefix of the very transform the PIL path runs: `batched`), and
+whole batches cropped, flipped and normalised on the training device, where the per-image PIL path would
+starve a GPU on CIFAR-size data. Loaders yield small key batches (indices and each image's crop offsets
+and flip, drawn as the PIL path draws them from the sample seed); the data module's
+``on_after_batch_transfer`` makes them images on the device, equal to the PIL path's bit for bit, so
+resuming, worker counts and DDP shards behave exactly as there."""
 
 from __future__ import annotations
 
@@ -50,11 +40,9 @@ def warn(line: str) -> None:
 
 class DecodedImages(Dataset):
     """(image, label) pairs of a decoded split (optionally restricted to `indices`), augmented by a
-    `BatchedPlan` (training) and permuted (`InputPermutation`), like `pil_path.TransformedDataset`.
-
-    Keys are positions, or ``(sample_seed, position)`` pairs from `KeyedBatchSampler` (training). As a
-    dataset it answers normalised CPU tensors (what ``mixer cka`` / ``mixer fewshot`` read); its loaders
-    read `key_view` instead, whose batches `materialize` turns into images on the device."""
+    `BatchedPlan` and permuted, like `pil_path.TransformedDataset` (keys: positions, or (sample_seed,
+    position) pairs). Read directly it answers CPU tensors (``mixer cka`` / ``fewshot``); its loaders read
+    `key_view`, whose batches `materialize` turns into images on the device."""
 
     def __init__(
         self,
@@ -169,11 +157,9 @@ class TensorPath:
     """The tensor path of one data module: its two `BatchedPlan` (training, evaluation) and the splits
     decoded for them, shared between requests (``setup`` for fit, then for test)."""
 
-    def __init__(self, plans: tuple[BatchedPlan, BatchedPlan], forced: bool, dataset: str, root: str,
-                 cache_dir: str | None, limit_gb: float):  # fmt: skip
-        self.plans, self.forced, self.dataset, self.root = plans, forced, dataset, root
+    def __init__(self, plans: tuple, forced: bool, dataset: str, root: str, cache_dir: str | None, limit_gb: float):
+        self.plans, self.forced, self.dataset, self.root, self.limit_gb = plans, forced, dataset, root, limit_gb
         self.cache_dir = Path(cache_dir) if cache_dir else default_cache_dir(root)
-        self.limit_gb = limit_gb
         self.decoded: dict[tuple[str, str], DecodedSplit] = {}
         self.announced = False
         self.in_memory: list[str] = []  # the splits that could not be written to the cache
@@ -194,18 +180,16 @@ class TensorPath:
         PIL path must read them: the decoded images would exceed ``tensor_limit_gb``, or have no single
         shape. `sides`: the side of the decoded training and evaluation images."""
         needed = {
-            (split, self.plans[1 - train].prefix_key()): len(base) * in_chans * sides[1 - train] ** 2
+            (split, self.plans[not train].prefix_key()): len(base) * in_chans * sides[not train] ** 2
             for _, base, split, _, train in requests
-        }
-        size_gb = (
-            sum(needed.values()) / 2**30
-            + sum(d.images.numel() for k, d in self.decoded.items() if k not in needed) / 2**30
-        )
+        }  # (plans and sides: training, evaluation)
+        held = sum(d.images.numel() for key, d in self.decoded.items() if key not in needed)
+        size_gb = (sum(needed.values()) + held) / 2**30
         if size_gb > self.limit_gb:
             return self._refuse("data.tensor_limit_gb", f"the decoded images would take {size_gb:.1f} GiB")
         sets = []
         for role, base, split, indices, train in requests:
-            plan = self.plans[1 - train]
+            plan = self.plans[not train]
             key = (split, plan.prefix_key())
             if key not in self.decoded:
                 try:
@@ -219,16 +203,14 @@ class TensorPath:
                         warn(f"data.cache_dir: {loaded.unwritten}; the decoded {split} split is kept in memory only")
                     self.in_memory.append(split)
                 if loaded.damaged is not None:
-                    done = "replaced" if loaded.cached is not None else "kept in memory only"
+                    done = "kept in memory only" if loaded.unwritten else "replaced"
                     warn(
                         f"data.cache_dir: the cache {str(path)!r} was damaged ({loaded.damaged}); decoded again and {done}"
                     )
             sets.append(DecodedImages(self.decoded[key], plan, indices, permutation, role))
         if not self.announced:
             self.announced = True
-            where = (
-                f"cached in {self.cache_dir}" if not self.in_memory else f"{', '.join(self.in_memory)} in memory only"
-            )
+            where = f"{', '.join(self.in_memory)} in memory only" if self.in_memory else f"cached in {self.cache_dir}"
             rank_zero_info(
                 f"data.pipeline: tensor (uint8 splits decoded once, {where}; "
                 "batches cropped, flipped and normalised on the training device)"

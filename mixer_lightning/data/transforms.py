@@ -1,14 +1,11 @@
-"""Image transforms: timm's training augmentation, the evaluation crops, and the input permutations.
+"""Image transforms: timm's training augmentation (`train_transform`: `timm.data.create_transform`'s
+three stages, with our pad-and-crop stage for small images), the evaluation crops of Mixer supplementary
+C (`eval_transform`: "resize-crop", "resmall-crop", or a plain resize for small images), the input
+permutations of Mixer Sec. 3.4 (`InputPermutation`), and timm's Mixup / CutMix (`build_mixup`).
 
-Training (`train_transform`): a crop (CIFAR-style pad-and-crop, or timm's Inception random-resized
-crop) and flip, then timm's AutoAugment / RandAugment / AugMix policy or colour jitter, then
-ToTensor, Normalize and timm's RandomErasing: `timm.data.create_transform`'s three stages
-(``separate=True``), with our pad-crop stage swapped in for small images.
-
-Evaluation (`eval_transform`): Mixer supplementary C, "resize-crop" (resize to 256×256, centre crop
-224) or "resmall-crop" (shorter side to 256, centre crop 224), or a plain resize for small images.
-
-`InputPermutation`: Mixer paper Section 3.4, one fixed permutation of the pixels for every image.
+Label smoothing is the model's loss's (``model.label_smoothing``): ``F.cross_entropy(logits, soft_targets,
+label_smoothing=ε)`` is timm's ``Mixup(label_smoothing=ε)`` then ``SoftTargetCrossEntropy`` (smoothing is
+linear), so the mixing here smooths nothing and one knob does both.
 """
 
 from __future__ import annotations
@@ -29,6 +26,7 @@ TrainCrop = Literal["random_crop", "random_resized_crop", "resize"]
 EvalCrop = Literal["resize_crop", "resmall_crop", "resize"]
 PermutationMode = Literal["none", "patch_pixel", "global"]
 Interpolation = Literal["bilinear", "bicubic", "nearest", "lanczos", "random"]
+MixupMode = Literal["batch", "pair", "elem"]
 INTERPOLATIONS = get_args(Interpolation)
 # timm's crop_mode for each of the Mixer supplementary's evaluation pre-processings.
 TIMM_CROP_MODE = {"resize_crop": "squash", "resmall_crop": "center"}
@@ -94,10 +92,9 @@ def fix_posterize(transform: Any) -> Any:
 
 @dataclass(frozen=True)
 class Augmentation:
-    """The training augmentation (`train_transform`): the data module's arguments that travel together
-    (``train_crop`` is `crop`; the others keep their names)."""
+    """The training augmentation (`train_transform`): the data module's arguments that travel together."""
 
-    crop: TrainCrop = "random_crop"
+    train_crop: TrainCrop = "random_crop"
     crop_padding: int = 4
     crop_scale: tuple[float, float] = (0.08, 1.0)
     hflip: float = 0.5
@@ -110,13 +107,18 @@ class Augmentation:
 
     @classmethod
     def for_dataset(
-        cls, natural: bool, small: bool, crop: TrainCrop | None = None, hflip: float | None = None, **settings: Any
+        cls,
+        natural: bool,
+        small: bool,
+        train_crop: TrainCrop | None = None,
+        hflip: float | None = None,
+        **settings: Any,
     ) -> Augmentation:
         """The dataset's default crop (pad-and-crop for small natural images, a resize for small others such
         as digits, the random-resized crop above 96 px) and flip (0.5 for natural images, none for digits)."""
-        if crop is None:
-            crop = ("random_crop" if natural else "resize") if small else "random_resized_crop"
-        return cls(crop=crop, hflip=(0.5 if natural else 0.0) if hflip is None else hflip, **settings)
+        if train_crop is None:
+            train_crop = ("random_crop" if natural else "resize") if small else "random_resized_crop"
+        return cls(train_crop=train_crop, hflip=(0.5 if natural else 0.0) if hflip is None else hflip, **settings)
 
     def refuse_image_augmentation(self, dataset: str) -> None:
         """An error naming the first image augmentation set, for a dataset of decoded tensors, which would
@@ -148,11 +150,11 @@ def train_transform(
         re_count=a.random_erasing_count,
         separate=True,
     )
-    if a.crop != "random_resized_crop":
+    if a.train_crop != "random_resized_crop":
         steps: list[Callable] = []
         if native_size != image_size:
             steps.append(T.Resize((image_size, image_size), interpolation=_interpolation(a.interpolation)))
-        if a.crop == "random_crop":
+        if a.train_crop == "random_crop":
             steps.append(T.RandomCrop(image_size, padding=a.crop_padding))
         if a.hflip > 0:
             steps.append(T.RandomHorizontalFlip(a.hflip))
@@ -230,3 +232,15 @@ class InputPermutation:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mode={self.mode}, image_size={self.image_size}, seed={self.seed})"
+
+
+def build_mixup(
+    num_classes: int, mixup: float, cutmix: float, prob: float, switch_prob: float, mode: MixupMode
+) -> Any | None:
+    """timm's `Mixup` for these settings (batches of even size), or None when both alphas are 0 (off)."""
+    if mixup == 0 and cutmix == 0:
+        return None
+    from timm.data import Mixup  # lazily: importing timm imports all its models
+
+    kinds = dict(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=prob, switch_prob=switch_prob, mode=mode)
+    return Mixup(**kinds, label_smoothing=0.0, num_classes=num_classes)

@@ -54,7 +54,7 @@ class TorchvisionSource(DatasetSource):
 class CIFAR10(TorchvisionSource):
     name = "cifar10"
     # The class names in label order (torchvision's batches.meta; uoft-cs/cifar10's ClassLabel): how a
-    # copy in the hub's layout is recognised (`huggingface.known_twin`).
+    # copy in the hub's layout is recognised (`huggingface.hub_statistics`).
     known_classes: ClassVar[tuple[str, ...]] = (
         "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
     )  # fmt: skip

@@ -19,34 +19,20 @@ HF_IMAGE_COLUMNS = ("img", "image")
 HF_LABEL_COLUMNS = ("label", "fine_label", "labels")
 HF_SPLITS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
 # Hub datasets whose torchvision twin the project knows: the same images, so CIFAR's mean/std, not
-# ImageNet's. A local copy is recognised by its class names (`known_twin`).
+# ImageNet's; a local copy is recognised by its class names, image size and channels.
 HF_TWINS = {"uoft-cs/cifar10": CIFAR10, "cifar10": CIFAR10, "uoft-cs/cifar100": CIFAR100, "cifar100": CIFAR100}
 
 
-def known_twin(root: str, class_names: Any, info: DatasetInfo) -> type | None:
-    """The torchvision source (`CIFAR10`, `CIFAR100`) whose images these are: named by its hub id, or a
-    copy anywhere whose class names are that dataset's, in its order, at its image size and channels."""
-    twin = HF_TWINS.get(str(root).strip("/").lower())
-    names = tuple(class_names) if class_names is not None else None
-    for source in [twin] if twin is not None else [CIFAR10, CIFAR100]:
-        expected = source.info
-        same = (info.image_size, info.in_chans, info.num_classes) == (
-            expected.image_size,
-            expected.in_chans,
-            expected.num_classes,
-        )
-        if same and (source is twin or names == source.known_classes):
-            return source
-    return None
-
-
 def hub_statistics(root: str, class_names: Any, info: DatasetInfo) -> tuple[DatasetInfo, str | None]:
-    """The facts of a hub dataset known by its first image, with CIFAR's statistics for a copy of
-    CIFAR-10/100, and the line to say when ImageNet's are applied to small colour images (where they are
-    the wrong guess most often)."""
-    twin = known_twin(root, class_names, info)
-    if twin is not None:
-        return twin.info, None
+    """The facts of a hub dataset known by its first image: a copy of CIFAR-10/100's own (the torchvision
+    source's), else `info` and, for small colour images (where ImageNet's mean/std are the wrong guess
+    most often), the line to say."""
+    twin = HF_TWINS.get(str(root).strip("/").lower())
+    for source in [twin] if twin is not None else [CIFAR10, CIFAR100]:
+        facts = (source.info.image_size, source.info.in_chans, source.info.num_classes)
+        same = (info.image_size, info.in_chans, info.num_classes) == facts
+        if same and (source is twin or tuple(class_names or ()) == source.known_classes):
+            return source.info, None
     if info.in_chans == 3 and info.small:
         return info, (
             f"data   normalised with ImageNet's mean/std: the hf dataset {root!r} has {info.image_size} px colour "
@@ -168,12 +154,8 @@ class HuggingFace(DatasetSource):
         no_test_labels(self.splits, self.split_names, self.label_column)
         for split in dict.fromkeys(name for name in self.split_names.values() if name is not None):
             low, high = self._labels(split)
-            require(
-                0 <= low and high < num_classes,
-                "data.label_column",
-                f"split {split!r} of {root!r}, column {self.label_column!r} holds labels {low}..{high}, "
-                f"not class numbers 0..{num_classes - 1}",
-            )
+            where = f"split {split!r} of {root!r}, column {self.label_column!r}"
+            require(0 <= low and high < num_classes, "data.label_column", f"{where} holds labels {low}..{high}")
         self.has_val = self.split_names["val"] not in (None, self.split_names["test"])
         first = self.splits[self.split_names["train"]][0][self.image_column]
         self.mode, self.square, info = first_image_info(first, num_classes)

@@ -70,12 +70,8 @@ class HuggingFaceStream(DatasetSource):
         name = self.split_names[split]
         if name not in self._sizes:
             self._sizes[name] = _split_size(self.root, name)
-        require(
-            self._sizes[name] is not None,
-            "data.root",
-            f"the size of the {name!r} split of {self.root!r} is unknown (no dataset_info in its card, not parquet)",
-            "use data.streaming: false",
-        )
+        problem = f"the size of its {name!r} split is unknown (no dataset_info in its card, not parquet files)"
+        require(self._sizes[name] is not None, "data.root", problem, "use data.streaming: false")
         return int(self._sizes[name])
 
     def load(self, split: str) -> StreamImages:

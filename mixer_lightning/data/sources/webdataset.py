@@ -25,9 +25,8 @@ class ShardImages(Dataset):
     `max_open`, least recently used closed first); ``__getitems__`` reads a batch in shard and offset order."""
 
     def __init__(self, index: ShardIndex, max_open: int = 64):
-        self.index = index
-        self.max_open = max_open
-        self._files: dict[int, int] = {}
+        self.index, self.max_open = index, max_open
+        self._files: dict[int, int] = {}  # shard → descriptor, least recently used first
         self._pid: int | None = None
 
     def __len__(self) -> int:
@@ -122,10 +121,6 @@ class WebDataset(DatasetSource):
     def load(self, split: str) -> Dataset:
         if split == "test" and "test" not in self.indices:
             split = "val"  # ImageNet's test labels are not public: its validation split is the test split
-        require(
-            split in self.indices,
-            "data.root",
-            f"no {split} shards in {str(self.files['train'][0].parent)!r}",
-            "add them, or set data.val_split to carve validation images from train",
-        )
+        folder = self.files["train"][0].parent
+        require(split in self.indices, "data.root", f"no {split} shards in {str(folder)!r}", "set data.val_split")
         return ShardImages(self.indices[split])
