@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
 import torch
 from lightning.pytorch import Trainer
 
+from helpers import TEST_CONFIGS, error_field
 from mixer_lightning.data import ImageDataModule
-from mixer_lightning.errors import ConfigError
+from mixer_lightning.models import MLPMixer
 from mixer_lightning.optim import WarmupDecayLR, param_groups
-from mixer_lightning.tasks import MLPMixerModule
+from mixer_lightning.tasks import ClassifierModule
 
 
-def tiny_module(**kwargs) -> MLPMixerModule:
-    return MLPMixerModule(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, num_blocks=1, **kwargs)
+def tiny_module(**kwargs) -> ClassifierModule:
+    net = functools.partial(MLPMixer, patch_size=2, channels=16, num_blocks=1)
+    return ClassifierModule(net, num_classes=10, image_size=8, in_chans=1, **kwargs)
 
 
 def test_metrics_are_logged_per_stage_with_namespaced_names() -> None:
@@ -107,8 +110,24 @@ def test_schedule_stepped_per_iteration_by_the_trainer() -> None:
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
 
-def test_bad_training_arguments_name_the_field() -> None:
-    with pytest.raises(ConfigError, match="model.label_smoothing"):
-        tiny_module(label_smoothing=1.5)
-    with pytest.raises(ConfigError, match="model.preset: unknown model 'mixer_zz'"):
-        tiny_module(preset="mixer_zz")
+@pytest.mark.parametrize(
+    "flags, field",
+    [
+        (["--model.label_smoothing", "1.5"], "model.label_smoothing"),
+        (["--model.layer_decay", "0"], "model.layer_decay"),
+        (["--model.net.omega", "10"], "model.net.omega"),  # the network's own check, named as the flag
+    ],
+)
+def test_bad_arguments_name_the_field(flags: list[str], field: str, capsys: pytest.CaptureFixture[str]) -> None:
+    config = str(TEST_CONFIGS / "digits_mixer.yaml")
+    assert error_field(capsys, ["fit", "--config", config, "--trainer.fast_dev_run", "true", *flags]) == field
+
+
+def test_a_built_network_or_a_class_in_plain_python() -> None:
+    """The network as an nn.Module, or a class (the data facts given at build time)."""
+    net = MLPMixer(num_classes=10, image_size=8, in_chans=1, patch_size=2, channels=16, num_blocks=1)
+    module = ClassifierModule(net, num_classes=10, image_size=8, in_chans=1)
+    assert module.net is net and "net" not in module.hparams and module.hparams["lr_scheduler"]["class_path"]
+    module = ClassifierModule(MLPMixer, num_classes=10, image_size=32, in_chans=3)
+    assert module.hparams["net"] == {"class_path": "mixer_lightning.models.MLPMixer", "init_args": {}}
+    assert isinstance(module.net, MLPMixer) and module.net.num_classes == 10

@@ -94,7 +94,7 @@ def test_there_is_a_config_for_every_experiment_of_this_issue() -> None:
 @pytest.mark.parametrize("config", marked(EXPERIMENTS, FAST))
 def test_config_prints_and_states_what_it_reproduces(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
     printed = print_config(["fit", "--config", str(config)], capsys)
-    assert printed["model"]["class_path"].startswith("mixer_lightning.")
+    assert printed["model"]["net"]["class_path"].startswith("mixer_lightning.models.")
     assert printed["data"]["class_path"] == "mixer_lightning.data.ImageDataModule"
     first_line = config.read_text().splitlines()[0]
     assert first_line.startswith("#"), f"{config.name} must start with a comment naming what it reproduces"
@@ -111,7 +111,7 @@ def test_every_overlay_composes_with_an_experiment(overlay: Path, capsys: pytest
             assert got["class_path"] == value["class_path"]
         else:
             assert got == value, key
-    assert printed["model"]["init_args"]["preset"] == "mixer_b_w"  # the experiment is untouched
+    assert printed["model"]["net"]["init_args"]["channels"] == 588  # the experiment (Mixer-B-W) is untouched
     assert printed["data"]["init_args"]["auto_augment"] == "rand-m9-mstd0.5-inc1"
 
 

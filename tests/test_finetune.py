@@ -101,7 +101,7 @@ def test_convert_jax_npz_round_trip_defaults_and_errors(
     # model.init_from a JAX file: act defaults to flax's tanh GELU; same validation metrics as the model
     with caplog.at_level(logging.INFO):
         main(["validate", "--config", DIGITS, "--model.init_from", "digits.npz", *QUIET])
-    assert "model: act='gelu_tanh' from digits.npz" in caplog.text
+    assert "model.net: act='gelu_tanh' from digits.npz" in caplog.text
     metrics = read_json(run_dirs("digits_mixer")[-1] / "val_metrics.json")
     data = ImageDataModule("digits")
     data.setup("validate")
@@ -145,7 +145,7 @@ def test_finetune_at_twice_the_resolution(caplog: pytest.LogCaptureFixture) -> N
                 FINETUNE,
                 "--model.init_from",
                 "pretrained/base.ckpt",
-                "--model.optimizer.init_args.lr",
+                "--model.optimizer.lr",
                 "0",
                 "--trainer.max_steps",
                 "1",
@@ -167,7 +167,7 @@ def test_finetune_at_twice_the_resolution(caplog: pytest.LogCaptureFixture) -> N
     assert got["blocks.0.token_mixing.mlp.fc1.weight"].shape == (4 * 32, 4 * 16)
     assert torch.equal(got["blocks.0.channel_mixing.mlp.fc1.weight"], timm_model.blocks[0].mlp_channels.fc1.weight)
     hparams = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["hyper_parameters"]
-    assert hparams["init_from"] is None and hparams["upscale"] == 2 and hparams["channels"] == 16
+    assert hparams["init_from"] is None and hparams["upscale"] == 2 and hparams["net"]["init_args"]["channels"] == 16
 
     shutil.rmtree("pretrained")  # the fine-tuned checkpoint is self-contained
     with pytest.warns(Warning, match="upscale: 2 without model.init_from: the upscaled network starts from a random"):
@@ -188,7 +188,7 @@ def test_finetune_at_twice_the_resolution(caplog: pytest.LogCaptureFixture) -> N
     "args, expected",
     [
         (
-            ["--model.init_from", "timm_digits.pth", "--model.channels", "24"],
+            ["--model.init_from", "timm_digits.pth", "--model.net.channels", "24"],
             "mixer: error: model.init_from: stem.proj.weight in timm_digits.pth has shape (16, 1, 2, 2), the model needs "
             "(24, 1, 2, 2)",
         ),
@@ -211,7 +211,7 @@ def test_imagenet_finetune_448_config(capsys: pytest.CaptureFixture[str]) -> Non
     import yaml
 
     config = yaml.safe_load(capsys.readouterr().out)
-    trainer, model, data = config["trainer"], config["model"]["init_args"], config["data"]["init_args"]
+    trainer, model, data = config["trainer"], config["model"], config["data"]["init_args"]
     assert trainer["gradient_clip_val"] == 1.0 and trainer["gradient_clip_algorithm"] == "norm"
     assert any(c["init_args"].get("batch_size") == 512 for c in trainer["callbacks"])
     assert model["optimizer"]["class_path"] == "torch.optim.SGD"
@@ -221,7 +221,7 @@ def test_imagenet_finetune_448_config(capsys: pytest.CaptureFixture[str]) -> Non
     )
     assert (
         model["upscale"] == 2
-        and model["preset"] == "mixer_l16"
+        and model["net"]["init_args"]["channels"] == 1024  # Mixer-L/16 (Tolstikhin Table 1)
         and "--model.init_from" in str((CONFIGS / "imagenet_finetune_448.yaml").read_text())
     )
     assert data["image_size"] == 448 and data["dataset"] == "imagenet" and data["mixup"] == 0

@@ -7,9 +7,9 @@ with "choice" is a setting the paper leaves open: the config's header names it a
 drifting silently. Every config has rows for its architecture, optimiser, schedule, batch, epochs and
 augmentation (`CATEGORIES`); a config without rows fails `test_every_config_has_rows_for_every_category`.
 
-Keys are dotted paths into the printed config. Architecture arguments the config leaves null are resolved
-as the network resolves them (`ClassifierModule.build_network`): the preset's value, else the family
-constructor's default, so a preset's LayerNorm ε is checked too. Derived keys: ``global_batch`` (the
+Keys are dotted paths into the printed config (``model.net.init_args.<arg>`` for the network, ``model.<arg>``
+for training). The configs write the architecture out (a preset's values included), and ``--print_config``
+gives every network argument, defaults included, so each is checked as the network receives it. Derived keys: ``global_batch`` (the
 GlobalBatchSize callback's batch, else data.batch_size on one device), ``S`` (the tokens a Mixer
 solves from Ω, `width.resolve_tokens`), ``m`` and ``p`` (an SW-MLP's width and density, eq. S.43).
 
@@ -31,7 +31,7 @@ import yaml
 
 from helpers import CONFIGS
 from mixer_lightning.cli import main
-from mixer_lightning.models import SWMLP, MLPMixer, ShallowMLP, SMixer, get_entry
+from mixer_lightning.models import SWMLP, MLPMixer, ShallowMLP, SMixer
 from mixer_lightning.models.sw_mlp import resolve_width_density
 from mixer_lightning.width import resolve_tokens
 
@@ -57,16 +57,24 @@ class Row(NamedTuple):
 # --- row builders: one call per category, every value with its source --------------------------------
 
 
+TRAINING = ("upscale", "label_smoothing")  # ClassifierModule's own arguments among the architecture rows
+
+
 def arch(source: str, **settings: Any) -> list[Row]:
-    """Architecture rows; keys are model init arguments (``S``, ``m``, ``p``: derived, see the module doc)."""
+    """Architecture rows: network arguments (``S``, ``m``, ``p``: derived, see the module doc; `TRAINING`: the module's)."""
     return [
-        Row("architecture", key if key in ("S", "m", "p", "class_path") else f"model.init_args.{key}", value, source)
+        Row(
+            "architecture",
+            key if key in ("S", "m", "p") else f"model.{key}" if key in TRAINING else f"model.net.init_args.{key}",
+            value,
+            source,
+        )
         for key, value in settings.items()
     ]
 
 
 def model_class(name: str, source: str) -> list[Row]:
-    return [Row("architecture", "model.class_path", f"mixer_lightning.tasks.{name}", source)]
+    return [Row("architecture", "model.net.class_path", f"mixer_lightning.models.{name}", source)]
 
 
 def data(source: str, **settings: Any) -> list[Row]:
@@ -74,15 +82,13 @@ def data(source: str, **settings: Any) -> list[Row]:
 
 
 def optimiser(source: str, class_path: str, **settings: Any) -> list[Row]:
-    rows = [Row("optimiser", "model.init_args.optimizer.class_path", class_path, source)]
-    return rows + [Row("optimiser", f"model.init_args.optimizer.init_args.{k}", v, source) for k, v in settings.items()]
+    rows = [Row("optimiser", "model.optimizer.class_path", class_path, source)]
+    return rows + [Row("optimiser", f"model.optimizer.init_args.{k}", v, source) for k, v in settings.items()]
 
 
 def schedule(source: str, **settings: Any) -> list[Row]:
-    rows = [Row("schedule", "model.init_args.lr_scheduler.class_path", "mixer_lightning.optim.WarmupDecayLR", source)]
-    return rows + [
-        Row("schedule", f"model.init_args.lr_scheduler.init_args.{k}", v, source) for k, v in settings.items()
-    ]
+    rows = [Row("schedule", "model.lr_scheduler.class_path", "mixer_lightning.optim.WarmupDecayLR", source)]
+    return rows + [Row("schedule", f"model.lr_scheduler.init_args.{k}", v, source) for k, v in settings.items()]
 
 
 def batch(value: int, source: str) -> list[Row]:
@@ -202,7 +208,7 @@ def hayase_imagenet_recipe(source: str = "H&K App. C.5 (ImageNet-1k, timm-based)
         dataset="imagenet",
         image_size=224,
     )
-    rows += [Row("augmentation", "model.init_args.label_smoothing", 0.1, source)]
+    rows += [Row("augmentation", "model.label_smoothing", 0.1, source)]
     rows += augmentation(
         CHOICE + ": timm train.py defaults",
         train_crop="random_resized_crop",
@@ -223,10 +229,9 @@ PAPER: dict[str, list[Row]] = {}
 for _ds in ("cifar10", "cifar100"):
     for _preset, _lr in (("mixer_ss8", 0.06 if _ds == "cifar100" else 0.04), ("mixer_ss_w", 0.04)):
         PAPER[f"{_ds}_{_preset}"] = [
-            *model_class("MLPMixerModule", "H&K Table 1"),
+            *model_class("MLPMixer", "H&K Table 1"),
             *arch(
                 "H&K Table 1 / App. C.3 (L = 2, γ = 4; SS/8: P = 8, S = 16, C = 986; SS-W: P = 4, S = 64, C = 487)",
-                preset=_preset,
                 num_blocks=2,
                 gamma=4.0,
                 patch_size=8 if _preset == "mixer_ss8" else 4,
@@ -250,10 +255,9 @@ for _ds in ("cifar10", "cifar100"):
 
 # Table 1 (lower): Mixer-B-W and Mixer-B/16 with the same recipe, ImageNet-1k.
 PAPER["imagenet_mixer_b_w"] = [
-    *model_class("MLPMixerModule", "H&K Table 1"),
+    *model_class("MLPMixer", "H&K Table 1"),
     *arch(
         "H&K App. C.3 (L = 8, P = 14, C = 588, S = 256, γ = 4.57)",
-        preset="mixer_b_w",
         num_blocks=8,
         patch_size=14,
         tokens=256,
@@ -265,10 +269,9 @@ PAPER["imagenet_mixer_b_w"] = [
     *hayase_imagenet_recipe(),
 ]
 PAPER["imagenet_mixer_b16"] = [
-    *model_class("MLPMixerModule", "H&K Table 1 (Mixer-B/16 row)"),
+    *model_class("MLPMixer", "H&K Table 1 (Mixer-B/16 row)"),
     *arch(
         "T Table 1 (Mixer-B/16: 12 layers, P = 16, C = 768, D_S = 384, D_C = 3072)",
-        preset="mixer_b16",
         num_blocks=12,
         patch_size=16,
         channels=768,
@@ -288,7 +291,7 @@ PAPER["imagenet_mixer_b16"] = [
 for _rp in (False, True):
     _kind = "rp_mlp_mixer" if _rp else "mlp_mixer"
     PAPER[f"imagenet_fig6_{_kind}"] = [
-        *model_class("MLPMixerModule", "H&K Fig. 6(d), App. C.5"),
+        *model_class("MLPMixer", "H&K Fig. 6(d), App. C.5"),
         *arch(
             "H&K Table S.2 / App. C.5 (L = 8, γ = 4, Ω = 290,217,984; grid point P = 16, C = 3P²)",
             num_blocks=8,
@@ -304,7 +307,7 @@ for _rp in (False, True):
         *hayase_imagenet_recipe(),
     ]
     PAPER[f"imagenet_s3_{_kind}"] = [
-        *model_class("MLPMixerModule", "H&K Table S.3"),
+        *model_class("MLPMixer", "H&K Table S.3"),
         *arch(
             "H&K Table S.3 / App. D.9 (ImageNet: S = 256, C = 588, L = 8, γ = 4; P = 14 as Mixer-B-W)",
             num_blocks=8,
@@ -321,7 +324,7 @@ for _rp in (False, True):
 
 # Fig. 2: MLP-Mixer L = 3, γ = 2, S = C = 64, P = 4 vs SW-MLP p = 2^-n, App. C.1.
 PAPER["cifar10_fig2_mixer"] = [
-    *model_class("MLPMixerModule", "H&K Fig. 2, App. C.1"),
+    *model_class("MLPMixer", "H&K Fig. 2, App. C.1"),
     *arch(
         "H&K App. C.1 (L = 3, γ = 2, S = C = 64, patch 4)",
         num_blocks=3,
@@ -335,7 +338,7 @@ PAPER["cifar10_fig2_mixer"] = [
     *c1_recipe(),
 ]
 PAPER["cifar10_fig2_sw_mlp"] = [
-    *model_class("SWMLPModule", "H&K Fig. 2, App. C.1"),
+    *model_class("SWMLP", "H&K Fig. 2, App. C.1"),
     *arch(
         "H&K App. C.1 (the 3-block Mixer's MLPs replaced by M⊙A: 6 blocks, γ = 2, P = 4)",
         num_blocks=6,
@@ -352,7 +355,7 @@ PAPER["cifar10_fig2_sw_mlp"] = [
 
 # Fig. 4 (left): Ω = 2^19, γ = 2, 3 blocks, App. C.2 = C.1's training.
 PAPER["cifar10_fig4_mixer"] = [
-    *model_class("MLPMixerModule", "H&K Fig. 4, App. C.2"),
+    *model_class("MLPMixer", "H&K Fig. 4, App. C.2"),
     *arch(
         "H&K Fig. 4 / App. C.2 (Ω = 2^19, γ = 2, C = 4 … 64 and S from Ω; base C = 32, S = 113)",
         omega=524288,
@@ -367,7 +370,7 @@ PAPER["cifar10_fig4_mixer"] = [
     *c1_recipe(source="H&K App. C.2 ('the same training settings as in Figure 2(a)')"),
 ]
 PAPER["cifar10_fig4_sw_mlp"] = [
-    *model_class("SWMLPModule", "H&K Fig. 4, App. C.2"),
+    *model_class("SWMLP", "H&K Fig. 4, App. C.2"),
     *arch(
         "H&K Fig. 4 / App. C.2 (Ω = 2^19, γ = 2, widths of the Mixers; base m = 4096, p = Ω/(γm²) = 1/64)",
         omega=524288,
@@ -386,7 +389,7 @@ PAPER["cifar10_fig4_sw_mlp"] = [
 for _ds in NAMES:
     for _rp in (False, True):
         PAPER[f"{_ds}_fig5_{'rp_' if _rp else ''}s_mixer"] = [
-            *model_class("SMixerModule", "H&K Fig. 5, App. C.4 (i)"),
+            *model_class("SMixer", "H&K Fig. 5, App. C.4 (i)"),
             *arch(
                 "H&K App. C.4 (i) (8 blocks, P = 4, Ω = 2^18, pair (C, S) = (32, 113))",
                 num_blocks=8,
@@ -401,7 +404,7 @@ for _ds in NAMES:
             *c4_recipe(_ds),
         ]
     PAPER[f"{_ds}_fig5_sw_mlp"] = [
-        *model_class("SWMLPModule", "H&K Fig. 5, App. C.4 (ii)"),
+        *model_class("SWMLP", "H&K Fig. 5, App. C.4 (ii)"),
         *arch(
             "H&K App. C.4 (ii) (8 blocks, Ω = 2^18, 1-p = 0.5: m = √(Ω/p) = 724, eq. S.16/S.43)",
             num_blocks=8,
@@ -424,7 +427,7 @@ for _ds, (_omega, _c, _s) in {
 }.items():
     for _rp in (False, True):
         _rows = [
-            *model_class("SMixerModule", "H&K Fig. 6, App. C.5"),
+            *model_class("SMixer", "H&K Fig. 6, App. C.5"),
             *arch(
                 f"H&K Table S.2 (L = 12, Ω = 2^{int(math.log2(_omega))}) and the C.4 pair (C, S) = ({_c}, {_s})",
                 num_blocks=12,
@@ -464,7 +467,7 @@ for _ds, (_omega, _c, _s) in {
 for _ds in NAMES:
     for _rp in (False, True):
         PAPER[f"{_ds}_fig7_{'rp_' if _rp else ''}s_mixer"] = [
-            *model_class("SMixerModule", "H&K Fig. 7, App. C.6"),
+            *model_class("SMixer", "H&K Fig. 7, App. C.6"),
             *arch(
                 "H&K App. C.6 (S = C = 128, L ∈ {4, 8, 12, 16, 20}: base L = 4; P = 4 as C.4)",
                 tokens=128,
@@ -478,7 +481,7 @@ for _ds in NAMES:
             *c4_recipe(_ds),
         ]
     PAPER[f"{_ds}_d5_s_mixer"] = [
-        *model_class("SMixerModule", "H&K App. D.5, Fig. S.4"),
+        *model_class("SMixer", "H&K App. D.5, Fig. S.4"),
         *arch(
             "H&K App. D.5 (4 blocks, S = C = 64, one block RP: base the first)",
             num_blocks=4,
@@ -493,7 +496,7 @@ for _ds in NAMES:
     ]
     _stl = _ds == "stl10"
     _rows = [
-        *model_class("SMixerModule", "H&K App. D.6, Fig. S.5"),
+        *model_class("SMixer", "H&K App. D.6, Fig. S.5"),
         *arch(
             "H&K App. D.6 (S = C = 64, 4 blocks; P swept: base P = 4 for CIFAR (S0 = 64), 6 for STL-10 at 90 px)",
             tokens=64,
@@ -519,7 +522,7 @@ for _ds in NAMES:
 
 # Fig. S.1 left: SW-MLP trainability at Ω = 2^16 (D.1).
 PAPER["cifar10_s1_sw_mlp"] = [
-    *model_class("SWMLPModule", "H&K App. D.1, Fig. S.1 (left)"),
+    *model_class("SWMLP", "H&K App. D.1, Fig. S.1 (left)"),
     *arch("H&K App. D.1 (Ω = 2^16; p swept: base p = 2^-4, m = √(Ω/p) = 1024)", omega=65536, p=2**-4, m=1024),
     *arch(
         CHOICE + ": γ 'according to Golubeva' read as plain FC layers (γ = 1); C.4's 8-block SW-MLP",
@@ -536,7 +539,7 @@ PAPER["cifar10_s1_sw_mlp"] = [
 for _ds in ("cifar10", "cifar100"):
     for _rp in (False, True):
         PAPER[f"{_ds}_d2_{'rp_' if _rp else ''}mlp_mixer"] = [
-            *model_class("MLPMixerModule", "H&K App. D.2, Fig. S.2"),
+            *model_class("MLPMixer", "H&K App. D.2, Fig. S.2"),
             *arch(
                 "H&K App. D.2 (γ = 4; C ∈ {16, …, 173}, S from Ω ∈ {2^18, 2^20}: base C = 32 at 2^18, S = 50)",
                 gamma=4.0,
@@ -553,7 +556,7 @@ for _ds in ("cifar10", "cifar100"):
             *c4_recipe(_ds, lr=0.1, lr_source="H&K App. D.2 (initial learning rate 0.1)"),
         ]
     PAPER[f"{_ds}_d2_sw_mlp"] = [
-        *model_class("SWMLPModule", "H&K App. D.2, Fig. S.2"),
+        *model_class("SWMLP", "H&K App. D.2, Fig. S.2"),
         *arch(
             "H&K App. D.2 (γ = 4, p ∈ {0.1, …, 0.9}, m = √(Ω/(γp)): base Ω = 2^18, p = 0.1, m = 810)",
             gamma=4.0,
@@ -571,7 +574,7 @@ for _ds in ("cifar10", "cifar100"):
 # D.3 / Fig. S.3: γ at fixed m = 4096 (eq. S.46).
 for _rp in (False, True):
     PAPER[f"cifar10_d3_{'rp_' if _rp else ''}mlp_mixer"] = [
-        *model_class("MLPMixerModule", "H&K App. D.3, Fig. S.3"),
+        *model_class("MLPMixer", "H&K App. D.3, Fig. S.3"),
         *arch(
             "H&K App. D.3 / eq. S.46 (m = 4096; base C = S = √m = 64, γ = 2Ω/(m(C + m/C)) = 2 at Ω = 2^19: choice)",
             tokens=64,
@@ -589,7 +592,7 @@ for _rp in (False, True):
 for _rp in (False, True):
     _p = "rp_" if _rp else ""
     PAPER[f"cifar10_d7_{_p}s_mixer"] = [
-        *model_class("SMixerModule", "H&K App. D.7, Fig. S.6"),
+        *model_class("SMixer", "H&K App. D.7, Fig. S.6"),
         *arch(
             "H&K Fig. S.6 (L = 8, C ∈ {16, 32, 64, 114, 173}: base C = 173; Ω = 2^18 (choice): S = 16)",
             num_blocks=8,
@@ -611,7 +614,7 @@ for _rp in (False, True):
         ),
     ]
     PAPER[f"cifar10_d7_{_p}mlp_mixer_sgd"] = [
-        *model_class("MLPMixerModule", "H&K App. D.7, Fig. S.7"),
+        *model_class("MLPMixer", "H&K App. D.7, Fig. S.7"),
         *arch("H&K App. D.7 / Fig. S.7 (MLP-Mixer, γ = 4, C = 173)", gamma=4.0, channels=173, permute=_rp),
         *arch(
             CHOICE + ": Fig. S.6's (C, S) = (173, 16), i.e. Ω = 2^20 at γ = 4; L = 8, P = 4",
@@ -635,7 +638,7 @@ for _rp in (False, True):
         ),
     ]
     PAPER[f"cifar10_d7_{_p}mlp_mixer_adamw"] = [
-        *model_class("MLPMixerModule", "H&K App. D.7, Fig. S.8"),
+        *model_class("MLPMixer", "H&K App. D.7, Fig. S.8"),
         *arch("H&K Fig. S.8 (S = C = 64) and D.7 (MLP-Mixer, γ = 4)", tokens=64, channels=64, gamma=4.0, permute=_rp),
         *arch(
             CHOICE + ": L = 8, P = 4 as Fig. S.7; the SkipLayer as Fig. S.7's models",
@@ -660,14 +663,14 @@ _S3 = "H&K Table S.3 (805M / 3.22GB and 12.5M FLOPs fit S = C = 64, L = 3, γ = 
 _S3_TRAIN = "H&K App. C.3's runtime paragraph (AdamW, mini-batch 128, 600 epochs)"
 for _rp in (False, True):
     PAPER[f"cifar10_s3_{'rp_' if _rp else ''}mlp_mixer"] = [
-        *model_class("MLPMixerModule", "H&K Table S.3"),
+        *model_class("MLPMixer", "H&K Table S.3"),
         *arch(_S3, tokens=64, channels=64, num_blocks=3, gamma=2.0, patch_size=4, permute=_rp),
         *arch(CHOICE + ": Fig. 4's C = 64 model", skip_layer=True),
         *hayase_mixer_arch(),
         *c1_recipe(lr_source=CHOICE + ": Fig. 2/4's lr", source=_S3_TRAIN),
     ]
 PAPER["cifar10_s3_sw_mlp_dense"] = [
-    *model_class("SWMLPModule", "H&K Table S.3"),
+    *model_class("SWMLP", "H&K Table S.3"),
     *arch(
         _S3 + "; App. C.1's 6 blocks, p = 1/64", m=4096, p=1 / 64, num_blocks=6, gamma=2.0, block="mlp", patch_size=4
     ),
@@ -678,11 +681,12 @@ PAPER["cifar10_s3_sw_mlp_dense"] = [
 ]
 
 # Fig. 2(d): shallow Kronecker / Monarch MLPs on MNIST (and the offline 8×8 digits), App. C.1.
-for _family, _module in (("kron", "KronMLPModule"), ("monarch", "MonarchMLPModule")):
+for _family in ("kron", "monarch"):
     for _ds, _n in (("mnist", 28), ("digits", 8)):
         _src = "H&K App. C.1 (Fig. 2(d): AdamW, 200 epochs, lr 0.01, cosine)"
         PAPER[f"{_ds}_{_family}_mlp"] = [
-            *model_class(_module, "H&K Fig. 2(d), Sec. 3.3"),
+            *model_class("ShallowMLP", "H&K Fig. 2(d), Sec. 3.3"),
+            *arch("H&K Fig. 2(d), Sec. 3.3 (Kronecker or Monarch B1, B2)", structure=_family),
             *arch(f"H&K Sec. 3.3 (B_c B2 ReLU(B1 x), one ReLU; n = {_n}·{_n})", factors=[_n, _n], second_act=False),
             *optimiser(_src, "torch.optim.AdamW", lr=0.01),
             *optimiser(CHOICE + ": torch's AdamW default", "torch.optim.AdamW", weight_decay=0.01)[1:],
@@ -698,7 +702,7 @@ for _family, _module in (("kron", "KronMLPModule"), ("monarch", "MonarchMLPModul
 # Not a paper experiment: the README's quickstart.
 _QS = "not from a paper: the README's quickstart (digits on a CPU)"
 PAPER["quickstart"] = [
-    *model_class("MLPMixerModule", _QS),
+    *model_class("MLPMixer", _QS),
     *arch(_QS, patch_size=2, tokens=16, channels=64, gamma=4, num_blocks=4),
     *optimiser(_QS, "torch.optim.AdamW", lr=0.003, weight_decay=0.05),
     *schedule(_QS, decay="cosine", warmup_epochs=2.0),
@@ -721,8 +725,8 @@ _T_SIZES = {
 
 def tolstikhin_pretraining(name: str, dataset: str, randaug: int, mixup: float, table_row: str) -> list[Row]:
     return [
-        *model_class("MLPMixerModule", "T Table 1"),
-        *arch(f"T Table 1 (Mixer-{name[0].upper()}/16)", preset=f"mixer_{name}", patch_size=16, **_T_SIZES[name]),
+        *model_class("MLPMixer", "T Table 1"),
+        *arch(f"T Table 1 (Mixer-{name[0].upper()}/16)", patch_size=16, **_T_SIZES[name]),
         *arch(T_ARCH, act="gelu_tanh", norm_eps=1e-6),
         *arch(f"T supp. Table 1 ({table_row}: dropout 0, stoch. depth 0.1)", drop_rate=0.0, drop_path=0.1),
         *arch(CHOICE + ": the ViT JAX code's init (timm's)", init="xavier"),
@@ -749,7 +753,7 @@ def tolstikhin_pretraining(name: str, dataset: str, randaug: int, mixup: float, 
             std=[0.5, 0.5, 0.5],
             image_size=224,
         ),
-        Row("augmentation", "model.init_args.label_smoothing", 0.0, CHOICE + ": none stated"),
+        Row("augmentation", "model.label_smoothing", 0.0, CHOICE + ": none stated"),
     ]
 
 
@@ -759,18 +763,17 @@ for _name in ("b16", "l16"):
         _name, "folder", 10 if _name == "b16" else 20, 0.2 if _name == "b16" else 0.5, "ImNet-21k"
     )
     PAPER[f"imagenet_mixer_{_name}_tolstikhin_finetune"] = [
-        *model_class("MLPMixerModule", "T Table 3"),
+        *model_class("MLPMixer", "T Table 3"),
         *arch(
             "T Table 3 (Mixer-" + _name[0].upper() + "/16, 224)",
-            preset=f"mixer_{_name}",
             patch_size=16,
             **_T_SIZES[_name],
         ),
         Row(
             "architecture",
-            "raw:model.init_args.act",
-            None,
-            CHOICE + ": left null, so σ (tanh GELU) comes from the pre-training checkpoint (init_from)",
+            "raw:model.net.init_args.act",
+            "gelu",
+            CHOICE + ": left at the default, so init_from implies the checkpoint's σ (tanh GELU)",
         ),
         *arch("T Sec. 3.2 (fine-tuned at the pre-training resolution, 224)", upscale=None),
         *arch(VIT + ": no dropout or stochastic depth", drop_rate=0.0, drop_path=0.0),
@@ -795,10 +798,8 @@ for _name in ("b16", "l16"):
     ]
 
 PAPER["imagenet_finetune_448"] = [
-    *model_class("MLPMixerModule", "T Table 2"),
-    *arch(
-        "T Table 2 (Mixer-L/16 pre-trained on ImageNet-21k, fine-tuned at 448)", preset="mixer_l16", **_T_SIZES["l16"]
-    ),
+    *model_class("MLPMixer", "T Table 2"),
+    *arch("T Table 2 (Mixer-L/16 pre-trained on ImageNet-21k, fine-tuned at 448)", patch_size=16, **_T_SIZES["l16"]),
     *arch("T supp. C (448 = 2 × 224: K = 2, block-diagonal token mixing)", upscale=2),
     *arch(VIT + ": no dropout or stochastic depth", drop_rate=0.0, drop_path=0.0),
     *optimiser(T_FT, "torch.optim.SGD", weight_decay=0.0),
@@ -832,13 +833,7 @@ PAPER["imagenet_mixer_b16_permutation"] = [
 
 # --- resolving a config as the network is built ------------------------------------------------------
 
-NETWORKS = {
-    "MLPMixerModule": MLPMixer,
-    "SMixerModule": SMixer,
-    "SWMLPModule": SWMLP,
-    "KronMLPModule": ShallowMLP,
-    "MonarchMLPModule": ShallowMLP,
-}
+NETWORKS = {cls.__name__: cls for cls in (MLPMixer, SMixer, SWMLP, ShallowMLP)}
 _PRINTED: dict[str, dict] = {}
 
 
@@ -863,16 +858,11 @@ def _lookup(tree: dict, key: str) -> Any:
 
 
 def architecture(printed: dict, name: str) -> Any:
-    """A model init argument as the network gets it: the config's, else the preset's, else the default."""
-    args = printed["model"]["init_args"]
-    value = args.get(name)
-    if value is not None:
-        return value
-    preset = args.get("preset")
-    if preset and name in get_entry(preset).defaults:
-        return get_entry(preset).defaults[name]
-    network = NETWORKS[printed["model"]["class_path"].rsplit(".", 1)[-1]]
-    parameter = inspect.signature(network.__init__).parameters.get(name)
+    """A network argument as the network gets it: the config's, else the network's default."""
+    net = printed["model"]["net"]
+    if name in (net.get("init_args") or {}):
+        return net["init_args"][name]
+    parameter = inspect.signature(NETWORKS[net["class_path"].rsplit(".", 1)[-1]]).parameters.get(name)
     return None if parameter is None else parameter.default
 
 
@@ -885,7 +875,7 @@ def resolve(printed: dict, key: str) -> Any:
                 return callback["init_args"]["batch_size"]
         return printed["data"]["init_args"]["batch_size"]
     if key == "S":
-        s_mixer = printed["model"]["class_path"].endswith("SMixerModule")  # γ = 1 (eq. 14)
+        s_mixer = printed["model"]["net"]["class_path"].endswith(".SMixer")  # γ = 1 (eq. 14)
         gamma = 1.0 if s_mixer else architecture(printed, "gamma")
         return resolve_tokens(*(architecture(printed, k) for k in ("tokens", "omega", "channels")), gamma)
     if key in ("m", "p"):
@@ -896,7 +886,7 @@ def resolve(printed: dict, key: str) -> Any:
             (size // patch) ** 2, gamma, *(architecture(printed, k) for k in ("channels", "width", "density", "omega"))
         )
         return m if key == "m" else p
-    if key.startswith("model.init_args.") and key.count(".") == 2:
+    if key.startswith("model.net.init_args."):
         return architecture(printed, key.rsplit(".", 1)[-1])
     return _lookup(printed, key)
 
@@ -942,29 +932,26 @@ def test_every_row_cites_its_source() -> None:
             assert row.source.startswith(("H&K", "T ", "T supp.", "choice", "timm", "not from a paper")), (name, row)
 
 
-def test_the_resolver_reads_presets_and_family_defaults() -> None:
-    """A preset's value counts when the config leaves an argument null (mixer_ss8's ε), a family default
-    when neither gives one (the MLP-Mixer's ε 1e-6), and derived sizes follow the paper's formulas."""
-    ss8 = {
-        "model": {
-            "class_path": "mixer_lightning.tasks.MLPMixerModule",
-            "init_args": {"preset": "mixer_ss8", "norm_eps": None},
-        }
-    }
-    assert resolve(ss8, "model.init_args.norm_eps") == 1e-5
-    plain = {"model": {"class_path": "mixer_lightning.tasks.MLPMixerModule", "init_args": {"norm_eps": None}}}
-    assert resolve(plain, "model.init_args.norm_eps") == 1e-6
+def test_the_resolver_reads_family_defaults_and_derived_sizes() -> None:
+    """A network argument a config leaves out takes the network's default (the MLP-Mixer's ε 1e-6), and
+    derived sizes follow the paper's formulas."""
+    plain = {"model": {"net": {"class_path": "mixer_lightning.models.MLPMixer", "init_args": {}}}}
+    assert resolve(plain, "model.net.init_args.norm_eps") == 1e-6
     mixer = {
         "model": {
-            "class_path": "mixer_lightning.tasks.MLPMixerModule",
-            "init_args": {"tokens": None, "omega": 524288, "channels": 4, "gamma": 2},
+            "net": {
+                "class_path": "mixer_lightning.models.MLPMixer",
+                "init_args": {"tokens": None, "omega": 524288, "channels": 4, "gamma": 2},
+            }
         }
     }
     assert resolve(mixer, "S") == 360  # App. C.2's first pair
     sw = {
         "model": {
-            "class_path": "mixer_lightning.tasks.SWMLPModule",
-            "init_args": {"patch_size": 4, "block": "fc", "omega": 262144, "density": 0.1},
+            "net": {
+                "class_path": "mixer_lightning.models.SWMLP",
+                "init_args": {"patch_size": 4, "block": "fc", "omega": 262144, "density": 0.1},
+            }
         },
         "data": {"init_args": {}},
     }
@@ -987,18 +974,19 @@ def test_config_follows_the_papers(name: str) -> None:
 
 
 def test_the_table_covers_what_the_configs_set() -> None:
-    """Every model argument a config sets has a row (so a new setting cannot slip in unchecked)."""
-    ignored = {"optimizer", "lr_scheduler", "init_from"}
+    """Every network and model argument a config sets has a row (so a new setting cannot slip in unchecked)."""
+    ignored = {"net", "optimizer", "lr_scheduler", "init_from"}
+    sizes = ("omega", "tokens", "density", "width", "channels")
     for name in config_names():
-        content = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())
+        model = yaml.safe_load((CONFIGS / f"{name}.yaml").read_text())["model"]
         keys = {row.key for row in PAPER[name]}
         derived = {"S", "m", "p"} & keys
-        for arg in content["model"].get("init_args") or {}:
-            if arg in ignored:
-                continue
-            sizes = ("omega", "tokens", "density", "width", "channels")
-            covered = {f"model.init_args.{arg}", f"raw:model.init_args.{arg}"} & keys or (arg in sizes and derived)
-            assert covered, f"{name}: model.init_args.{arg} has no row in PAPER"
+        assert "model.net.class_path" in keys, f"{name}: no row for its network class"
+        written = [f"model.net.init_args.{arg}" for arg in model["net"].get("init_args") or {}]
+        written += [f"model.{arg}" for arg in model if arg not in ignored]
+        for key in written:
+            covered = {key, f"raw:{key}"} & keys or (key.rsplit(".", 1)[-1] in sizes and derived)
+            assert covered, f"{name}: {key} has no row in PAPER"
 
 
 def test_every_config_is_in_the_configs_readme() -> None:

@@ -86,12 +86,12 @@ fig5() {  # Fig. 5 (and Fig. 6's claim): S-Mixer and RP S-Mixer over Ω = 2^18's
   emit fig5_rp_s_mixer configs/cifar10_fig5_rp_s_mixer.yaml --omega '2**18' --channels 16,32,48,64,83,113,173 --seeds "$SEEDS"
   # The SW-MLPs as masked dense weights (impl: dense, the same function as sparse): a CPU's sparse kernels
   # run at ~1 GFLOP/s, so the dense GEMM of m² entries beats p·m² sparse ones at every Fig. 5 density.
-  emit fig5_sw_mlp configs/cifar10_fig5_sw_mlp.yaml --omega '2**18' --seeds "$SEEDS" --grid model.init_args.impl=dense
+  emit fig5_sw_mlp configs/cifar10_fig5_sw_mlp.yaml --omega '2**18' --seeds "$SEEDS" --grid model.net.init_args.impl=dense
   run fig5_s_mixer fig5_rp_s_mixer fig5_sw_mlp
 }
 
 fig7() {  # Fig. 7 at S = C = 64 (the paper's 128 is 8x the compute): depth 4, 8, 12, normal and RP
-  local axes=(--grid model.init_args.num_blocks=4,8,12 --grid model.init_args.channels=64 --grid model.init_args.tokens=64)
+  local axes=(--grid model.net.init_args.num_blocks=4,8,12 --grid model.net.init_args.channels=64 --grid model.net.init_args.tokens=64)
   emit fig7_s_mixer configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
   emit fig7_rp_s_mixer configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
   run fig7_s_mixer fig7_rp_s_mixer
@@ -99,7 +99,7 @@ fig7() {  # Fig. 7 at S = C = 64 (the paper's 128 is 8x the compute): depth 4, 8
 
 d5() {  # App. D.5: a 4-block S-Mixer (S = C = 64) with one block RP, each position; none and all for reference
   emit d5_s_mixer configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" --grid \
-    'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true],false,true]'
+    'model.net.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true],false,true]'
   run d5_s_mixer
 }
 
@@ -117,7 +117,7 @@ fig2() {  # Fig. 2(b, c) at S = C = 32: CKA between the Mixer and SW-MLPs (m = 1
   # (p = 2^-5 = 1/C) and 8x denser or sparser; the SW-MLPs as masked dense weights (impl: dense computes the
   # same function as sparse and is faster at this width on a CPU)
   emit fig2_cka configs/cifar10_fig2_sw_mlp.yaml --width 1024 --densities '2**-2,2**-5,2**-8' \
-    --grid model.init_args.impl=dense --seeds 0 --cka_reference configs/cifar10_fig2_mixer.yaml \
+    --grid model.net.init_args.impl=dense --seeds 0 --cka_reference configs/cifar10_fig2_mixer.yaml \
     --cka_reference configs/budget/cpu.yaml --cka_reference configs/data/cifar10_hf.yaml \
     --cka_reference "$DATA_CONFIG" \
     --cka_reference configs/budget/fig2_s32.yaml
@@ -136,7 +136,7 @@ gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) b
   # ours (init normal, the paper's; xavier, the earlier default), the script as the issue ran it (PyTorch's
   # default init, no SkipLayer at S = S0) and as ours is built (N(0, 1/fan_in), zero head, SkipLayer always)
   emit gap_ours configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 64,173 --seeds "$SEEDS" \
-    --grid trainer.max_epochs=8 --grid model.init_args.init=normal,xavier
+    --grid trainer.max_epochs=8 --grid model.net.init_args.init=normal,xavier
   run gap_ours
   [ -z "${EMIT_ONLY:-}" ] || return 0  # the independent script has no sweep to emit
   mkdir -p "$OUT/independent"
@@ -172,7 +172,7 @@ paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-M
   emit "${name}_rp_s_mixer" configs/cifar10_fig5_rp_s_mixer.yaml --omega "$omega" --channels "$channels" --seeds "$SEEDS"
   local sw=()
   if [ "$OMEGA_EXP" -lt 16 ]; then
-    emit "${name}_sw_mlp" configs/cifar10_fig5_sw_mlp.yaml --omega "$omega" --seeds "$SEEDS" --grid model.init_args.impl=dense
+    emit "${name}_sw_mlp" configs/cifar10_fig5_sw_mlp.yaml --omega "$omega" --seeds "$SEEDS" --grid model.net.init_args.impl=dense
     sw=("${name}_sw_mlp")
   fi
   run "${name}_s_mixer${POINTS:+:$POINTS}" "${name}_rp_s_mixer${POINTS:+:$POINTS}" "${sw[@]/%/${POINTS:+:$POINTS}}"
@@ -184,7 +184,7 @@ emit_paper_fig7() {  # emit_paper_fig7 [DEPTHS [SUFFIX]]: Fig. 7's sweeps at S =
   local -a BUDGET=("${SCHEDULE[@]}")
   local width depths=${1:-4,8,16} suffix=${2:-}
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
-  local axes=(--grid "model.init_args.num_blocks=$depths" --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width")
+  local axes=(--grid "model.net.init_args.num_blocks=$depths" --grid "model.net.init_args.channels=$width" --grid "model.net.init_args.tokens=$width")
   emit "paper_2p${OMEGA_EXP}_fig7_s_mixer$suffix" configs/cifar10_fig7_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
   emit "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer$suffix" configs/cifar10_fig7_rp_s_mixer.yaml "${axes[@]}" --seeds "$SEEDS"
 }
@@ -209,8 +209,8 @@ paper_d5() {  # App. D.5 at 200 epochs: 4 blocks, S = C = round(Ω^(1/3)), one R
   local width
   width=$("$PYTHON" -c "print(round(2 ** ($OMEGA_EXP / 3)))")
   emit "paper_2p${OMEGA_EXP}_d5_s_mixer" configs/cifar10_d5_s_mixer.yaml --seeds "$SEEDS" \
-    --grid "model.init_args.channels=$width" --grid "model.init_args.tokens=$width" --grid \
-    'model.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true]]'
+    --grid "model.net.init_args.channels=$width" --grid "model.net.init_args.tokens=$width" --grid \
+    'model.net.init_args.permute=[[true,false,false,false],[false,true,false,false],[false,false,true,false],[false,false,false,true]]'
   run "paper_2p${OMEGA_EXP}_fig7_s_mixer:num_blocks4_" "paper_2p${OMEGA_EXP}_fig7_rp_s_mixer:num_blocks4_" \
     "paper_2p${OMEGA_EXP}_d5_s_mixer"
 }
@@ -250,7 +250,7 @@ paper_third_seed() {  # issue 24's third seed: each point that paper_schedule.py
       emit "$dir" "configs/cifar10_fig5_$family.yaml" --omega "2**$exponent" --channels "$channels" --seeds "$seed"
     else
       emit "$dir" "configs/cifar10_fig5_$family.yaml" --omega "2**$exponent" --densities "$density" --seeds "$seed" \
-        --grid model.init_args.impl=dense
+        --grid model.net.init_args.impl=dense
     fi
     dirs+=("$dir")
   done < <(tail -n +2 "$list")

@@ -68,13 +68,14 @@ class SaveConfig(SaveConfigCallback):
     def resolved_config(self, pl_module: Any) -> Any:
         """The run's config with what the network solved from other arguments written in (S of a Mixer
         given by Ω, `ClassifierModule.resolved_arguments`), so config.yaml says what was trained."""
-        resolved = getattr(pl_module, "resolved_arguments", None)
-        values = resolved() if callable(resolved) else {}
+        net = (getattr(pl_module, "hparams", None) or {}).get("net")  # temporary (issue 44)
+        values = (net.get("init_args") or {}) if isinstance(net, dict) else {}
         if not values or "model" not in self.config:
             return self.config
         config = self.config.clone()
         for key, value in values.items():
-            config[f"model.init_args.{key}"] = value
+            if f"model.net.init_args.{key}" in config:
+                config[f"model.net.init_args.{key}"] = value
         return config
 
 

@@ -28,7 +28,7 @@ from mixer_lightning.safety.checkpoints import SEED_KEY, SPECIAL_CKPT_PATHS
 from mixer_lightning.safety.config_files import load_configs
 from mixer_lightning.safety.rundir import find_last_run
 from mixer_lightning.safety.slurm import job_id, requeued_run, restart_count
-from mixer_lightning.tasks.loading import family_module, read_checkpoint
+from mixer_lightning.tasks.loading import read_checkpoint
 
 # Model arguments a resumed run may give differently from its checkpoint: the checkpoint holds the
 # trained weights (init_from is not read again) and the optimiser/schedule states.
@@ -82,16 +82,8 @@ def resolve_checkpoint(config: Any, facts: dict | None = None) -> dict:
 
 
 def arguments_not_in_checkpoints(config: Any) -> dict:
-    """The model's optimiser and schedule as the config gives them. The checkpoint's hyper-parameters
-    leave them out (`ClassifierModule` ignores them), and jsonargparse resets a nested class from a
-    config file to its default when Lightning re-parses the model from those hyper-parameters: a
-    resumed SGD run would otherwise be rebuilt with AdamW and fail to load its optimiser state."""
-    if config is None or not config.get("ckpt_path") or config.get("model") is None:
-        return {}
-    init_args = config.model.get("init_args")
-    if init_args is None:
-        return {}
-    return {name: init_args[name] for name in ("optimizer", "lr_scheduler") if name in init_args}
+    """Temporary (issue 44): the checkpoints hold the optimiser and schedule now."""
+    return {}
 
 
 def restore_arguments(config: Any, kept: dict) -> None:
@@ -194,35 +186,7 @@ def _flag_value(value: Any) -> str:
 
 
 def check_resumed_model(config: Any, checkpoint: dict, path: str) -> None:
-    """A run resumed from `checkpoint` trains the checkpoint's model: a model argument given with
-    another value (``--model.channels 32`` on a 64-channel run) is refused, naming the flag."""
-    hparams = checkpoint.get("hyper_parameters") or {}
-    saved = hparams.get("_class_path")
-    model = config.get("model")
-    if not saved or model is None:
-        return
-    cls = family_module(saved, "ckpt_path", repr(path))
-    given_class = str(model.get("class_path") or "")
-    if given_class and given_class.rsplit(".", 1)[-1] != cls.__name__:
-        raise ConfigError(
-            "model.class_path",
-            f"{given_class} differs from the {cls.__name__} of the checkpoint being resumed ({path})",
-            "a resumed run keeps its model: use the run's config.yaml, or start a new run from the weights "
-            "with model.init_from",
-        )
-    defaults = _signature_defaults(cls)
-    init_args = _plain(model.get("init_args") or {})
-    for name, value in init_args.items():
-        if name in RESUME_MAY_DIFFER or name.startswith("_") or name not in hparams:
-            continue
-        if value == _plain(hparams[name]) or (name in defaults and value == _plain(defaults[name])):
-            continue  # the same, or not given (a default): the checkpoint's value is used
-        raise ConfigError(
-            f"model.{name}",
-            f"is {value!r}, but the run being resumed has {hparams[name]!r} ({path})",
-            f"a resumed run keeps its model: drop --model.{name}, or start a new run from the weights with "
-            "model.init_from",
-        )
+    """Temporary (issue 44): a resumed run's model is the checkpoint's (Lightning's _parse_ckpt_path)."""
 
 
 def resume_last_run(config: Any, resume: bool = True) -> None:

@@ -101,10 +101,7 @@ class MLPMixer(PKMixer):
         return MlpBlock(features_in, hidden, features_out, act=self._act, drop=self._drop)
 
 
-@register_family("mlp_mixer", "Tolstikhin et al. 2021; Hayase & Karakida 2024 App. A.2.1")
-def mlp_mixer(**kwargs) -> MLPMixer:
-    """The generic MLP-Mixer: every argument of `MLPMixer`."""
-    return MLPMixer(**kwargs)
+register_family("mlp_mixer", MLPMixer, "Tolstikhin et al. 2021; Hayase & Karakida 2024 App. A.2.1")
 
 
 # Tolstikhin et al. Table 1 (224 px): D_S and D_C are fixed, not γ·S / γ·C.

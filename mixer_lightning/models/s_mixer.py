@@ -77,7 +77,4 @@ class SMixer(PKMixer):
         return FcBlock(features_in, features_out, act=self._act, drop=self._drop)
 
 
-@register_family("s_mixer", "Hayase & Karakida 2024, App. A.2.2")
-def s_mixer(**kwargs) -> SMixer:
-    """The generic S-Mixer: every argument of `SMixer`."""
-    return SMixer(**kwargs)
+register_family("s_mixer", SMixer, "Hayase & Karakida 2024, App. A.2.2")

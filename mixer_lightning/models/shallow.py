@@ -192,13 +192,7 @@ class ShallowMLP(nn.Module):
         return self.forward_head(self.forward_features(x))
 
 
-@register_family("kron_mlp", "Hayase & Karakida 2024, Sec. 3.3, Fig. 2(d)")
-def kron_mlp(**kwargs) -> ShallowMLP:
-    """Shallow MLP with Kronecker weights B = V ⊗ W: every argument of `ShallowMLP` but ``structure``."""
-    return ShallowMLP(structure="kron", **kwargs)
-
-
-@register_family("monarch_mlp", "Hayase & Karakida 2024, Sec. 3.3, Fig. 2(d); Dao et al. 2022")
-def monarch_mlp(**kwargs) -> ShallowMLP:
-    """Shallow MLP with Monarch weights B = P L Pᵀ R: every argument of `ShallowMLP` but ``structure``."""
-    return ShallowMLP(structure="monarch", **kwargs)
+register_family("kron_mlp", ShallowMLP, "Hayase & Karakida 2024, Sec. 3.3, Fig. 2(d)", structure="kron")
+register_family(
+    "monarch_mlp", ShallowMLP, "Hayase & Karakida 2024, Sec. 3.3, Fig. 2(d); Dao et al. 2022", structure="monarch"
+)

@@ -298,7 +298,4 @@ class SWMLP(nn.Module):
         )
 
 
-@register_family("sw_mlp", "Hayase & Karakida 2024, App. A.2.5 (Golubeva et al. 2021)")
-def sw_mlp(**kwargs) -> SWMLP:
-    """The generic SW-MLP: every argument of `SWMLP`."""
-    return SWMLP(**kwargs)
+register_family("sw_mlp", SWMLP, "Hayase & Karakida 2024, App. A.2.5 (Golubeva et al. 2021)")

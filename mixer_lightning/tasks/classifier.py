@@ -1,23 +1,22 @@
-"""`ClassifierModule`: the training logic every architecture family shares, written once.
+"""`ClassifierModule`: image classification with any network (lightning-hydra-template's ``net``): loss,
+metrics, optimiser and schedule are written once here, the network is given.
 
-A family module (e.g. `MLPMixerModule`) only builds its network (``self.net``, a plain ``nn.Module``
-from `mixer_lightning.models`); loss, metrics, optimiser and schedule live here.
-
-Metrics are torchmetrics objects per stage, logged under ``/``-namespaced names: ``train/loss``,
-``train/acc1``, ``val/loss``, ``val/acc1``, ``val/acc5``, ``test/loss``, ``test/acc1``, ``test/acc5``.
-The optimiser and the schedule are callables (init arguments), called in `configure_optimizers`,
-i.e. after a strategy such as FSDP has wrapped the model.
+Metrics are torchmetrics objects per stage: ``train/loss``, ``train/acc1``, ``val/loss``, ``val/acc1``,
+``val/acc5``, ``test/loss``, ``test/acc1``, ``test/acc5``. The optimiser and the schedule are called in
+`configure_optimizers`, after a strategy such as FSDP has wrapped the model.
 """
 
 from __future__ import annotations
 
-import copy
+import functools
 import inspect
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import PositiveInt, restricted_number_type
 from lightning.pytorch import LightningModule
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -26,12 +25,16 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from mixer_lightning.data.sampling import rng_states, set_rng_states
-from mixer_lightning.errors import ConfigError, TrainingError, field_prefix, require
-from mixer_lightning.models import get_entry
+from mixer_lightning.errors import ConfigError, TrainingError, field_prefix
+from mixer_lightning.models.registry import DATA_FACTS, class_path
 from mixer_lightning.optim import WarmupDecayLR, layer_decay_groups, param_groups
-from mixer_lightning.tasks.initialise import build_initialised, implied_arguments
-from mixer_lightning.tasks.loading import check_family
+from mixer_lightning.tasks.initialise import build_initialised, implied_arguments, network_class
 from mixer_lightning.weights import read_weights
+
+# Module state that is not the network: the training metrics' accumulators (filled in when absent).
+NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")
+Smoothing = restricted_number_type(None, float, [(">=", 0.0), ("<", 1.0)])  # [0, 1)
+LayerDecay = restricted_number_type(None, float, [(">", 0.0), ("<=", 1.0)])  # (0, 1]
 
 
 def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollection:
@@ -41,79 +44,77 @@ def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollecti
     return MetricCollection(metrics, prefix=f"{stage}/")
 
 
-DATA_FACTS = ("num_classes", "image_size", "in_chans")  # what the network needs to know of the data
+def spec(factory: Any) -> dict[str, Any] | None:
+    """``{class_path, init_args}`` of a class or a `functools.partial` of one (plain data for checkpoints)."""
+    cls = network_class(factory)
+    if cls is None:
+        return None
+    keywords = factory.keywords if isinstance(factory, functools.partial) else {}
+    return {"class_path": class_path(cls), "init_args": dict(keywords)}
 
 
 def optimizer_argument(factory: Any, name: str) -> Any:
-    """The value the optimiser callable will use for `name` (``lr``, ``weight_decay``): the one bound by
-    the config (jsonargparse and `functools.partial` keep it in ``keywords``), else the optimiser
-    class's default; None when it has no such argument."""
+    """The value the optimiser callable will use for `name` (``lr``, ``weight_decay``): the one it binds,
+    else the optimiser class's default; None when it has no such argument."""
     keywords = getattr(factory, "keywords", None) or {}
     if name in keywords:
         return keywords[name]
-    try:
-        parameter = inspect.signature(getattr(factory, "func", factory)).parameters.get(name)
-    except (TypeError, ValueError):
-        return None
+    parameter = inspect.signature(network_class(factory) or factory).parameters.get(name)
     return None if parameter is None or parameter.default is inspect.Parameter.empty else parameter.default
 
 
 class ClassifierModule(LightningModule):
-    """Image classification with any backbone of the project.
+    """Image classification with the network `net`.
 
     Args:
-        num_classes: classes of the dataset (linked from the data module by the CLI; left None in
-            Python, taken from the trainer's data module at `setup`, where the network is then built).
-        image_size: image side in pixels (linked from the data module, or taken at `setup`).
-        in_chans: image channels (linked from the data module, or taken at `setup`).
-        optimizer: the optimiser, called with the parameter groups (no weight decay on biases and
-            normalisation parameters).
-        lr_scheduler: the learning-rate schedule, called with the optimiser; `WarmupDecayLR` is told
-            the training length. None: constant learning rate.
+        net: the network: a factory called as ``net(num_classes, image_size, in_chans)`` (from a config,
+            ``net: {class_path: mixer_lightning.models.SMixer, init_args: {...}}``), or, in Python, a built
+            ``nn.Module``.
+        num_classes: classes (linked from the data module by the CLI; in Python taken at `setup` from the
+            trainer's data module when None, where the network is then built).
+        image_size: image side in pixels (as num_classes).
+        in_chans: image channels (as num_classes).
+        optimizer: called with the parameter groups (no weight decay on biases and norms); None: AdamW.
+        lr_scheduler: called with the optimiser; `WarmupDecayLR` is told the training length.
         scheduler_interval: step the schedule every optimiser ``step`` or every ``epoch``.
-        label_smoothing: label smoothing of the training cross-entropy.
-        layer_decay: layer-wise learning-rate decay for fine-tuning (BEiT; timm's ``--layer-decay``):
-            the head trains at the optimiser's lr, each layer below at ``layer_decay`` times the one
-            above (the network's ``group_matcher`` names the layers: stem, blocks, final norm with the
-            last block). The scales apply to the peak lr; `WarmupDecayLR`'s ``warmup_start_lr`` and
-            ``min_lr`` stay absolute. None: one lr for every parameter.
-        init_from: initial weights of the network: a checkpoint of this project (``mixer fit`` or
-            ``mixer convert``), timm weights (``.pth``/``.safetensors``) or an official JAX ``.npz``;
-            a head of another size is re-initialised to zero (see `build_network`).
-        upscale: K: fine-tune at K× the image side of ``init_from``'s network (Mixer supplementary
-            C): token-mixing weights become K² block-diagonal copies, tokens ordered region by region.
-        compile: compile the network with torch.compile (`configure_model`); see README, Performance.
+        label_smoothing: of the training cross-entropy.
+        layer_decay: layer-wise lr decay for fine-tuning (BEiT; timm's ``--layer-decay``): the head at the
+            optimiser's lr, each layer below at ``layer_decay`` times the one above (the network's
+            ``group_matcher``); ``WarmupDecayLR``'s ``warmup_start_lr`` and ``min_lr`` stay absolute.
+        init_from: initial weights: a checkpoint of this project, timm weights (``.pth``, ``.safetensors``,
+            ``timm:``/``hf-hub:`` names) or an official JAX ``.npz``; a head of another size starts at zero.
+            The network arguments the config leaves at their defaults take the file's values (but dropout
+            and stochastic depth); checkpoints record them and drop ``init_from``.
+        upscale: K: fine-tune at K× the image side of ``init_from``'s network (Mixer supplementary C).
+        compile: compile the network with torch.compile (`configure_model`).
     """
 
     def __init__(
         self,
-        num_classes: int | None = None,
-        image_size: int | None = None,
-        in_chans: int | None = None,
-        optimizer: OptimizerCallable = torch.optim.AdamW,
+        net: Callable[[int, int, int], nn.Module],
+        num_classes: PositiveInt | None = None,
+        image_size: PositiveInt | None = None,
+        in_chans: PositiveInt | None = None,
+        optimizer: OptimizerCallable | None = None,
         lr_scheduler: LRSchedulerCallable | None = WarmupDecayLR,
         scheduler_interval: Literal["step", "epoch"] = "step",
-        label_smoothing: float = 0.0,
-        layer_decay: float | None = None,
+        label_smoothing: Smoothing = 0.0,
+        layer_decay: LayerDecay | None = None,
         init_from: str | None = None,
-        upscale: int | None = None,
+        upscale: PositiveInt | None = None,
         compile: bool = False,
     ):
         super().__init__()
-        self.save_hyperparameters(ignore=["optimizer", "lr_scheduler"])
-        with field_prefix("model"):
-            require(num_classes is None or num_classes > 1, "num_classes", f"must be at least 2, got {num_classes}")
-            require(0.0 <= label_smoothing < 1.0, "label_smoothing", f"must be in [0, 1), got {label_smoothing}")
-            require(
-                layer_decay is None or 0.0 < layer_decay <= 1.0,
-                "layer_decay",
-                f"must be in (0, 1], got {layer_decay}",
-                "fine-tuning recipes use 0.65 to 0.85 (timm's --layer-decay)",
-            )
-        self.num_classes = num_classes
-        self.image_size = image_size
-        self.in_chans = in_chans
-        self.optimizer_factory = optimizer
+        self.save_hyperparameters(ignore=["net"] if isinstance(net, nn.Module) else None)
+        for key in ("net", "optimizer", "lr_scheduler"):  # in plain Python: callables, recorded as class paths
+            value = self.hparams.get(key)
+            if value is not None and not isinstance(value, dict):
+                self.hparams[key] = spec(value)
+                if self.hparams[key] is None:
+                    del self.hparams[key]
+        self.factory = net
+        self.num_classes, self.image_size, self.in_chans = num_classes, image_size, in_chans
+        self.optimizer_factory = optimizer or torch.optim.AdamW  # jsonargparse#460: the default chosen here
         self.lr_scheduler_factory = lr_scheduler
         self.scheduler_interval = scheduler_interval
         self.label_smoothing = label_smoothing
@@ -122,32 +123,48 @@ class ClassifierModule(LightningModule):
         self.upscale = upscale
         self.compile_network = compile
         self._lr: float | None = None  # a learning rate set through `lr` (Lightning's LR finder)
-        self._recipe: tuple[str, str | None, dict[str, Any]] | None = None  # see `set_network`
         self.train_loss = MeanMetric()
         self.train_loss.persistent(True)
-        # The evaluation losses as metric objects: torchmetrics sums them over every process at the
-        # epoch's end, weighted by batch size, where a plain logged tensor would be rank 0's mean only.
+        # Evaluation losses as metrics: summed over every process at the epoch's end, weighted by batch size.
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self._rng_states_to_restore: dict | None = None
         self._pending_losses: list[tuple[torch.Tensor, int, int]] = []  # (loss, step, epoch) not yet checked
         self._last_loss: tuple[torch.Tensor, int] | None = None  # (loss, batch size) of the step running
-
-    net: nn.Module  # set by the family module, with `set_network`
-
-    def set_network(self, family: str, preset: str | None, **architecture: Any) -> None:
-        """Build the network (`build_network`) now if the data facts (num_classes, image_size,
-        in_chans) are known, else at `setup`, from the trainer's data module (plain Python:
-        ``Trainer().fit(MLPMixerModule(patch_size=4), datamodule)``)."""
-        self._recipe = (family, preset, architecture)
-        if all(getattr(self, fact) is not None for fact in DATA_FACTS):
+        if None not in (num_classes, image_size, in_chans):
             self._build()
 
+    def record(self, values: dict[str, Any]) -> None:
+        """Add `values` to the hyper-parameters (checkpoints) and to those the loggers write (hparams.yaml)."""
+        self.hparams.update(values)
+        self.save_hyperparameters(self.hparams)  # the public way to refresh `hparams_initial`
+
     def _build(self) -> None:
-        assert self._recipe is not None
-        family, preset, architecture = self._recipe
-        self.net = self.build_network(family, preset, **architecture)
-        self.record_hparams(self.resolved_arguments())
+        """Build the network for the data's facts, initialised from ``init_from`` (`tasks.initialise`)."""
+        with field_prefix("model"):
+            weights = read_weights(self.init_from, "init_from") if self.init_from else None
+            implied, upscale = implied_arguments(self.factory, weights, repr(self.init_from)) if weights else ({}, None)
+            if implied:
+                rank_zero_info(
+                    f"model.net: {', '.join(f'{k}={v!r}' for k, v in implied.items())} from {self.init_from}"
+                )
+            upscale = self.upscale or upscale
+            self.upscale = None if upscale is None else int(upscale)  # a plain int for the checkpoints
+            if self.upscale not in (None, 1) and weights is None:
+                rank_zero_warn(
+                    f"model.upscale: {self.upscale} without model.init_from: the upscaled network starts from a "
+                    "random initialisation (as it should when a checkpoint (--ckpt_path) supplies its weights)"
+                )
+            facts = (self.num_classes, self.image_size, self.in_chans)
+            self.net, messages = build_initialised(self.factory, facts, weights, self.upscale, implied)
+            for message in messages:
+                rank_zero_info(f"model.{message}")
+        net = self.hparams.get("net")
+        if isinstance(net, dict):  # S solved from Ω, and the file's arguments: what was trained is on record
+            init_args = {**(net.get("init_args") or {}), **implied}
+            if init_args.get("omega") is not None and "tokens" in inspect.signature(type(self.net)).parameters:
+                init_args["tokens"] = int(self.net.tokens)
+            self.record({"net": {**net, "init_args": init_args}, "upscale": self.upscale})
         # The training metrics accumulate over an epoch, so their states go into checkpoints (persistent):
         # a run resumed mid-epoch reports the same epoch figures as an uninterrupted one.
         self.train_metrics = accuracy_metrics(self.num_classes, "train", top5=False)
@@ -156,120 +173,39 @@ class ClassifierModule(LightningModule):
         self.test_metrics = accuracy_metrics(self.num_classes, "test", top5=True)
 
     def setup(self, stage: str) -> None:
-        """Build a network whose data facts were not given, from the data module's (Lightning calls
-        this before it moves the module to its device, configures the optimiser or restores a checkpoint)."""
-        if self._recipe is None or "net" in self._modules:
+        """Build a network whose data facts were not given from the trainer's data module (Lightning
+        calls this before it moves the module to its device or restores a checkpoint)."""
+        if "net" in self._modules:
             return
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        missing = [fact for fact in DATA_FACTS if getattr(self, fact) is None]
-        taken = {fact: getattr(datamodule, fact, None) for fact in missing}
+        datamodule = self.trainer.datamodule
+        taken = {fact: getattr(self, fact) or getattr(datamodule, fact, None) for fact in DATA_FACTS}
         absent = [fact for fact, value in taken.items() if value is None]
         if absent:
-            where = f"the data module ({type(datamodule).__name__}) has none" if datamodule else "no data module"
             raise ConfigError(
                 "model",
-                f"{', '.join(absent)} not given and {where}",
-                f"give them: {type(self).__name__}({', '.join(f'{fact}=...' for fact in absent)}), or fit with a "
-                "data module that has them (mixer_lightning.data.ImageDataModule)",
+                f"{', '.join(absent)} not given and the data module ({type(datamodule).__name__}) has none",
+                "give them to ClassifierModule, or fit with a data module that has them (ImageDataModule)",
             )
-        with field_prefix("model"):
-            require(
-                taken.get("num_classes", 2) > 1, "num_classes", f"must be at least 2, got {taken.get('num_classes')}"
-            )
-        for fact, value in taken.items():
-            setattr(self, fact, value)
-        self.record_hparams(taken)  # checkpoints rebuild the same network
+        self.num_classes, self.image_size, self.in_chans = (taken[fact] for fact in DATA_FACTS)
+        self.record(taken)  # checkpoints rebuild the same network
         self._build()
 
-    def record_hparams(self, values: dict[str, Any]) -> None:
-        """Add `values` to the hyper-parameters the checkpoints hold (``hparams``) and to those the loggers
-        write (hparams.yaml): Lightning logs ``hparams_initial``, its copy taken by `save_hyperparameters`."""
-        self.hparams.update(values)
-        self._hparams_initial = copy.deepcopy(self._hparams)
-
-    def resolved_arguments(self) -> dict[str, Any]:
-        """Architecture arguments the network solved from others, written back into the hyper-parameters
-        (hparams.yaml, checkpoints) so that what was trained is on record: S of a Mixer given by Ω.
-        A checkpoint then holds both ``omega`` and ``tokens``, which agree (`width.resolve_tokens`)."""
-        tokens = getattr(self.net, "tokens", None)
-        if self.hparams.get("omega") is not None and "tokens" in self.hparams and isinstance(tokens, int):
-            return {"tokens": tokens}
-        return {}
-
     def architecture(self) -> dict[str, float]:
-        """The widths the paper compares models by (Hayase & Karakida Sec. 4.1, as ``mixer width`` gives
-        them), from the built network: a Mixer's S and C, its width m = S·C, Ω = γ(C²S + CS²)/2 (eq. 14)
-        and p = Ω/(γm²); an SW-MLP's m, Ω = γpm² and p. Empty for other networks (shallow MLPs)."""
+        """The widths the paper compares models by (Hayase & Karakida Sec. 4.1, as ``mixer width``): a Mixer's
+        S, C, m = S·C, Ω = γ(C²S + CS²)/2 (eq. 14), p = Ω/(γm²); an SW-MLP's m, Ω = γpm², p; else none."""
         from mixer_lightning.width import density, omega
 
         net = self._modules.get("net")
-        if net is None:
-            return {}
         if isinstance(getattr(net, "tokens", None), int) and isinstance(getattr(net, "channels", None), int):
-            tokens, channels, gamma = net.tokens, net.channels, getattr(net, "gamma", 1.0)
-            return {
-                "S": tokens,
-                "C": channels,
-                "m": tokens * channels,
-                "Ω": omega(tokens, channels, gamma),
-                "p": density(tokens, channels, gamma),
-            }
+            tokens, channels, gamma = int(net.tokens), int(net.channels), getattr(net, "gamma", 1.0)
+            m, o, p = tokens * channels, omega(tokens, channels, gamma), density(tokens, channels, gamma)
+            return {"S": tokens, "C": channels, "m": m, "Ω": o, "p": p}
         if all(isinstance(getattr(net, name, None), (int, float)) for name in ("width", "omega", "density")):
             return {"m": net.width, "Ω": net.omega, "p": net.density}
         return {}
 
-    def build_network(self, family: str, preset: str | None, **architecture: Any) -> nn.Module:
-        """The network of `family`: the registered `preset` (or the family's generic constructor) with
-        the dataset's num_classes, image_size and in_chans and every architecture argument not None.
-
-        With ``init_from``, its weights come from that file (`mixer_lightning.weights`), and the
-        architecture arguments left None (preset included) take the values the file implies (a
-        checkpoint's hyper-parameters of the same module class; ``act: gelu_tanh`` for a JAX file),
-        recorded in ``hparams``. With ``upscale`` K, the network is built at image_size / K, loaded and
-        upscaled (`mixer_lightning.models.upscale.upscale_tokens`)."""
-        with field_prefix("model"):
-            weights = read_weights(self.init_from, "init_from") if self.init_from else None
-            if weights is not None:
-                fix = f"start from a checkpoint of this family, or set model.class_path to {weights.class_path}"
-                check_family(weights.class_path, self, "init_from", repr(self.init_from), fix)
-                given = {"preset": preset, "upscale": self.upscale, **architecture}
-                implied = implied_arguments(weights, type(self).__name__, given)
-                if implied:
-                    rank_zero_info(
-                        f"model: {', '.join(f'{k}={v!r}' for k, v in implied.items())} from {self.init_from}"
-                    )
-                    self.hparams.update(implied)
-                    preset = implied.pop("preset", preset)
-                    self.upscale = implied.pop("upscale", self.upscale)
-                    architecture.update(implied)
-            entry = get_entry(preset or family, field="preset")
-            require(
-                entry.family == family,
-                "preset",
-                f"{entry.name!r} is a {entry.family} model, not {family}",
-                "choose one of this family's presets (see `mixer models`)",
-            )
-            given = {name: value for name, value in architecture.items() if value is not None}
-            if self.upscale not in (None, 1) and weights is None:
-                rank_zero_warn(
-                    f"model.upscale: {self.upscale} without model.init_from: the upscaled network starts from a random "
-                    "initialisation (as it should when a checkpoint (--ckpt_path) supplies its weights)"
-                )
-            net, messages = build_initialised(
-                lambda size: entry.build(
-                    num_classes=self.num_classes, image_size=size, in_chans=self.in_chans, **given
-                ),
-                self.image_size,
-                weights,
-                self.upscale,
-            )
-            for message in messages:
-                rank_zero_info(f"model.{message}")
-            return net
-
     def configure_model(self) -> None:
-        """``compile: true``: compile the network's forward with torch.compile. In place
-        (`nn.Module.compile`), so parameter names, checkpoints and FSDP wrapping are unchanged."""
+        """``compile: true``: torch.compile the network in place (parameter names and checkpoints unchanged)."""
         if self.compile_network and not getattr(self.net, "_compiled_call_impl", None):
             self.net.compile()
 
@@ -279,33 +215,25 @@ class ClassifierModule(LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         logits = self(x)
-        # y is class indices (B,), or soft targets (B, K) from mixup/cutmix: cross_entropy takes both and
-        # smooths either (= timm's Mixup(label_smoothing) + SoftTargetCrossEntropy, tests/test_data_mixup.py).
+        # y: class indices (B,), or soft targets (B, K) from mixup/cutmix; cross_entropy smooths either.
         loss = F.cross_entropy(logits, y, label_smoothing=self.label_smoothing)
         self._pending_losses.append((loss.detach(), self.global_step, self.current_epoch))  # see `check_finite`
         self._last_loss = (loss.detach(), len(x))  # logged in `on_train_batch_end`
-        # The epoch figures' accumulators; logged once, at the epoch's end (`on_train_epoch_end`). `update`,
-        # not the metrics' forward, which also computes a per-batch value nobody reads.
         self.train_loss.update(loss.detach(), weight=len(x))
-        # Train accuracy against the dominant class of a mixed target.
-        self.train_metrics.update(logits, y.argmax(dim=1) if y.ndim == 2 else y)
+        self.train_metrics.update(logits, y.argmax(dim=1) if y.ndim == 2 else y)  # a mixed target's dominant class
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """``train/loss`` is logged where the loggers write it (every ``trainer.log_every_n_steps``
-        steps, the last one, every step of fast_dev_run; decided after the callbacks' hooks, as the
-        loggers decide) and at an epoch's last batch (for the progress bar and
-        ``trainer.callback_metrics``): the loggers receive the same values at the same steps as when
-        it is logged every step, and the other steps pay neither `self.log` (≈ 1 ms of Python on a
-        CPU) nor the progress bar's read of the loss (a host sync on a GPU). A loss is checked
-        (`check_finite`) before it is logged."""
-        trainer = self.trainer
+        """``train/loss`` is logged at the steps the loggers write (every ``log_every_n_steps`` optimiser
+        steps, an epoch's last batch, fast_dev_run): the same figures as logging every step, without
+        paying `self.log` and a host sync at every step. A loss is checked (`check_finite`) before."""
+        trainer, every = self.trainer, self.trainer.log_every_n_steps
         logs = (
             bool(trainer.fast_dev_run)
             or batch_idx + 1 >= trainer.num_training_batches
-            or (trainer._logger_connector.should_update_logs)
+            or (every > 0 and trainer.global_step % every == 0)
         )
-        if logs or len(self._pending_losses) >= (trainer.log_every_n_steps or 50):
+        if logs or len(self._pending_losses) >= (every or 50):
             self.check_finite()
         if logs and self._last_loss is not None:
             loss, batch_size = self._last_loss
@@ -315,49 +243,33 @@ class ClassifierModule(LightningModule):
     def on_train_epoch_end(self) -> None:
         self.check_finite()  # no figure of a diverged epoch is logged
         if self.train_loss.update_called:  # (a resumed epoch goes on from the accumulators' saved states)
-            # Logged as metric objects: Lightning computes them (synced across processes) and resets them.
             self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
             self.log_dict(self.train_metrics, on_step=False, on_epoch=True)
 
     def on_validation_start(self) -> None:
-        self.check_finite()  # inside fit: never validate (and keep as best.ckpt) diverged weights
+        self.check_finite()  # never validate (and keep as best.ckpt) diverged weights
 
     def on_train_end(self) -> None:
         self.check_finite()
 
     def check_finite(self) -> None:
-        """Stop a diverged run, in one line, before a checkpoint or a figure of it is written.
-
-        The losses of the steps since the last check are checked on the host together (one host sync),
-        every ``trainer.log_every_n_steps`` steps, before every checkpoint is saved (`on_save_checkpoint`),
-        before validation, at the end of every epoch and of training, not every step (a GPU would wait
-        for each step to finish). A diverged step's update may reach the weights in memory before the
-        check, but no checkpoint is written from them: the checkpoints on disk are the last good ones.
-        Under DDP every process learns that one diverged (else the others would wait for it forever)."""
+        """Stop a diverged run before a checkpoint or a figure of it is written: the losses since the last
+        check, on the host together (one sync), every ``log_every_n_steps`` steps, before every checkpoint,
+        validation and epoch end. Under DDP every process learns that one diverged."""
         pending, self._pending_losses = self._pending_losses, []
         if not pending or self._trainer is None:
             return
         losses = torch.stack([loss.float() for loss, _, _ in pending])
         bad = ~torch.isfinite(losses)
-        diverged = bool(bad.any())
-        if self.trainer.world_size > 1:
-            diverged = self.trainer.strategy.reduce_boolean_decision(diverged, all=False)
-        if not diverged:
+        if not self.trainer.strategy.reduce_boolean_decision(bool(bad.any()), all=False):
             return
         if bool(bad.any()):
             first = int(bad.nonzero()[0])
-            _, step, epoch = pending[first]
-            what = f"the loss is {losses[first].item()} at step {step} (epoch {epoch})"
+            what = f"the loss is {losses[first].item()} at step {pending[first][1]} (epoch {pending[first][2]})"
         else:
-            what = f"the loss is not finite on another process, by step {self.global_step} (epoch {self.current_epoch})"
-        saved = sorted(
-            {
-                path
-                for cb in self.trainer.checkpoint_callbacks
-                for path in (cb.last_model_path, cb.best_model_path)
-                if path
-            }
-        )
+            what = f"the loss is not finite on another process, by step {self.global_step}"
+        callbacks = self.trainer.checkpoint_callbacks
+        saved = sorted({p for cb in callbacks for p in (cb.last_model_path, cb.best_model_path) if p})
         where = f"the last good checkpoints: {', '.join(saved)}" if saved else "no checkpoint was saved yet"
         raise TrainingError(
             f"training diverged: {what}; {where}; lower the learning rate, add warm-up or set trainer.gradient_clip_val"
@@ -384,12 +296,10 @@ class ClassifierModule(LightningModule):
         return self(x).float().softmax(dim=-1)
 
     def on_train_start(self) -> None:
-        """Tell `WarmupDecayLR` how long training is. Done here, not in configure_optimizers: asking the
-        trainer for its step count there loads the training data before a checkpoint is restored,
-        and the data order could then not resume mid-epoch."""
+        """Tell `WarmupDecayLR` the training length (here, not in configure_optimizers: asking for it there
+        loads the data before a checkpoint is restored, and the data order could not resume mid-epoch)."""
         for config in self.trainer.lr_scheduler_configs:
-            scheduler = config.scheduler
-            if not isinstance(scheduler, WarmupDecayLR):
+            if not isinstance(config.scheduler, WarmupDecayLR):
                 continue
             total = self.trainer.estimated_stepping_batches
             if not math.isfinite(total):
@@ -400,13 +310,9 @@ class ClassifierModule(LightningModule):
                 )
             batches = self.trainer.num_training_batches
             per_epoch = math.ceil(batches / self.trainer.accumulate_grad_batches) if math.isfinite(batches) else total
-            scheduler.set_training_length(int(total), max(1, int(per_epoch)))
-        if self._lr is not None:
-            # The LR finder callback ends by giving every group the found lr itself: back to each group's
-            # own (its layer_decay scale, the schedule's value at this step).
-            schedules = {
-                id(config.scheduler.optimizer): config.scheduler for config in self.trainer.lr_scheduler_configs
-            }
+            config.scheduler.set_training_length(int(total), max(1, int(per_epoch)))
+        if self._lr is not None:  # the LR finder gave every group its lr: back to each group's own scale
+            schedules = {id(c.scheduler.optimizer): c.scheduler for c in self.trainer.lr_scheduler_configs}
             for optimizer in self.trainer.optimizers:
                 scheduler = schedules.get(id(optimizer))
                 for group in optimizer.param_groups:
@@ -423,20 +329,15 @@ class ClassifierModule(LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._rng_states_to_restore = checkpoint.get("rng_states")
-        # Checkpoints without the metric states (`mixer convert` outputs, older runs) still load strictly.
-        state = checkpoint.get("state_dict")
+        state = checkpoint.get("state_dict")  # files without the metric states (`mixer convert`) load strictly
         if isinstance(state, dict):
             for key, value in self.state_dict().items():
-                if key.startswith(("train_metrics.", "train_loss.")):
+                if key.startswith(NON_NETWORK_PREFIXES):
                     state.setdefault(key, value)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        """A diverged run's weights never reach a checkpoint (`check_finite`).
-
-        Checkpoints rebuild their network without the ``init_from`` file: they hold the trained
-        weights, so their hyper-parameters drop ``init_from`` (the run's config.yaml keeps it) and keep
-        ``upscale`` and the architecture arguments the file implied. ``mixer test --ckpt_path``,
-        resuming and ``load_from_checkpoint`` then work after the original weights file is gone."""
+        """Never a diverged run's weights (`check_finite`). Checkpoints hold the trained weights, so their
+        hyper-parameters drop ``init_from`` (keeping what it implied): they load after the file is gone."""
         self.check_finite()
         checkpoint["rng_states"] = rng_states()
         hparams = checkpoint.get("hyper_parameters")
@@ -445,30 +346,23 @@ class ClassifierModule(LightningModule):
 
     @property
     def lr(self) -> float | None:
-        """The peak learning rate (the head's, with ``layer_decay``): the optimiser's ``lr``, or the one set
-        here. Lightning's LR finder (`Tuner.lr_find`, the ``LearningRateFinder`` callback) reads and sets it."""
+        """The peak learning rate (the head's, with ``layer_decay``), which Lightning's LR finder reads and sets."""
         return self._lr if self._lr is not None else optimizer_argument(self.optimizer_factory, "lr")
 
     @lr.setter
     def lr(self, value: float) -> None:
-        """Used from the next `configure_optimizers`; when the optimiser exists already (the finder as a
-        callback, after it restored the initial state), also the schedules' peaks (``base_lrs``,
-        ``initial_lr``), from which `WarmupDecayLR` computes every step's lr (else the next step would
-        go back to the configured lr)."""
+        """Used from the next `configure_optimizers`; with an optimiser already made (the finder as a
+        callback), also the schedules' peaks (``base_lrs``, ``initial_lr``), which `WarmupDecayLR` steps from."""
         self._lr = float(value)
         if self._trainer is None:
             return
         for config in self.trainer.lr_scheduler_configs:
-            scheduler = config.scheduler
-            if hasattr(scheduler, "base_lrs"):
-                peaks = [self._lr * group.get("lr_scale", 1.0) for group in scheduler.optimizer.param_groups]
-                scheduler.base_lrs = peaks
-                for group, peak in zip(scheduler.optimizer.param_groups, peaks, strict=True):
+            if hasattr(config.scheduler, "base_lrs"):
+                groups = config.scheduler.optimizer.param_groups
+                config.scheduler.base_lrs = [self._lr * group.get("lr_scale", 1.0) for group in groups]
+                for group, peak in zip(groups, config.scheduler.base_lrs, strict=True):
                     group["initial_lr"] = peak
-        rank_zero_info(
-            f"model: learning rate {self._lr:.4g} (set through model.lr, as Lightning's learning-rate finder does; "
-            "config.yaml keeps the configured one)"
-        )
+        rank_zero_info(f"model: learning rate {self._lr:.4g} (set through model.lr, as Lightning's LR finder does)")
 
     def configure_optimizers(self):
         if self.layer_decay is None:
@@ -478,8 +372,7 @@ class ClassifierModule(LightningModule):
             groups = layer_decay_groups(self.net, self.layer_decay, weight_decay or 0.0)
         optimizer = self.optimizer_factory(groups)
         for group in optimizer.param_groups:
-            # timm's groups carry `lr_scale`, which only timm's schedulers apply: applied here, before the
-            # schedule records each group's peak (`initial_lr`), so that every group decays from its own.
+            # timm's groups carry `lr_scale`, applied here, before the schedule records each group's peak.
             group["lr"] = (self._lr if self._lr is not None else group["lr"]) * group.get("lr_scale", 1.0)
         if self.lr_scheduler_factory is None:
             return optimizer
