@@ -43,8 +43,10 @@ def config(tmp_path: Path, dataset: str, root: Path, **data: object) -> Path:
                     },
                 },
                 "model": {
-                    "class_path": "mixer_lightning.tasks.MLPMixerModule",
-                    "init_args": {"patch_size": 8, "channels": 8, "gamma": 2, "num_blocks": 1},
+                    "net": {
+                        "class_path": "mixer_lightning.models.MLPMixer",
+                        "init_args": {"patch_size": 8, "channels": 8, "gamma": 2, "num_blocks": 1},
+                    },
                 },
                 "data": {
                     "class_path": "mixer_lightning.data.ImageDataModule",

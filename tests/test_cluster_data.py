@@ -348,7 +348,7 @@ def streaming_args(root: Path) -> list[str]:
         "0",
         "--data.image_size",
         "16",
-        "--model.patch_size",
+        "--model.net.patch_size",
         "4",
         "--data.num_workers",
         "2",

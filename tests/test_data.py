@@ -266,7 +266,7 @@ def test_hf_cifar10_through_the_command_line(tmp_path: Path) -> None:
             "0",
             "--data.auto_augment",
             "original",
-            "--model.patch_size",
+            "--model.net.patch_size",
             "4",
             "--trainer.fast_dev_run",
             "true",

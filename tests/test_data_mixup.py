@@ -86,7 +86,7 @@ def test_mixup_cutmix_random_erasing_train_through_the_cli(tmp_path: Path, monke
             "0.8",
             "--data.cutmix",
             "1.0",
-            "--model.patch_size",
+            "--model.net.patch_size",
             "4",
             "--model.label_smoothing",
             "0.1",

@@ -52,7 +52,7 @@ def fit_data_facts(root: Path, *extra: str) -> dict:
             str(root),
             "--data.num_workers",
             "0",
-            "--model.patch_size",
+            "--model.net.patch_size",
             "8",
             "--trainer.max_epochs",
             "1",
