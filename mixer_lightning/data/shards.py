@@ -214,6 +214,9 @@ def index_split(files: Sequence[Path], cache_dir: Path | None, split: str, label
     from filelock import FileLock
 
     path = cache_dir / f"wds-{split}-{index_key(files)}.npz" if cache_dir is not None else None
+    found = ShardIndex.load(path) if path is not None and path.is_file() else None
+    if found is not None:  # (without the lock: a read-only cache folder is read too)
+        return found
     lock = None
     if path is not None:
         try:
