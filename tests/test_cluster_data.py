@@ -481,7 +481,11 @@ def test_ddp_ranks_train_on_disjoint_samples_that_cover_the_epoch(source: str, t
     else:
         write_hf_files(tmp_path / "data", train=48, test=16, files=4, size=16)
         data = streaming_args(tmp_path / "data")[2:] + ["--data.num_workers", "1"]
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "MIXER_TRUSTED_MODULES": "helpers",
+    }
     common = [MIXER, "fit", "--config", WDS, *data, "--data.mixup", "0", "--data.cutmix", "0"]
     common += ["--trainer.deterministic", "false", "--trainer.callbacks+=helpers.recorder.ImageRecorder"]
     batches = (["--data.batch_size", "8"], ["--data.batch_size", "4"])  # the same global batch

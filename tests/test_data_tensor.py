@@ -295,7 +295,11 @@ def test_a_killed_run_on_the_tensor_path_resumes_bit_for_bit(tmp_path: Path) -> 
     """tests/test_reliability.py's kill-and-resume test on the tensor path (crop, flip, mixup/cutmix,
     dropout, stochastic depth, RP): SIGKILL at step 7, resume from the step-6 checkpoint mid-epoch."""
     config = augmented_hf_config(tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, pipeline="tensor")
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "MIXER_TRUSTED_MODULES": "helpers",
+    }
     run = ["--config", str(config)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
@@ -319,7 +323,11 @@ def test_ddp_ranks_get_disjoint_shards_of_the_same_augmented_images(tmp_path: Pa
     config = augmented_hf_config(
         tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, mixup=0.0, cutmix=0.0, val_split=0, pipeline="tensor"
     )
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "MIXER_TRUSTED_MODULES": "helpers",
+    }
     common = [
         MIXER,
         "fit",
