@@ -154,13 +154,14 @@ def augmented_hf_config(tmp_path: Path, model: dict = RP_MIXER, **data: object) 
             },
         },
         "model": {
-            "class_path": model["class_path"],
-            "init_args": {
-                **model["init_args"],
-                "lr_scheduler": {
-                    "class_path": "mixer_lightning.optim.WarmupDecayLR",
-                    "init_args": {"warmup_epochs": 1, "min_lr": 1e-5},
-                },
+            "net": {
+                "class_path": "mixer_lightning.models.MLPMixer",
+                "init_args": {k: v for k, v in model["init_args"].items() if k != "label_smoothing"},
+            },
+            "label_smoothing": model["init_args"].get("label_smoothing", 0.0),
+            "lr_scheduler": {
+                "class_path": "mixer_lightning.optim.WarmupDecayLR",
+                "init_args": {"warmup_epochs": 1, "min_lr": 1e-5},
             },
         },
         "data": {
@@ -220,7 +221,7 @@ KILL_MOMENTS = {
 
 
 def killer_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "helpers"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), "MIXER_TRUSTED_MODULES": "helpers"}
 
 
 @pytest.mark.slow
