@@ -1,7 +1,7 @@
 """The decoded-tensor cache (`mixer_lightning.data.cache`) through ``mixer fit``: a cache file that does not
 hold exactly what decoding gives is decoded again and replaced, with one line; one that cannot be
 written keeps the split in memory and says so; the key follows what the readers read (symbolic links)
-and not where the cache lies; mixer replaces a cache file by rename, never in place (issue 25, RC4–RC6)."""
+and not where the cache lies; mixer replaces a cache file by rename, never in place."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def config(tmp_path: Path, dataset: str, root: Path, **data: object) -> Path:
                     },
                 },
                 "model": {
-                    "class_path": "mixer_lightning.tasks.MLPMixerModule",
-                    "init_args": {"patch_size": 8, "channels": 8, "gamma": 2, "num_blocks": 1},
+                    "net": {
+                        "class_path": "mixer_lightning.models.MLPMixer",
+                        "init_args": {"patch_size": 8, "channels": 8, "gamma": 2, "num_blocks": 1},
+                    },
                 },
                 "data": {
                     "class_path": "mixer_lightning.data.ImageDataModule",
@@ -243,34 +245,23 @@ def test_a_cache_that_cannot_be_written_keeps_the_splits_in_memory(
     fit(config(tmp_path, "hf", root, cache_dir=str(cache_dir)))  # returns: the run went on
     out, err = capsys.readouterr()
     lines = mixer_lines(err)
-    assert len(lines) == 1, lines
-    expected = {
-        "oserror": "no space left on the device",
-        "full_disk_under_torch": "no space left on the device",
-        "runtime_error": "unexpected pos 960 vs 854",
-        "not_a_folder": "Not a directory",
-    }[kind]
-    assert lines[0].startswith(f"mixer: warning: data.cache_dir: cannot write '{cache_dir}")
-    assert expected in lines[0] and lines[0].endswith("; the decoded train split is kept in memory only")
-    said = out + err + caplog.text  # (Lightning's info lines go to its own handler)
-    assert "cached in" not in said and "uint8 splits decoded once, kept in memory only, not cached;" in said
+    assert len(lines) == 1 and lines[0].startswith("mixer: warning: data.cache_dir: "), lines
+    assert "kept in memory only" in lines[0]
+    assert "cached in" not in out + err + caplog.text  # (Lightning's info lines go to its own handler)
     if kind != "not_a_folder":
         assert list(cache_dir.iterdir()) == []  # neither a half file nor a temporary
 
 
 def test_temporaries_of_killed_cache_writers_are_removed(tmp_path: Path) -> None:
-    """A writer killed mid-write leaves ``.NAME.tmp-PID`` (or, before version 2, mkstemp's
-    ``.NAME.XXXXXXXX.tmp``: a whole copy of a split); the next write in that folder removes them."""
+    """A writer killed mid-write leaves ``.NAME.tmp-PID`` (a whole copy of a split); the next write in
+    that folder removes it."""
     root = write_hf(tmp_path / "hf", train=12, test=4, size=16)
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()
     dead = cache_dir / f".hf-train-{'a' * 24}.pt.tmp-999999999"  # no such process
-    old = cache_dir / f".hf-train-{'b' * 24}.pt.abcd_123.tmp"
-    for orphan in (dead, old):
-        orphan.write_bytes(b"half a split")
-    os.utime(old, (0, 0))
+    dead.write_bytes(b"half a split")
     fit(config(tmp_path, "hf", root, cache_dir=str(cache_dir)))
-    assert not dead.exists() and not old.exists()
+    assert not dead.exists()
     assert len(list(cache_dir.glob("hf-*.pt"))) == 2
 
 
@@ -317,7 +308,7 @@ def test_a_cache_dir_inside_the_data_is_reused(tmp_path: Path, monkeypatch: pyte
     assert len(list((root / "data" / "mycache").glob("hf-*.pt"))) == 2
 
 
-# ------------------------------------------------------------------------- mapped files (RC6, docs)
+# ------------------------------------------------------------------------------------- mapped files
 
 
 def test_a_cache_file_is_replaced_by_rename_never_in_place(tmp_path: Path) -> None:

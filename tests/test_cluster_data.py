@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -18,7 +17,7 @@ import torch
 import yaml
 from test_reliability import MIXER, assert_same, assert_same_runs, kill_config, killer_env
 
-from helpers import TEST_CONFIGS, read_json, run_dirs
+from helpers import TEST_CONFIGS, error_field, field_of, read_json, run_dirs
 from helpers.fakedata import write_hf_files, write_imagenet_folder, write_wds
 from helpers.killer import kill_and_resume
 from helpers.recorder import record_one_and_two_processes
@@ -27,6 +26,7 @@ from mixer_lightning.data import ImageDataModule
 from mixer_lightning.data.sampling import fork_may_deadlock
 from mixer_lightning.data.shard_order import ShardOrder
 from mixer_lightning.data.shards import expand_braces
+from mixer_lightning.errors import ConfigError
 
 WDS = str(TEST_CONFIGS / "wds_mixer.yaml")
 TESTS = Path(__file__).resolve().parent
@@ -163,7 +163,7 @@ BAD_SHARDS = {
         None,
         "train-0001",
         "train_00009",
-        "its label 9 is out of range: there are 4 classes (0..3)",
+        "out of range",
     ),
     "label_negative": ({"train_00017": b"-1"}, None, "train-0002", "train_00017", "its label -1 is out of range"),
     "label_not_a_number": (
@@ -196,65 +196,10 @@ def test_a_bad_shard_is_one_line_naming_the_shard_and_the_sample(case: str, caps
         main(["fit", "--config", WDS, "--data.root", "shards"])
     assert exit_info.value.code == 2
     line = last_error(capsys)
-    path = str((root / f"imagenet1k-{shard}.tar").resolve())
-    named = re.match(r"mixer: error: data\.root: shard '([^']+)'", line)
-    assert named and same_path_or_its_ends(named.group(1), path), line
-    where = f"shard '{named.group(1)}'" + (f", sample '{sample}'" if sample else "")
-    assert line.startswith(f"mixer: error: data.root: {where}: "), line
-    assert problem in line and line.endswith(
-        "; re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
-    )
+    assert field_of(line) == "data.root" and f"imagenet1k-{shard}.tar" in line, line  # the shard named ...
+    assert sample is None or repr(sample) in line  # ... and the sample
+    assert problem in line
     assert not Path("runs").exists()
-
-
-def same_path_or_its_ends(shown: str, path: str) -> bool:
-    """Whether an error line's `shown` path is `path`, or `path` without folders after its first where
-    the line had to give way (a deep temporary folder: pytest-xdist's, a long TMPDIR): its first folder,
-    "...", and a tail of at least its last two parts."""
-    head, dots, tail = shown.partition("/.../")
-    return shown == path or (
-        bool(dots) and path.startswith(head + "/") and path.endswith("/" + tail) and tail.count("/") >= 1
-    )
-
-
-def test_a_bad_shard_under_a_long_path_is_still_one_line(capsys: pytest.CaptureFixture) -> None:
-    """A message over the line limit is cut to it (`errors.bounded_line`) on a copy of the error, and the
-    copy called ``BadShard(message)``, which takes (shard, sample, problem): a TypeError and a traceback
-    instead of the line, for shards under a long enough path (found under pytest-xdist, whose temporary
-    folders are longer). Copied without its ``__init__`` now, for any error class."""
-    root = write_wds(Path("d" * 70) / ("e" * 70) / "shards", labels={"train_00009": b"9"})
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", WDS, "--data.root", str(root)])
-    assert exit_info.value.code == 2
-    line = last_error(capsys)
-    assert line.startswith("mixer: error: data.root: shard '") and "sample 'train_00009'" in line, line
-    assert "out of range" in line and line.endswith("leave it out of data.root"), line
-    assert not Path("runs").exists()
-
-
-def test_a_long_shard_path_gives_way_to_the_problem(capsys: pytest.CaptureFixture) -> None:
-    """A path that makes the line too long keeps its ends (first folder, the shards' folder, the file)
-    and the problem stays whole: the path was kept whole and the problem cut from its end, so a shard
-    ~110 characters deep (pytest-xdist's temporary folders; a cluster's scratch) said only "truncated:
-    the file ends without the tar's end-of-arc...". A path short enough for the line stays whole (above)."""
-    root = write_wds(Path("d" * 20) / "shards")
-    _truncate_after_a_member(root / "imagenet1k-train-0002.tar")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", WDS, "--data.root", str(root)])
-    assert exit_info.value.code == 2
-    line = last_error(capsys)
-    path = str((root / "imagenet1k-train-0002.tar").resolve())
-    named = re.match(r"mixer: error: data\.root: shard '([^']+)', sample 'train_00022': ", line)
-    assert named and named.group(1) != path and same_path_or_its_ends(named.group(1), path), line
-    tail = named.group(1).partition("/.../")[2]
-    last_left_out = path[: -len(tail) - 1].rsplit("/", 1)[1]
-    assert len(line) <= 300 and len(line.replace("/.../", f"/.../{last_left_out}/", 1)) > 300, (
-        line
-    )  # as few as it takes
-    assert line.endswith(
-        ": truncated: the file ends without the tar's end-of-archive marker; re-download or re-pack that shard"
-        " (mixer data pack), or leave it out of data.root"
-    ), line
 
 
 def test_an_image_that_does_not_decode_names_its_shard_and_sample(capsys: pytest.CaptureFixture) -> None:
@@ -269,9 +214,7 @@ def test_an_image_that_does_not_decode_names_its_shard_and_sample(capsys: pytest
         main(["fit", "--config", WDS, "--data.root", "shards", "--trainer.max_epochs", "1"])
     assert exit_info.value.code == 2
     line = last_error(capsys)
-    assert line.startswith(
-        "mixer: error: data.root: cannot read image 'imagenet1k-train-0002.tar, sample train_00019' ("
-    ), line
+    assert field_of(line) == "data.root" and "imagenet1k-train-0002.tar, sample train_00019" in line, line
 
 
 def test_pack_resumes_after_a_stop_and_refuses_another_packing(capsys: pytest.CaptureFixture) -> None:
@@ -292,29 +235,19 @@ def test_pack_resumes_after_a_stop_and_refuses_another_packing(capsys: pytest.Ca
     assert "pack   resuming into out" in out and "already packed" in out
     assert {p.name: p.read_bytes() for p in sorted(Path("out").glob("*.tar"))} == before
     assert Path("out/manifest.json").read_text() == manifest
-    for args, problem in (
-        (["--shard_size", "4"], "holds shards packed from another source or with other settings"),
-        (["--no_shuffle"], "holds shards packed from another source or with other settings"),
-    ):
-        with pytest.raises(SystemExit) as exit_info:
-            main([*command, *args])
-        assert exit_info.value.code == 2 and problem in last_error(capsys)
+    for args in (["--shard_size", "4"], ["--no_shuffle"]):  # other settings into that folder: refused
+        assert error_field(capsys, [*command, *args]) == "out"
     Path("other").mkdir()
     Path("other/notes.txt").write_text("mine")
-    with pytest.raises(SystemExit) as exit_info:
-        main(["data", "pack", "imagenet", "other"])
-    assert exit_info.value.code == 2
-    assert (
-        last_error(capsys)
-        == "mixer: error: out: 'other' is not empty and holds no manifest.json; give an empty (or new) folder"
-    )
+    assert error_field(capsys, ["data", "pack", "imagenet", "other"]) == "out"  # a folder holding other files
     assert sorted(p.name for p in Path("other").iterdir()) == ["notes.txt"]
     damaged = bytearray(shards[2].read_bytes())
     damaged[700] ^= 0xFF
     shards[2].write_bytes(bytes(damaged))
     with pytest.raises(SystemExit):
         main(["data", "check", "out"])
-    assert f"shard '{shards[2].resolve()}' differs from its checksum in manifest.json" in last_error(capsys)
+    line = last_error(capsys)
+    assert field_of(line) == "root" and shards[2].name in line
 
 
 def test_pack_a_hugging_face_dataset_and_train_from_it(tmp_path: Path) -> None:
@@ -415,7 +348,7 @@ def streaming_args(root: Path) -> list[str]:
         "0",
         "--data.image_size",
         "16",
-        "--model.patch_size",
+        "--model.net.patch_size",
         "4",
         "--data.num_workers",
         "2",
@@ -465,12 +398,9 @@ def test_streamed_ranks_are_disjoint_and_a_bad_label_is_one_line(tmp_path: Path,
     bad = write_hf_files(tmp_path / "bad", train=8, test=4, files=1, size=8, classes=4)
     module = ImageDataModule("hf", root=str(bad), streaming=True, val_split=0, num_workers=0, num_classes=3)
     module.setup("fit")
-    with pytest.raises(Exception) as error:
+    with pytest.raises(ConfigError) as error:
         list(module.val_dataloader())
-    assert str(error.value).startswith(
-        f"data.label_column: split 'test' of '{bad}', column 'label': example 3 of rank 0's worker 0 has the label 3; "
-        "labels are 0..2"
-    )
+    assert error.value.field == "data.label_column" and "example 3" in str(error.value)
 
 
 def test_a_streamed_imagenet_layout_validates_on_its_validation_split(tmp_path: Path) -> None:
@@ -551,7 +481,11 @@ def test_ddp_ranks_train_on_disjoint_samples_that_cover_the_epoch(source: str, t
     else:
         write_hf_files(tmp_path / "data", train=48, test=16, files=4, size=16)
         data = streaming_args(tmp_path / "data")[2:] + ["--data.num_workers", "1"]
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "MIXER_TRUSTED_MODULES": "helpers",
+    }
     common = [MIXER, "fit", "--config", WDS, *data, "--data.mixup", "0", "--data.cutmix", "0"]
     common += ["--trainer.deterministic", "false", "--trainer.callbacks+=helpers.recorder.ImageRecorder"]
     batches = (["--data.batch_size", "8"], ["--data.batch_size", "4"])  # the same global batch

@@ -16,7 +16,7 @@ import yaml
 from PIL import Image
 from test_reliability import MIXER, RP_MIXER, assert_same, augmented_hf_config, epoch_scalars, final_state
 
-from helpers import CONFIGS, read_json
+from helpers import CONFIGS, error_field, read_json
 from helpers.fakedata import WRITERS, patch_torchvision_checks, write_hf
 from helpers.killer import kill_and_resume
 from helpers.recorder import record_one_and_two_processes
@@ -138,22 +138,21 @@ def test_auto_chooses_the_tensor_path_where_the_augmentation_has_a_batched_form(
         ("train_crop", "random_resized_crop"),
     ):
         assert chosen(**{field: value}) == "pil"
-        with pytest.raises(ConfigError, match=f"^data.pipeline: the tensor path has no batched form of .*data.{field}"):
+        with pytest.raises(ConfigError, match=f"data.{field}") as error:  # (the message names the step's field)
             ImageDataModule("hf", root=root, pipeline="tensor", **{field: value})
+        assert error.value.field == "data.pipeline"
     assert chosen(tensor_limit_gb=1e-6) == "pil"  # too big for the limit: the PIL path
-    with pytest.raises(ConfigError, match="^data.tensor_limit_gb: the decoded images would take"):
+    with pytest.raises(ConfigError) as error:
         ImageDataModule("hf", root=root, pipeline="tensor", tensor_limit_gb=1e-6).setup()
-    with pytest.raises(ConfigError, match="^data.pipeline: digits is already a tensor dataset"):
+    assert error.value.field == "data.tensor_limit_gb"
+    with pytest.raises(ConfigError) as error:
         ImageDataModule("digits", pipeline="tensor")
+    assert error.value.field == "data.pipeline"
     assert ImageDataModule("digits").pipeline == "pil"
-    # Through the command line: one line naming the field and the fix, exit status 2.
+    # Through the command line: one line naming the field, exit status 2.
     config = augmented_hf_config(tmp_path)
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", str(config), "--data.pipeline", "tensor"])
-    assert exit_info.value.code == 2
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "examples/s" not in line]
-    assert err == [err[-1]] and err[0].startswith("mixer: error: data.pipeline: the tensor path has no batched form of")
+    assert error_field(capsys, ["fit", "--config", str(config), "--data.pipeline", "tensor"]) == "data.pipeline"
 
 
 def test_images_of_several_sizes_keep_the_pil_path(tmp_path: Path) -> None:
@@ -170,10 +169,9 @@ def test_images_of_several_sizes_keep_the_pil_path(tmp_path: Path) -> None:
     data.setup("fit")
     assert data.pipeline == "pil"
     forced = ImageDataModule("hf", root=str(tmp_path / "mixed"), batch_size=2, val_split=0, pipeline="tensor")
-    with pytest.raises(
-        ConfigError, match=r"^data.pipeline: the tensor path cannot hold the train split: image 3 is 20×20"
-    ):
+    with pytest.raises(ConfigError) as error:
         forced.setup("fit")
+    assert error.value.field == "data.pipeline"
     resized = ImageDataModule("hf", root=str(tmp_path / "mixed"), image_size=12, val_split=0, pipeline="tensor")
     resized.setup("fit")  # data.image_size resizes them all (a deterministic prefix, done at decoding)
     assert resized.train_set.decoded.images.shape == (6, 3, 12, 12)
@@ -297,7 +295,11 @@ def test_a_killed_run_on_the_tensor_path_resumes_bit_for_bit(tmp_path: Path) -> 
     """tests/test_reliability.py's kill-and-resume test on the tensor path (crop, flip, mixup/cutmix,
     dropout, stochastic depth, RP): SIGKILL at step 7, resume from the step-6 checkpoint mid-epoch."""
     config = augmented_hf_config(tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, pipeline="tensor")
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "MIXER_TRUSTED_MODULES": "helpers",
+    }
     run = ["--config", str(config)]
     subprocess.run([MIXER, "fit", *run], check=True, env=env, capture_output=True)
     killer = tmp_path / "kill.yaml"
@@ -321,7 +323,11 @@ def test_ddp_ranks_get_disjoint_shards_of_the_same_augmented_images(tmp_path: Pa
     config = augmented_hf_config(
         tmp_path, RP_MIXER, auto_augment=None, random_erasing=0.0, mixup=0.0, cutmix=0.0, val_split=0, pipeline="tensor"
     )
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "MIXER_TRUSTED_MODULES": "helpers"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "MIXER_TRUSTED_MODULES": "helpers",
+    }
     common = [
         MIXER,
         "fit",

@@ -1,4 +1,4 @@
-"""High-bit-depth images (issue 25, RC7): a 16-bit image is read as its top 8 bits (PIL's ``convert``
+"""High-bit-depth images: a 16-bit image is read as its top 8 bits (PIL's ``convert``
 clips it to nearly white), by `mixer predict` and by folder datasets on both data paths; an image whose
 range is unknown (32-bit integers, floats) is refused in one line naming the file."""
 
@@ -13,7 +13,7 @@ import torch
 from PIL import Image
 from test_cache_reliability import config
 
-from helpers import one_line_error, run_dirs
+from helpers import field_of, one_line_error, run_dirs
 from mixer_lightning.cli import main
 
 
@@ -52,8 +52,7 @@ def test_predict_reads_a_16_bit_image_as_its_8_bit_rendering(
     Image.fromarray(sixteen_bit(digit, 2).astype(np.int32)).save(photos / "d_32bit.tif")
     capsys.readouterr()
     line = one_line_error(capsys, [*args, "--prediction_writer.output", "again.csv"])
-    assert line.startswith("mixer: error: data.predict_root: cannot read image 'photos/d_32bit.tif'")
-    assert "a 32-bit integer image (mode I) whose range is unknown: convert it to 8 or 16 bits" in line
+    assert field_of(line) == "data.predict_root" and "d_32bit.tif" in line  # the file named
     assert not (tmp_path / "again.csv").exists()
 
 
@@ -96,4 +95,4 @@ def test_a_folder_image_of_unknown_range_is_one_line(tmp_path: Path, capsys: pyt
     Image.fromarray(np.zeros((16, 16), np.float32)).save(bad)  # mode F
     path = config(tmp_path, "folder", d8, image_size=16, train_crop="random_crop", pipeline="pil")
     line = one_line_error(capsys, ["fit", "--config", str(path)])
-    assert line.startswith(f"mixer: error: data.root: cannot read image {str(bad)!r} (a 32-bit floating-point image")
+    assert field_of(line) == "data.root" and str(bad) in line  # the file named

@@ -216,7 +216,7 @@ KILL_MOMENTS = {
 
 
 def killer_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(Path(__file__).parent), "MIXER_TRUSTED_MODULES": "helpers"}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]), "MIXER_TRUSTED_MODULES": "helpers"}
 
 
 @pytest.mark.slow

@@ -1,11 +1,6 @@
 """The batched form of a per-image transform, for the tensor path (`mixer_lightning.data.tensor_path`):
-`batched_plan` reads the very transform the PIL path would run (`transforms.train_transform` /
-`eval_transform`) and splits it into a deterministic prefix (resizes, centre crops: applied once, when
-decoding) and the random steps that have a batched form (torchvision's ``RandomCrop`` with zero padding,
-``RandomHorizontalFlip``), then the fused normalisation; `BatchedPlan` draws and applies them to whole
-batches on the device, the same numbers as the PIL path draws per image. Any other step has no batched
-form (`NoBatchedForm` names the field that adds it).
-"""
+a deterministic prefix (done once, at decoding), then zero-padded random crops and flips, then the
+normalisation, drawn and applied to whole batches on the device, the same numbers as the PIL path."""
 
 from __future__ import annotations
 
@@ -40,20 +35,12 @@ class NoBatchedForm(Exception):
 
 @dataclass(frozen=True)
 class BatchedPlan:
-    """A transform split into what is done once at decoding and what is done per batch.
+    """A transform split into what is done once at decoding and what is done per batch."""
 
-    Attributes:
-        prefix: deterministic PIL steps (Resize, CenterCrop), applied when decoding.
-        crop_size: (height, width) of torchvision's RandomCrop, or None (no random crop).
-        padding: its zero padding on every side.
-        flip: probability of the horizontal flip, or None (no flip step: nothing drawn).
-        mean, std: the normalisation (`transforms.ToNormalizedTensor`).
-    """
-
-    prefix: tuple[Callable, ...]
-    crop_size: tuple[int, int] | None
-    padding: int
-    flip: float | None
+    prefix: tuple[Callable, ...]  # deterministic PIL steps (Resize, CenterCrop), applied when decoding
+    crop_size: tuple[int, int] | None  # of torchvision's RandomCrop, or None (no random crop)
+    padding: int  # its zero padding on every side
+    flip: float | None  # probability of the horizontal flip, or None (no flip step: nothing drawn)
     mean: tuple[float, ...]
     std: tuple[float, ...]
     scale: torch.Tensor = field(compare=False, repr=False)
@@ -142,14 +129,7 @@ def batched_plan(transform: Callable) -> BatchedPlan:
             raise NoBatchedForm(*_FIELDS.get(name, ("data.pipeline", f"{name} after the normalisation")))
         if isinstance(step, (T.Resize, T.CenterCrop)) and crop_size is None and flip is None:
             prefix.append(step)
-        elif isinstance(step, T.RandomCrop) and crop_size is None and flip is None:
-            if (
-                step.padding_mode != "constant"
-                or step.fill != 0
-                or step.pad_if_needed
-                or not isinstance(step.padding, int)
-            ):
-                raise NoBatchedForm("data.crop_padding", f"{step!r}")
+        elif isinstance(step, T.RandomCrop) and crop_size is None and flip is None:  # (zero padding: ours)
             crop_size, padding = tuple(step.size), step.padding
         elif isinstance(step, T.RandomHorizontalFlip) and flip is None:
             flip = float(step.p)
@@ -159,13 +139,5 @@ def batched_plan(transform: Callable) -> BatchedPlan:
             raise NoBatchedForm(*_FIELDS.get(name, ("data.pipeline", name)))
     if normalize is None:
         raise NoBatchedForm("data.pipeline", "a transform without the normalisation")
-    return BatchedPlan(
-        prefix=tuple(prefix),
-        crop_size=crop_size,
-        padding=padding,
-        flip=flip,
-        mean=normalize.mean,
-        std=normalize.std,
-        scale=torch.from_numpy(normalize.scale.copy()),
-        shift=torch.from_numpy(normalize.shift.copy()),
-    )
+    scale, shift = torch.from_numpy(normalize.scale.copy()), torch.from_numpy(normalize.shift.copy())
+    return BatchedPlan(tuple(prefix), crop_size, padding, flip, normalize.mean, normalize.std, scale, shift)

@@ -1,16 +1,11 @@
 """``mixer data pack``: an image folder or a Hugging Face dataset → WebDataset tar shards in the hub's
 layout (``NAME-train-0000.tar``, ``NAME-validation-0000.tar``; each sample ``KEY.jpg`` (or ``.png``,
-``.webp``: the image's own bytes, never re-encoded), ``KEY.cls`` (the class number) and ``KEY.json``
-(the original file name, label and class name)), read back by ``data.dataset: wds``.
-
-- **Deterministic.** The samples of a split are put in a seeded random order (training shards mix all
-  classes, as the hub's do) and cut into shards of ``shard_size``; tar headers carry no times or
-  owners, so the same source and settings give the same bytes.
-- **A manifest** (``manifest.json``): the classes, and per split the samples, bytes and counts per class,
-  and per shard its samples, bytes and SHA-256 (``mixer data check`` verifies them).
-- **Resumable.** Every shard is written atomically and recorded in the manifest once whole; the same
-  command run again after a stop skips the shards the manifest holds (their checksums verified) and
-  writes the rest. A folder written with other settings or from another source is refused.
+``.webp``: the image's own bytes), ``KEY.cls`` (its class) and ``KEY.json`` (file name, label, class
+name)), read back by ``data.dataset: wds``. Deterministic: a seeded order across shards, tar headers
+without times or owners. A manifest (``manifest.json``) records the classes, per split the counts per
+class, per shard its samples, bytes and SHA-256 (``mixer data check`` verifies them). Resumable: every
+shard is written atomically and recorded once whole; the same command after a stop keeps the shards
+whose checksums hold; a folder packed with other settings or from another source is refused.
 """
 
 from __future__ import annotations
@@ -21,7 +16,6 @@ import json
 import math
 import os
 import re
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +27,7 @@ import numpy as np
 
 from mixer_lightning.data.shards import MANIFEST
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.safety.atomic import atomic_write, remove_orphans, write_text
+from mixer_lightning.safety.atomic import atomic_write, remove_orphans, sha256_file, write_text
 
 PACK_VERSION = 1
 # Our split names → the hub's in shard names.
@@ -41,25 +35,14 @@ SHARD_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 FOLDER_SPLITS = {"train": ("train",), "val": ("val", "validation"), "test": ("test",)}
 
 
-def sniff_extension(data: bytes) -> str | None:
-    """The webdataset extension of encoded image bytes (jpg, png, webp), or None for another format."""
-    if data[:3] == b"\xff\xd8\xff":
-        return "jpg"
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    return None
-
-
 def as_shard_image(data: bytes, where: str) -> tuple[bytes, str]:
     """(bytes, extension) to store: JPEG, PNG and WebP as they are; any other image (BMP, TIFF, ...)
     re-encoded as PNG (lossless). Not an image: a one-line error naming it."""
     from PIL import Image
 
-    extension = sniff_extension(data)
     try:
         with Image.open(io.BytesIO(data)) as image:  # the header only: cheap, and catches what is no image
+            extension = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}.get(image.format)
             if extension is not None:
                 return data, extension
             out = io.BytesIO()
@@ -92,18 +75,13 @@ def folder_source(root: Path) -> tuple[list[str], list[SplitPlan]]:
     if folders["train"] is None:
         folders = {"train": root, "val": None, "test": None}
     classes = sorted(entry.name for entry in os.scandir(folders["train"]) if entry.is_dir())
-    require(len(classes) >= 1, "source", f"{str(folders['train'])!r} holds no class folders", "give an image folder")
     plans = []
     for split, folder in folders.items():
         if folder is None:
             continue
         found = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
-        require(
-            found == classes,
-            "source",
-            f"the class folders of {str(folder)!r} differ from those of {str(folders['train'])!r}",
-            "every split needs the same class folders",
-        )
+        problem = f"the class folders of {str(folder)!r} differ from those of {str(folders['train'])!r}"
+        require(found == classes, "source", problem)  # labels are positions in the sorted class folders
         files, labels = [], []
         for label, name in enumerate(classes):
             listed = image_files(folder / name, IMG_EXTENSIONS)
@@ -127,8 +105,7 @@ def hf_source(root: str, image_column: str | None, label_column: str | None) -> 
     from mixer_lightning.data.sources.huggingface import HuggingFace
 
     source = HuggingFace(root, download=True, image_column=image_column, label_column=label_column)
-    feature = source.splits[source.split_names["train"]].features[source.label_column]
-    classes = list(getattr(feature, "names", None) or [str(i) for i in range(source.info.num_classes)])
+    classes = source.classes or [str(i) for i in range(source.info.num_classes)]
     plans = []
     roles = [("train", source.split_names["train"]), ("val", source.split_names["val"])]
     if source.split_names["test"] not in (source.split_names["val"], None):
@@ -159,43 +136,8 @@ def _member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _say(text: str) -> None:
     print(text, flush=True)
-
-
-class Progress:
-    """A bar in a terminal (tqdm), a plain line per shard in a log."""
-
-    def __init__(self, total: int, split: str, shards: int, log: Callable[[str], None] = _say):
-        self.total, self.split, self.shards, self.start, self.done = total, split, shards, time.perf_counter(), 0
-        self.bar, self.log = None, log
-        if sys.stdout.isatty() and log is _say:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=f"pack {split}", unit="img", dynamic_ncols=True)
-
-    def update(self, images: int, shard: int, skipped: bool = False) -> None:
-        self.done += images
-        if self.bar is not None:
-            self.bar.update(images)
-            return
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
-        rate = self.done / elapsed
-        eta = (self.total - self.done) / rate if rate > 0 else math.inf
-        what = "already packed" if skipped else f"{rate:,.0f} img/s, ETA {eta:,.0f} s"
-        self.log(f"pack   {self.split}: shard {shard + 1}/{self.shards}, {self.done:,}/{self.total:,} images ({what})")
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _fingerprint(source: str, classes: list[str], plans: list[SplitPlan], settings: dict) -> str:
@@ -218,7 +160,6 @@ def pack(
 ) -> dict:
     """Pack `source` (an image folder, else a Hugging Face hub id or local dataset) into shards in `out`;
     returns the manifest (module docstring)."""
-    require(shard_size >= 1, "shard_size", f"must be >= 1, got {shard_size}")
     if Path(source).is_dir() and not any(Path(source).glob("data/*")) and not any(Path(source).glob("*.parquet")):
         classes, plans = folder_source(Path(source))
         kind = "folder"
@@ -297,66 +238,47 @@ def _pack_split(
         },
     )
     done = {shard["name"]: shard for shard in entry["shards"]}
-    progress = Progress(n, split_name, count, log)
-    try:
-        for j in range(count):
-            name = f"{prefix}-{split_name}-{j:0{width}d}.tar"
-            members = order[j * shard_size : (j + 1) * shard_size].tolist()
-            path = target / name
-            recorded = done.get(name)
-            if (
-                recorded
-                and path.is_file()
-                and path.stat().st_size == recorded["bytes"]
-                and sha256_file(path) == recorded["sha256"]
-            ):
-                progress.update(len(members), j, skipped=True)
-                continue
-            images = plan.read(members)
-            with (
-                atomic_write(path, "wb", field="out") as f,
-                tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar,
-            ):
-                for position, data in zip(members, images, strict=True):
-                    source_name = plan.names[position]
-                    data, extension = as_shard_image(data, repr(source_name))
-                    key = _key(position, source_name)
-                    label = plan.labels[position]
-                    _member(tar, f"{key}.{extension}", data)
-                    _member(tar, f"{key}.cls", str(label).encode())
-                    sidecar = {"filename": source_name, "label": label, "class_name": classes[label]}
-                    _member(tar, f"{key}.json", json.dumps(sidecar).encode())
-            record = {"name": name, "samples": len(members), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
-            entry["shards"] = [s for s in entry["shards"] if s["name"] != name] + [record]
-            entry["shards"].sort(key=lambda s: s["name"])
-            entry["bytes"] = sum(s["bytes"] for s in entry["shards"])
-            write_text(manifest_path, json.dumps(manifest, indent=1) + "\n", field="out")
-            progress.update(len(members), j)
-    finally:
-        progress.close()
+    start, packed = time.perf_counter(), 0
+    for j in range(count):
+        name = f"{prefix}-{split_name}-{j:0{width}d}.tar"
+        members = order[j * shard_size : (j + 1) * shard_size].tolist()
+        path = target / name
+        recorded = done.get(name)
+        whole = recorded and path.is_file() and path.stat().st_size == recorded["bytes"]
+        if whole and sha256_file(path) == recorded["sha256"]:
+            log(f"pack   {split_name}: shard {j + 1}/{count} already packed")
+            continue
+        with (
+            atomic_write(path, "wb", field="out") as f,
+            tarfile.open(fileobj=f, mode="w", format=tarfile.PAX_FORMAT) as tar,
+        ):
+            for position, data in zip(members, plan.read(members), strict=True):
+                source_name = plan.names[position]
+                data, extension = as_shard_image(data, repr(source_name))
+                key = _key(position, source_name)
+                label = plan.labels[position]
+                _member(tar, f"{key}.{extension}", data)
+                _member(tar, f"{key}.cls", str(label).encode())
+                sidecar = {"filename": source_name, "label": label, "class_name": classes[label]}
+                _member(tar, f"{key}.json", json.dumps(sidecar).encode())
+        record = {"name": name, "samples": len(members), "bytes": path.stat().st_size, "sha256": sha256_file(path)}
+        entry["shards"] = sorted([s for s in entry["shards"] if s["name"] != name] + [record], key=lambda s: s["name"])
+        entry["bytes"] = sum(s["bytes"] for s in entry["shards"])
+        write_text(manifest_path, json.dumps(manifest, indent=1) + "\n", field="out")
+        packed += len(members)
+        rate = packed / max(time.perf_counter() - start, 1e-9)
+        log(f"pack   {split_name}: shard {j + 1}/{count} ({rate:,.0f} img/s)")
 
 
 def verify(folder: Path, log: Callable[[str], None] = _say) -> int:
-    """Check every shard the manifest in `folder` lists against its size and SHA-256; the number checked.
-    A mismatch is one line naming the shard."""
+    """Check every shard the manifest in `folder` lists against its size and SHA-256 (a missing, changed or
+    damaged shard: one line naming it); the number checked."""
     manifest_path = folder / MANIFEST
-    manifest = json.loads(manifest_path.read_text())
-    checked = 0
-    for split, entry in manifest.get("splits", {}).items():
-        for shard in entry["shards"]:
-            path = folder / shard["name"]
-            require(
-                path.is_file(),
-                "root",
-                f"{split} shard {str(path)!r} is listed in {MANIFEST} but missing",
-                "re-run mixer data pack",
-            )
-            if path.stat().st_size != shard["bytes"] or sha256_file(path) != shard["sha256"]:
-                raise ConfigError(
-                    "root",
-                    f"shard {str(path)!r} differs from its checksum in {MANIFEST} (changed or damaged)",
-                    "re-run mixer data pack (it rewrites the damaged shard), or restore the file",
-                )
-            checked += 1
-    log(f"check  {checked} shards match the sizes and SHA-256 checksums of {manifest_path}")
-    return checked
+    shards = [shard for entry in json.loads(manifest_path.read_text())["splits"].values() for shard in entry["shards"]]
+    for shard in shards:
+        path = folder / shard["name"]
+        whole = path.is_file() and path.stat().st_size == shard["bytes"] and sha256_file(path) == shard["sha256"]
+        fix = "re-run mixer data pack (it rewrites the shard), or restore the file"
+        require(whole, "root", f"shard {str(path)!r} is missing or differs from its checksum in {MANIFEST}", fix)
+    log(f"check  {len(shards)} shards match the sizes and SHA-256 checksums of {manifest_path}")
+    return len(shards)

@@ -1,55 +1,32 @@
-"""Prediction on image files (a folder, at any depth, or a list of files), without the training data.
-
-A checkpoint written by ``mixer fit`` carries the facts of its data (`data_facts`, written by
-`mixer_lightning.callbacks.DataFacts` under the checkpoint's ``data`` key): the classes and their
-names, the image size and channels, the normalisation and the evaluation crop (Mixer supplementary
-C), the input permutation (Mixer Sec. 3.4). `PredictionData` is a data module made of those facts
-alone, so ``mixer predict --ckpt_path best.ckpt --data.predict_root photos/`` needs no data config and
-no training data; `ImageDataModule` serves the same files through `files_loader` when a config gives
-it a ``predict_root``.
-
-Each image is read with PIL, converted to the model's channels (RGB or grey) and pre-processed as the
-evaluation images of training were (`prediction_transform`); a batch is (images, file indices).
-"""
+"""Prediction on image files (a folder, at any depth, or files), without the training data: a checkpoint
+carries the facts of its data (`data_facts`: classes and names, image size and channels, normalisation,
+evaluation crop, input permutation), of which `PredictionData` is made, so ``mixer predict --ckpt_path
+best.ckpt --data.predict_root photos/`` needs no data config; `ImageDataModule` serves the same files
+through `files_loader` when its config gives a ``predict_root``."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+from jsonargparse.typing import ClosedUnitInterval, PositiveFloat, PositiveInt
 from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
-from mixer_lightning.data.pil_path import to_mode
+from mixer_lightning.data.pil_path import UNREADABLE, to_mode
 from mixer_lightning.data.sampling import worker_options
-from mixer_lightning.data.transforms import INTERPOLATIONS, EvalCrop, InputPermutation, PermutationMode, eval_transform
+from mixer_lightning.data.transforms import EvalCrop, InputPermutation, Interpolation, PermutationMode, eval_transform
 from mixer_lightning.errors import ConfigError, require
-
-special_file_kind = lambda path: None  # TEMPORARY (house-lead): H4 drops the FIFO guard
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # The facts a checkpoint carries about its data (the checkpoint's ``data`` entry), all plain values.
-FACT_KEYS = (
-    "dataset",
-    "num_classes",
-    "class_names",
-    "image_size",
-    "in_chans",
-    "mean",
-    "std",
-    "eval_crop",
-    "eval_crop_pct",
-    "interpolation",
-    "input_permutation",
-    "permutation_patch_size",
-    "permutation_seed",
+FACT_KEYS = tuple(
+    "dataset num_classes class_names image_size in_chans mean std eval_crop eval_crop_pct interpolation "
+    "input_permutation permutation_patch_size permutation_seed".split()
 )
-
-
 # First characters that make a spreadsheet read a cell as a formula (OWASP "CSV Injection"), and their
 # full-width forms, which some spreadsheets read as formulas too.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", "\uff20")
@@ -57,44 +34,29 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\uff1d", "\uff0b", "\uff0d", 
 
 def spreadsheet_text(text: str) -> str:
     """`text` (a file or class name) as a CSV cell no spreadsheet runs: prefixed with ``'`` when it starts
-    like a formula (``=1+1.png`` → ``'=1+1.png``), as OWASP advises; any other text as it is."""
+    like a formula (``=1+1.png`` → ``'=1+1.png``), as OWASP advises."""
     return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> tuple[list[str], list[str]]:
-    """The image files of `root` (a folder, read at any depth in sorted order, a file, or a list of
-    either) and their names as the CSV shows them (relative to a folder given). Errors name `field`."""
+    """The image files of `root` (a folder, read at any depth in sorted order, a file, or a list of either)
+    and their names as the CSV shows them (relative to a folder given)."""
     from mixer_lightning.data.sources.folder import image_files
 
-    entries = [root] if isinstance(root, (str, os.PathLike)) else list(root)
-    require(bool(entries), field, "no folder or file given", "give a folder of images or a list of image files")
     paths: list[str] = []
     names: list[str] = []
-    for entry in map(str, entries):
-        path = Path(entry)
-        kind = special_file_kind(path)
-        if kind is not None:  # /dev/zero would be read forever, a FIFO would wait for a writer
-            raise ConfigError(
-                field, f"{entry!r} is {kind}, not an image file or a folder", "give a folder of images or image files"
-            )
-        if os.path.isdir(path):  # os.path: a name over 255 bytes is no folder (pathlib raises ENAMETOOLONG)
-            try:
-                found = image_files(path, IMAGE_EXTENSIONS)
-            except ConfigError as error:
-                raise ConfigError(field, error.problem, error.fix) from None
+    for entry in [root] if isinstance(root, (str, os.PathLike)) else list(root):
+        entry = str(entry)
+        if os.path.isdir(entry):
+            found = image_files(entry, IMAGE_EXTENSIONS)
             paths += found
-            names += [os.path.relpath(file, path) for file in found]
-        elif os.path.isfile(path):
+            names += [os.path.relpath(file, entry) for file in found]
+        elif os.path.isfile(entry):
             paths.append(entry)
             names.append(entry)
         else:
-            raise ConfigError(field, f"no such file or folder {entry!r}", "give a folder of images or image files")
-    require(
-        bool(paths),
-        field,
-        f"{entries[0]!r} holds no images ({', '.join(IMAGE_EXTENSIONS)})",
-        "give a folder that holds images",
-    )
+            raise ConfigError(field, f"no such file or folder {entry!r}")
+    require(bool(paths), field, f"{root!r} holds no images ({', '.join(IMAGE_EXTENSIONS)})")
     return paths, names
 
 
@@ -115,58 +77,31 @@ class ImageFiles(Dataset):
         try:
             with Image.open(path) as image:
                 image = to_mode(image, self.mode)  # 16-bit images scaled to 8 bits, not clipped
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as error:
+        except UNREADABLE as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ConfigError(
-                "data.predict_root", f"cannot read image {path!r} ({reason})", "delete or replace that file"
-            ) from None
+            raise ConfigError("data.predict_root", f"cannot read image {path!r} ({reason})") from None
         return self.transform(image), index
 
 
 def prediction_transform(facts: dict[str, Any]) -> Callable:
-    """PIL image → the model's input: the evaluation pre-processing of `facts` (resized whatever the
-    file's size), then the input permutation the model was trained with, if any."""
+    """PIL image → the model's input: the evaluation pre-processing of `facts` (resized whatever the file's
+    size: native size 0), then the input permutation the model was trained with, if any."""
     size = int(facts["image_size"])
-    # native size 0: the files have any size, so the "resize" crop always resizes to size × size.
-    steps: list[Callable] = [
-        eval_transform(
-            size,
-            0,
-            facts["eval_crop"],
-            float(facts["eval_crop_pct"]),
-            facts["interpolation"],
-            facts["mean"],
-            facts["std"],
-        )
-    ]
-    if facts.get("input_permutation", "none") not in (None, "none"):
-        steps.append(
-            InputPermutation(
-                facts["input_permutation"], size, int(facts["permutation_patch_size"]), int(facts["permutation_seed"])
-            )
-        )
-    return steps[0] if len(steps) == 1 else T.Compose(steps)
+    crop, pct, interpolation = facts["eval_crop"], float(facts["eval_crop_pct"]), facts["interpolation"]
+    transform = eval_transform(size, 0, crop, pct, interpolation, facts["mean"], facts["std"])
+    if facts.get("input_permutation", "none") in (None, "none"):
+        return transform
+    patch, seed = int(facts["permutation_patch_size"]), int(facts["permutation_seed"])
+    return T.Compose([transform, InputPermutation(facts["input_permutation"], size, patch, seed)])
 
 
 def class_names(datamodule: Any) -> list[str]:
-    """The names of the classes of `datamodule` (an `ImageDataModule`): a folder dataset's folder
-    names, a Hugging Face dataset's ClassLabel names, a torchvision dataset's ``classes``; the class
-    numbers as text where the dataset names none (the digits: 0..9)."""
+    """The names of the classes of `datamodule`: its own (`PredictionData`), its source's (folder names, a
+    ClassLabel's names, a shard manifest's), a torchvision dataset's ``classes``; else the class numbers."""
     num_classes = int(datamodule.num_classes)
-    names = getattr(datamodule, "class_names", None)
     source = getattr(datamodule, "source", None)
-    if names is None:
-        names = getattr(source, "classes", None)  # folder, imagenet
-    if names is None and getattr(source, "splits", None) is not None:  # hf: the label's ClassLabel feature
-        try:
-            feature = source.splits[source.split_names["train"]].features[source.label_column]
-            names = getattr(feature, "names", None)
-        except (KeyError, AttributeError, TypeError):
-            names = None
-    for role in ("train_set", "val_set", "test_set"):  # torchvision datasets already read
-        if names is None:
-            names = getattr(getattr(getattr(datamodule, role, None), "base", None), "classes", None)
-    if names is None and source is not None and hasattr(source, "_open"):  # torchvision, on the tensor path
+    names = getattr(datamodule, "class_names", None) or getattr(source, "classes", None)
+    if names is None and source is not None and hasattr(source, "_open"):  # torchvision: read from its files
         try:
             names = getattr(source.load("test"), "classes", None)
         except ConfigError:
@@ -207,11 +142,9 @@ def files_dataset(facts: dict[str, Any], root: str | Sequence[str]) -> ImageFile
 
 
 def files_loader(datamodule: Any, root: str | Sequence[str]) -> DataLoader:
-    """The predict loader of an `ImageDataModule` given ``predict_root``: its files, pre-processed as its
-    evaluation images (kept as ``datamodule.predict_set`` for the prediction writer)."""
-    facts = data_facts(datamodule)
-    assert facts is not None
-    datamodule.predict_set = files_dataset(facts, root)
+    """The predict loader of the image files `root`, pre-processed as `datamodule`'s evaluation images
+    (kept as ``datamodule.predict_set`` for the prediction writer)."""
+    datamodule.predict_set = files_dataset(data_facts(datamodule), root)
     workers = getattr(datamodule, "num_workers", 0) or 0
     return DataLoader(
         datamodule.predict_set,
@@ -219,15 +152,14 @@ def files_loader(datamodule: Any, root: str | Sequence[str]) -> DataLoader:
         shuffle=False,
         num_workers=workers,
         pin_memory=bool(getattr(datamodule, "pin_memory", False)),
-        **worker_options(workers, getattr(datamodule, "trainer", None)),
+        **worker_options(workers, datamodule.trainer),
     )
 
 
 class PredictionData(LightningDataModule):
     """Image files to predict, pre-processed as a checkpoint's evaluation images (module docstring).
-
-    ``mixer predict --ckpt_path CKPT --data.predict_root DIR`` (no ``--config``) fills every argument
-    but ``predict_root`` from the checkpoint's ``data`` entry; any of them may be given to differ.
+    ``mixer predict --ckpt_path CKPT --data.predict_root DIR`` fills every argument but ``predict_root``
+    from the checkpoint's ``data`` entry; any of them may be given to differ.
 
     Args:
         predict_root: a folder of images (read at any depth), an image file, or a list of either.
@@ -251,84 +183,52 @@ class PredictionData(LightningDataModule):
     def __init__(
         self,
         predict_root: str | list[str],
-        num_classes: int,
-        image_size: int,
-        in_chans: int = 3,
+        num_classes: PositiveInt,
+        image_size: PositiveInt,
+        in_chans: Literal[1, 3] = 3,
         mean: tuple[float, ...] | None = None,
-        std: tuple[float, ...] | None = None,
+        std: tuple[PositiveFloat, ...] | None = None,
         class_names: list[str] | None = None,
         eval_crop: EvalCrop = "resize",
-        eval_crop_pct: float = 0.875,
-        interpolation: str = "bilinear",
+        eval_crop_pct: ClosedUnitInterval = 0.875,
+        interpolation: Interpolation = "bilinear",
         input_permutation: PermutationMode = "none",
-        permutation_patch_size: int = 16,
+        permutation_patch_size: PositiveInt = 16,
         permutation_seed: int = 0,
         dataset: str = "images",
-        batch_size: int = 64,
+        batch_size: PositiveInt = 64,
         num_workers: int | None = None,
     ):
         super().__init__()
-        require(num_classes > 0, "data.num_classes", f"must be positive, got {num_classes}")
-        require(image_size > 0, "data.image_size", f"must be positive, got {image_size}")
-        require(in_chans in (1, 3), "data.in_chans", f"must be 1 or 3, got {in_chans}")
-        require(batch_size > 0, "data.batch_size", f"must be positive, got {batch_size}")
-        require(
-            interpolation in INTERPOLATIONS,
-            "data.interpolation",
-            f"unknown interpolation {interpolation!r}",
-            f"choose one of {', '.join(INTERPOLATIONS)}",
-        )
         mean = tuple(mean) if mean is not None else (0.5,) * in_chans
         std = tuple(std) if std is not None else (0.5,) * in_chans
-        for name, values in (("mean", mean), ("std", std)):
-            require(
-                len(values) == in_chans,
-                f"data.{name}",
-                f"has {len(values)} values for {in_chans} channels",
-                f"give {in_chans}",
-            )
-        if class_names is not None:
-            require(
-                len(class_names) == num_classes,
-                "data.class_names",
-                f"has {len(class_names)} names for {num_classes} classes",
-                f"give {num_classes} names",
-            )
-        self.predict_root = predict_root
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.eval_batch_size = batch_size
+        for name, values in (("mean", mean), ("std", std)):  # else broadcast silently over the channels
+            require(len(values) == in_chans, f"data.{name}", f"has {len(values)} values for {in_chans} channels")
+        names = [str(name) for name in class_names] if class_names is not None else None
+        require(names is None or len(names) == num_classes, "data.class_names", f"are not {num_classes} names")
+        self.predict_root, self.dataset, self.class_names = predict_root, dataset, names
+        self.batch_size = self.eval_batch_size = int(batch_size)
         self.num_workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
-        self.class_names = [str(name) for name in class_names] if class_names is not None else None
         self.facts = {
             "dataset": dataset,
-            "num_classes": num_classes,
-            "class_names": self.class_names or [str(i) for i in range(num_classes)],
-            "image_size": image_size,
-            "in_chans": in_chans,
-            "mean": list(mean),
-            "std": list(std),
+            "num_classes": int(num_classes),
+            "class_names": names or [str(i) for i in range(num_classes)],
+            "image_size": int(image_size),
+            "in_chans": int(in_chans),
+            "mean": [float(v) for v in mean],
+            "std": [float(v) for v in std],
             "eval_crop": eval_crop,
-            "eval_crop_pct": eval_crop_pct,
+            "eval_crop_pct": float(eval_crop_pct),
             "interpolation": interpolation,
             "input_permutation": input_permutation,
-            "permutation_patch_size": permutation_patch_size,
-            "permutation_seed": permutation_seed,
+            "permutation_patch_size": int(permutation_patch_size),
+            "permutation_seed": int(permutation_seed),
         }
+        # Linked into the model by the CLI, as ImageDataModule's.
+        self.num_classes, self.image_size, self.in_chans = (
+            self.facts[k] for k in ("num_classes", "image_size", "in_chans")
+        )
         self.predict_set: ImageFiles | None = None
-
-    # Linked into the model by the CLI, as ImageDataModule's.
-    @property
-    def num_classes(self) -> int:
-        return int(self.facts["num_classes"])
-
-    @property
-    def image_size(self) -> int:
-        return int(self.facts["image_size"])
-
-    @property
-    def in_chans(self) -> int:
-        return int(self.facts["in_chans"])
 
     def setup(self, stage: str | None = None) -> None:
         if self.predict_set is None:
@@ -336,13 +236,9 @@ class PredictionData(LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         self.setup("predict")
-        return DataLoader(
-            self.predict_set,
-            batch_size=self.batch_size,
-            shuffle=False,
-            num_workers=self.num_workers,
-            **worker_options(self.num_workers, self.trainer),
-        )
+        workers = self.num_workers
+        options = worker_options(workers, self.trainer)
+        return DataLoader(self.predict_set, batch_size=self.batch_size, shuffle=False, num_workers=workers, **options)
 
     @staticmethod
     def arguments_from(facts: dict[str, Any]) -> dict[str, Any]:

@@ -1,22 +1,13 @@
 """The training order of sharded data (``data.dataset: wds``): shard-local shuffling, one order for
-every rank, resumable at any batch.
+every rank, resumable at any batch (docs/notes/cluster-data.md).
 
 An epoch's order is a function of (seed, epoch) only: the shards are permuted, cut into windows of
-``data.shuffle_window`` consecutive shards of that permutation, and the samples of each window are
-permuted (a window of 8 ImageNet shards holds ≈ 10,000 images, the size of timm's sample shuffle
-buffer). At any moment the ranks read the shards of one window, each shard at random offsets: a few
-files open per process on a shared file system, not a million.
-
-The order is split into global batches of ``batch_size × ranks`` samples; rank r takes the r-th
-``batch_size`` of each (the ranks' samples are disjoint and together cover the epoch, less the
-remainder of fewer than one global batch, a different one every epoch). The global batches do not
-depend on the number of DataLoader workers, nor, for a fixed global batch, on the number of ranks.
-A resumed run skips the batches its epoch had trained on without reading them. Each sample's
-augmentation is seeded by (seed, epoch, index), as `mixer_lightning.data.sampling.KeyedBatchSampler`
-does for the other sources, so the images are the same bit for bit.
-
-`ShardOrder` is a ``DistributedSampler`` so that Lightning leaves it in place under DDP (it replaces
-any other sampler by its own, which would split the order rank by rank and lose the locality).
+``data.shuffle_window`` shards, and the samples of each window permuted, so the ranks read a few files
+at a time on a shared file system. Global batches of ``batch_size × ranks`` samples follow that order;
+rank r takes the r-th ``batch_size`` of each (disjoint ranks, covering the epoch less a remainder), the
+same whatever the workers and, for a fixed global batch, the ranks. Each sample's augmentation is seeded
+by (seed, epoch, index), as `sampling.KeyedBatchSampler` does. `ShardOrder` is a ``DistributedSampler``
+so that Lightning leaves it in place under DDP (it would replace any other by its own).
 """
 
 from __future__ import annotations
@@ -30,6 +21,7 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.distributed import DistributedSampler
 
 from mixer_lightning.data.sampling import ResumableDataLoader, mix, resume_point
+from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import require
 
 
@@ -103,15 +95,9 @@ def shard_loader(datamodule: Any, dataset: Dataset, seed: int, common: dict[str,
     shard_of = base.index.shard[positions]
     trainer = datamodule.trainer
     world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-    batch_size = datamodule.batch_size
-    window = int(datamodule.hparams.get("shuffle_window", 8))
+    batch_size, window = datamodule.batch_size, datamodule.shuffle_window
     steps = len(dataset) // (batch_size * world)
-    require(
-        steps > 0,
-        "data.batch_size",
-        f"{len(dataset):,} training images make no full batch of {batch_size} on each of {world} processes",
-        "lower data.batch_size or use more shards",
-    )
+    require(steps > 0, "data.batch_size", f"{len(dataset):,} training images make no batch of {batch_size} × {world}")
     resume = None
     if trainer is not None and trainer.fit_loop.restarting:  # resuming: go on where the checkpoint was taken
         done = trainer.fit_loop.epoch_loop.batch_progress.current.processed
@@ -119,13 +105,11 @@ def shard_loader(datamodule: Any, dataset: Dataset, seed: int, common: dict[str,
             trainer.current_epoch, done, steps * batch_size, batch_size, True, trainer.limit_train_batches
         )
     sampler = ShardOrder(dataset, shard_of, batch_size, seed, window, world, rank, resume)
-    if rank == 0 and not getattr(datamodule, "_shard_line_printed", False):
-        datamodule._shard_line_printed = True
-        shards = len(np.unique(shard_of))
-        print(
-            f"data   wds: {len(dataset):,} training images in {shards:,} shards, shuffled in windows of {window} "
-            f"shards; {world} × {batch_size} images a step; a stopped run resumes at its exact batch",
-            flush=True,
+    if rank == 0 and not getattr(datamodule, "_shard_line_said", False):
+        datamodule._shard_line_said = True
+        say(
+            f"data   wds: {len(dataset):,} training images in {len(np.unique(shard_of)):,} shards, shuffled in "
+            f"windows of {window} shards; {world} × {batch_size} images a step; a stopped run resumes at its exact batch"
         )
     generator = torch.Generator().manual_seed(seed)  # the workers' base seed never draws from the global RNG
     return ResumableDataLoader(

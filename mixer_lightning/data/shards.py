@@ -1,37 +1,24 @@
-"""WebDataset tar shards found, scanned, checked and indexed for random access (``data.dataset: wds``,
-whose source is `mixer_lightning.data.sources.webdataset`; ``mixer data check``): the hub's ImageNet as
-it is distributed (``timm/imagenet-1k-wds``: ``imagenet1k-train-0000.tar …``, each sample a ``KEY.jpg``
-and a ``KEY.cls`` holding its class number), or what ``mixer data pack`` writes.
+"""WebDataset tar shards found, scanned, checked and indexed for random access (``data.dataset: wds``;
+``mixer data check``): the hub's ImageNet as distributed (``timm/imagenet-1k-wds``: each sample a
+``KEY.jpg`` and a ``KEY.cls`` holding its class number), or what ``mixer data pack`` writes.
 
-Design (docs/notes/cluster-data.md): a tar shard is uncompressed, so every member lies at a byte offset
-that one scan of its headers finds. `index_split` scans each shard once (headers only, the few bytes of
-each ``.cls`` label), checks it (a truncated tar, a sample without an image or a label, a label out of
-range: one line naming the shard and the sample) and caches the index beside the data (or in
-``$MIXER_CACHE_DIR``), keyed by the shards' names, sizes and modification times. The source's
-`ShardImages` is then a map-style dataset: a sample is one ``pread`` from a shard file kept open, so
-the data module's seeded samplers give this source every guarantee the image folders have (the same
-samples whatever the number of workers, exact resume), and `mixer_lightning.data.shard_order.ShardOrder` draws the
-training order so that each window of a few shards is read at a time (locality on a shared file
-system) and splits it across the ranks.
+A tar shard is uncompressed, so every member lies at a byte offset that one scan of its headers finds.
+`index_split` scans each shard once, checks it (a truncated tar, a sample without an image or a label,
+a label out of range: one line naming the shard and the sample, so that no run trains on a damaged or
+wrong shard) and caches the index, keyed by the shards' names, sizes and modification times.
 
-Shards are found from ``data.root``:
-
-- a folder: its ``*.tar`` files, each split by a word of its name (``train``; ``validation``,
-  ``valid``, ``val``; ``test``), as in ``imagenet1k-train-0000.tar``, ``imagenet1k-validation-00.tar``;
-- a brace pattern (``/data/imagenet1k-train-{0000..0099}.tar``) or one ``.tar`` file: the training
-  shards; the validation and test shards are those of the same folder named as above.
+``data.root`` is a folder (its ``*.tar`` files, each split by a word of its name: ``train``;
+``validation``, ``valid``, ``val``; ``test``), or a brace pattern (``imagenet1k-train-{0000..0099}.tar``)
+or one ``.tar`` file: the training shards, the other splits' being those of its folder.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import tarfile
-import threading
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,17 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.atomic import atomic_write
 
 # Words in a shard's name that say its split (the hub's imagenet1k-{train,validation}-NNNN.tar).
 SPLIT_WORDS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
-LABEL_EXTENSION = "cls"
 MANIFEST = "manifest.json"  # what `mixer data pack` writes beside its shards: classes and counts
-# Bump when the index format changes: older index files are ignored.
-INDEX_VERSION = 2
-FIX = "re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
+INDEX_VERSION = 2  # bump when the index format changes: older index files are ignored
 
 
 def expand_braces(pattern: str) -> list[str]:
@@ -63,9 +48,6 @@ def expand_braces(pattern: str) -> list[str]:
     if span:
         low, high = span.group(1), span.group(2)
         width = len(low) if low.startswith("0") or len(low) == len(high) else 0
-        require(
-            int(low) <= int(high), "data.root", f"the range {{{body}}} of {pattern!r} is empty", "write {low..high}"
-        )
         items = [f"{i:0{width}d}" for i in range(int(low), int(high) + 1)]
     else:
         items = body.split(",")
@@ -75,10 +57,7 @@ def expand_braces(pattern: str) -> list[str]:
 def split_of(name: str) -> str | None:
     """The split a shard's file name says (``imagenet1k-validation-07.tar`` → ``val``), or None."""
     words = set(re.split(r"[-_.]", name.lower()))
-    for split, names in SPLIT_WORDS.items():
-        if words & set(names):
-            return split
-    return None
+    return next((split for split, names in SPLIT_WORDS.items() if words & set(names)), None)
 
 
 def _natural(path: Path) -> list[Any]:
@@ -86,57 +65,30 @@ def _natural(path: Path) -> list[Any]:
 
 
 def find_shards(root: str) -> dict[str, list[Path]]:
-    """The shards of each split under `root` (module docstring): ``{"train": [...], "val": [...],
-    "test": [...]}``, sorted naturally; a `ConfigError` naming what is missing."""
+    """The shards of each split under `root` (module docstring), sorted naturally."""
     is_pattern = "{" in root or root.endswith(".tar")
     folder = Path(root).parent if is_pattern else Path(root)
-    require(
-        folder.is_dir(),
-        "data.root",
-        f"{str(folder)!r} is not a folder",
-        "give the folder of the .tar shards, or a brace pattern such as /data/imagenet1k-train-{0000..1023}.tar",
-    )
+    require(folder.is_dir(), "data.root", f"{str(folder)!r} is not a folder", "give the folder of the .tar shards")
     listed = sorted((p for p in folder.iterdir() if p.suffix == ".tar" and p.is_file()), key=_natural)
     splits: dict[str, list[Path]] = {split: [] for split in SPLIT_WORDS}
     for path in listed:
-        split = split_of(path.name)
-        if split is not None:
-            splits[split].append(path)
+        if split_of(path.name) is not None:
+            splits[split_of(path.name)].append(path)
     if is_pattern:
-        files = [Path(name) for name in expand_braces(root)]
-        missing = [str(path) for path in files if not path.is_file()]
-        require(
-            not missing,
-            "data.root",
-            f"{len(missing)} of the {len(files)} shards of {root!r} are missing (the first: {missing[:1]})",
-            "give a pattern of shards that exist",
-        )
-        splits["train"] = files
-    elif not splits["train"] and listed and not any(splits.values()):
+        splits["train"] = [Path(name) for name in expand_braces(root)]
+        missing = [str(path) for path in splits["train"] if not path.is_file()]
+        require(not missing, "data.root", f"{len(missing)} shards of {root!r} are missing (the first: {missing[:1]})")
+    elif not any(splits.values()):
         splits["train"] = listed  # shards named without a split: all of them train
-    require(
-        bool(splits["train"]),
-        "data.root",
-        f"{str(folder)!r} holds no training shards (*train*.tar)",
-        "give the folder of the shards (e.g. the hub's timm/imagenet-1k-wds) or a brace pattern",
-    )
+    require(bool(splits["train"]), "data.root", f"{str(folder)!r} holds no training shards (*train*.tar)")
     return {split: [path.resolve() for path in files] for split, files in splits.items()}
 
 
-class BadShard(ConfigError):
+def bad_shard(shard: Path | str, sample: str | None, problem: str) -> ConfigError:
     """A shard that cannot be read as it should: one line naming the shard and the sample."""
-
-    def __init__(self, shard: Path | str, sample: str | None, problem: str, field: str = "data.root"):
-        where = f"shard {str(shard)!r}" + (f", sample {sample!r}" if sample is not None else "")
-        super().__init__(field, f"{where}: {problem}", FIX)
-
-
-def _sample_name(member: str) -> tuple[str, str]:
-    """A tar member's (sample key, extension), as webdataset splits them: the key is the path up to the
-    first dot of the file name, the extension the rest (``a/n0144_1.jpg`` → ``a/n0144_1``, ``jpg``)."""
-    directory, _, name = member.rpartition("/")
-    stem, dot, extension = name.partition(".")
-    return (f"{directory}/{stem}" if directory else stem), extension.lower() if dot else ""
+    where = f"shard {str(shard)!r}" + (f", sample {sample!r}" if sample is not None else "")
+    fix = "re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
+    return ConfigError("data.root", f"{where}: {problem}", fix)
 
 
 @dataclass
@@ -144,59 +96,49 @@ class ShardSample:
     key: str
     image: tuple[int, int] | None = None  # (offset, size) in the shard
     ext: str = ""
-    label: int | None = None
-    label_text: str | None = None
+    label: str | None = None
 
 
 def scan_shard(path: Path, labelled: bool = True) -> list[ShardSample]:
-    """The samples of one shard in their order (tar headers and ``.cls`` labels only): `BadShard` for a
-    truncated tar, a member running past the end of the file, a missing end-of-archive marker, or a
-    sample without an image or (when `labelled`) a label, or with a label that is not a whole number.
-    A sample without a label has label -1 when not `labelled`."""
+    """The samples of one shard in their order (tar headers and ``.cls`` labels only); an error for a
+    truncated tar, a sample without an image or (when `labelled`) a label, or a label that is not a
+    whole number. Not `labelled`: a sample without a label has label -1."""
     size = path.stat().st_size
     samples: dict[str, ShardSample] = {}
-    last: str | None = None
-    end = 0
+    last, end = None, 0
     try:
         with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
             for member in tar:
                 if not member.isfile():
                     continue
-                key, ext = _sample_name(member.name)
-                last = key
+                # webdataset's sample key: the path up to the first dot of the file name; the rest is the type.
+                directory, _, name = member.name.rpartition("/")
+                stem, _, ext = name.partition(".")
+                last, ext = (f"{directory}/{stem}" if directory else stem), ext.lower()
                 end = member.offset_data + member.size
                 if end > size:
-                    raise BadShard(path, key, f"truncated: {member.name} runs past the end of the file")
-                sample = samples.setdefault(key, ShardSample(key))
+                    raise bad_shard(path, last, f"truncated: {member.name} runs past the end of the file")
+                sample = samples.setdefault(last, ShardSample(last))
                 if ext in IMAGE_EXTENSIONS and sample.image is None:
                     sample.image, sample.ext = (member.offset_data, member.size), ext
-                elif ext == LABEL_EXTENSION:
-                    extracted = tar.extractfile(member)
-                    sample.label_text = (extracted.read(64) if extracted else b"").decode("utf-8", "replace").strip()
+                elif ext == "cls":
+                    sample.label = tar.extractfile(member).read(64).decode("utf-8", "replace").strip()
     except tarfile.ReadError as error:
         after = f" (after sample {last!r})" if last is not None else ""
-        raise BadShard(path, None, f"not a readable tar{after}: {error}") from None
-    except OSError as error:
-        raise BadShard(path, last, f"cannot be read ({error.strerror or error})") from None
+        raise bad_shard(path, None, f"not a readable tar{after}: {error}") from None
     # A whole tar ends with two zero blocks after its last member: without them it was cut short.
-    end = -(-end // 512) * 512
     with open(path, "rb") as f:
-        f.seek(end)
+        f.seek(-(-end // 512) * 512)
         tail = f.read(1024)
     if samples and (len(tail) < 1024 or any(tail)):
-        raise BadShard(path, last, "truncated: the file ends without the tar's end-of-archive marker")
+        raise bad_shard(path, last, "truncated: the file ends without the tar's end-of-archive marker")
     for sample in samples.values():
         if sample.image is None:
-            kinds = "/".join(f".{e}" for e in IMAGE_EXTENSIONS)
-            raise BadShard(path, sample.key, f"has no image ({kinds})")
-        if sample.label_text is None and not labelled:
-            sample.label_text = "-1"
-        if sample.label_text is None:
-            raise BadShard(path, sample.key, "has no label (.cls)")
-        try:
-            sample.label = int(sample.label_text)
-        except ValueError:
-            raise BadShard(path, sample.key, f"its label {sample.label_text!r} is not a class number") from None
+            raise bad_shard(path, sample.key, f"has no image ({'/'.join(IMAGE_EXTENSIONS)})")
+        if sample.label is None and labelled:
+            raise bad_shard(path, sample.key, "has no label (.cls)")
+        if not re.fullmatch(r"-?\d+", sample.label or "-1"):
+            raise bad_shard(path, sample.key, f"its label {sample.label!r} is not a class number")
     return list(samples.values())
 
 
@@ -210,13 +152,13 @@ class ShardIndex:
     size: np.ndarray  # (N,) int64
     ext: np.ndarray  # (N,) uint8: position in IMAGE_EXTENSIONS
     label: np.ndarray  # (N,) int64
-    key: np.ndarray  # (N,) bytes (UTF-8): for messages only, so one byte a character
+    key: np.ndarray  # (N,) bytes (UTF-8): for messages only
 
     def __len__(self) -> int:
         return len(self.label)
 
     @classmethod
-    def from_samples(cls, shards: list[Path], per_shard: list[list[ShardSample]]) -> ShardIndex:
+    def from_samples(cls, shards: Sequence[Path], per_shard: list[list[ShardSample]]) -> ShardIndex:
         rows = [(i, s) for i, samples in enumerate(per_shard) for s in samples]
         return cls(
             shards=[str(path) for path in shards],
@@ -224,38 +166,25 @@ class ShardIndex:
             offset=np.array([s.image[0] for _, s in rows], dtype=np.int64),
             size=np.array([s.image[1] for _, s in rows], dtype=np.int64),
             ext=np.array([IMAGE_EXTENSIONS.index(s.ext) for _, s in rows], dtype=np.uint8),
-            label=np.array([s.label for _, s in rows], dtype=np.int64),
+            label=np.array([int(s.label or -1) for _, s in rows], dtype=np.int64),
             key=np.array([s.key.encode() for _, s in rows], dtype=bytes),
         )
 
     def key_of(self, i: int) -> str:
         return bytes(self.key[i]).decode("utf-8", "replace")
 
-    def check_labels(self, num_classes: int, field: str = "data.root") -> None:
+    def check_labels(self, num_classes: int) -> None:
         """Every label is a class number 0..num_classes-1; else one line naming the shard and sample."""
         bad = np.flatnonzero((self.label < 0) | (self.label >= num_classes))
         if len(bad):
             i = int(bad[0])
-            raise BadShard(
-                self.shards[self.shard[i]],
-                self.key_of(i),
-                f"its label {int(self.label[i])} is out of range: there are {num_classes} classes (0..{num_classes - 1})",
-                field,
-            )
+            problem = f"its label {int(self.label[i])} is out of range: there are {num_classes} classes"
+            raise bad_shard(self.shards[self.shard[i]], self.key_of(i), problem)
 
     def save(self, path: Path) -> None:
+        arrays = {name: getattr(self, name) for name in ("shard", "offset", "size", "ext", "label", "key")}
         with atomic_write(path, "wb", field="data.cache_dir") as f:
-            np.savez(
-                f,
-                version=np.array(INDEX_VERSION),
-                shards=np.array(self.shards, dtype=str),
-                shard=self.shard,
-                offset=self.offset,
-                size=self.size,
-                ext=self.ext,
-                label=self.label,
-                key=self.key,
-            )
+            np.savez(f, version=np.array(INDEX_VERSION), shards=np.array(self.shards, dtype=str), **arrays)
 
     @classmethod
     def load(cls, path: Path) -> ShardIndex | None:
@@ -263,10 +192,8 @@ class ShardIndex:
             with np.load(path, allow_pickle=False) as saved:
                 if int(saved["version"]) != INDEX_VERSION:
                     return None
-                return cls(
-                    shards=[str(s) for s in saved["shards"]],
-                    **{name: saved[name] for name in ("shard", "offset", "size", "ext", "label", "key")},
-                )
+                names = ("shard", "offset", "size", "ext", "label", "key")
+                return cls(shards=[str(s) for s in saved["shards"]], **{name: saved[name] for name in names})
         except (OSError, ValueError, KeyError):
             return None  # unreadable: index again and replace it
 
@@ -280,93 +207,46 @@ def index_key(files: Sequence[Path]) -> str:
     return digest.hexdigest()[:20]
 
 
-def index_split(
-    files: Sequence[Path],
-    cache_dir: Path | None,
-    split: str,
-    log: Callable[[str], None] = print,
-    labelled: bool = True,
-) -> ShardIndex:
+def index_split(files: Sequence[Path], cache_dir: Path | None, split: str, labelled: bool = True) -> ShardIndex:
     """The index of the shards `files`, read from `cache_dir` when it is there, else built (threads: one
-    shard each; the few reads of a scan wait on the file system) and written there atomically. While one
-    process builds it, others of this machine wait for it (a lock file) instead of scanning too. Not
-    `labelled`: samples may lack their ``.cls`` (label -1), for a test split without labels."""
+    shard each) and written there atomically. While one process builds it, the others wait for it (a
+    file lock) instead of scanning too. Not `labelled`: samples may lack their ``.cls`` (label -1)."""
+    from filelock import FileLock
+
     path = cache_dir / f"wds-{split}-{index_key(files)}.npz" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        found = ShardIndex.load(path)
+    found = ShardIndex.load(path) if path is not None and path.is_file() else None
+    if found is not None:  # (without the lock: a read-only cache folder is read too)
+        return found
+    lock = None
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = FileLock(f"{path}.lock")
+            lock.acquire()
+        except OSError:  # a cache folder that cannot be written: index without it
+            path, lock = None, None
+    try:
+        found = ShardIndex.load(path) if path is not None and path.is_file() else None
         if found is not None:
             return found
-    with _IndexLock(path):
-        if path is not None and path.is_file():
-            found = ShardIndex.load(path)
-            if found is not None:
-                return found
-        start = time.perf_counter()
         if len(files) > 8:
-            log(f"data   indexing {len(files):,} {split} shards (once; cached in {cache_dir})")
-        done = [0]
-        lock = threading.Lock()
-
-        def scan(shard: Path) -> list[ShardSample]:
-            samples = scan_shard(shard, labelled)
-            with lock:
-                done[0] += 1
-                if len(files) > 64 and done[0] % max(1, len(files) // 10) == 0:
-                    log(
-                        f"data   indexed {done[0]:,}/{len(files):,} {split} shards ({time.perf_counter() - start:.0f} s)"
-                    )
-            return samples
-
+            say(f"data   indexing {len(files):,} {split} shards (once; cached in {cache_dir})")
         with ThreadPoolExecutor(max_workers=min(16, len(files))) as pool:
-            per_shard = list(pool.map(scan, files))
-        require(
-            any(per_shard),
-            "data.root",
-            f"the {split} shards ({files[0]}, ...) hold no samples",
-            "give shards that hold images and .cls labels",
-        )
-        index = ShardIndex.from_samples(list(files), per_shard)
+            per_shard = list(pool.map(lambda shard: scan_shard(shard, labelled), files))
+        require(any(per_shard), "data.root", f"the {split} shards ({files[0]}, ...) hold no samples")
+        index = ShardIndex.from_samples(files, per_shard)
         if path is not None:
             try:
                 index.save(path)
-            except (ConfigError, RuntimeError):
+            except (ConfigError, RuntimeError, OSError):
                 pass  # a cache that cannot be written: index again next time
         return index
-
-
-class _IndexLock:
-    """An advisory lock beside the index file while it is built (none where the file system has no flock)."""
-
-    def __init__(self, path: Path | None):
-        self.path = path.with_suffix(".lock") if path is not None else None
-        self.fd: int | None = None
-
-    def __enter__(self) -> _IndexLock:
-        if self.path is None:
-            return self
-        try:
-            import fcntl
-
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            fcntl.flock(self.fd, fcntl.LOCK_EX)
-        except OSError:
-            if self.fd is not None:
-                os.close(self.fd)
-            self.fd = None
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.fd is not None:
-            os.close(self.fd)  # closing releases the flock; the lock file stays (harmless, reused)
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def read_manifest(folder: Path) -> dict | None:
     """`mixer data pack`'s manifest beside the shards (classes, counts, checksums), if there is one."""
     path = folder / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise ConfigError("data.root", f"cannot read {str(path)!r} ({error})", "re-run mixer data pack") from None
+    return json.loads(path.read_text()) if path.is_file() else None

@@ -1,25 +1,17 @@
-"""Hugging Face datasets streamed, never downloaded whole (``data.dataset: hf``, ``data.streaming: true``;
-the source: `mixer_lightning.data.sources.huggingface_stream`).
+"""Hugging Face datasets streamed, never downloaded whole (``data.dataset: hf``, ``data.streaming: true``).
+The library reads: its seeded shuffle (``data.shuffle_buffer``; ``set_epoch`` reshuffles),
+`split_dataset_by_node` across the ranks and its split of the files across workers. What this module
+adds (docs/notes/cluster-data.md):
 
-The library does the reading: ``datasets.load_dataset(root, streaming=True)``, its seeded shuffle
-(the order of the data files, then a buffer of ``data.shuffle_buffer`` examples; ``set_epoch``
-reshuffles every epoch), `datasets.distributed.split_dataset_by_node` across the ranks (whole data
-files when their number is a multiple of the ranks, else every W-th example) and its split of the
-files across DataLoader workers. What this module adds (docs/notes/cluster-data.md):
-
-- **Batches in a known order.** Each worker decodes, augments and batches its own examples; its k-th
-  batch is global batch ``k × workers + worker``, the order in which the DataLoader hands them out.
-  `StreamLoader` yields them in that order, and ends the epoch at the first batch that is missing (a
-  worker whose files ran dry) or after ``⌊examples / (batch × ranks)⌋`` batches, the same number on
-  every rank (the ranks agree at every batch, so none waits on a collective another never joins).
-- **Exact resume, by replay.** The order is a function of (seed, epoch, workers, ranks): a run resumed
-  mid-epoch replays the epoch's stream, each worker reading past its share of the batches already
-  trained on without decoding them, and goes on with the same batches, augmented with the same seeds,
-  as the run that was stopped. The cost: re-reading that part of the epoch. With another number of
-  workers or ranks the order differs (a warning says so). Hugging Face's own ``state_dict`` needs
-  torchdata's StatefulDataLoader and loses the shuffle buffer's examples on resuming.
-- **Labels checked as they stream**: a missing, negative or too large label is one line naming the
-  split and the example (a stream cannot be checked before training, as a downloaded dataset is).
+- **Batches in a known order.** A worker's k-th batch is global batch ``k × workers + worker``, the order
+  the DataLoader hands them out; `StreamLoader` ends the epoch at the first missing batch or after
+  ``⌊examples / (batch × ranks)⌋`` batches, and under DDP the ranks agree at every batch, so none waits
+  on a collective another never joins.
+- **Exact resume, by replay.** The order is a function of (seed, epoch, workers, ranks): a resumed run
+  replays the epoch's stream, reading past the batches already trained on without decoding them (with
+  other workers or ranks the order differs: a warning says so). Hugging Face's own ``state_dict`` needs
+  torchdata's StatefulDataLoader and loses the shuffle buffer.
+- **Labels checked as they stream**: a label outside 0..num_classes-1 is one line naming the example.
 """
 
 from __future__ import annotations
@@ -31,10 +23,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
-from mixer_lightning.data.sampling import mix, seeded, training_seed, worker_options
-from mixer_lightning.data.sources.folder import _decompression_bomb
+from mixer_lightning.data.pil_path import UNREADABLE, to_mode
+from mixer_lightning.data.sampling import ResumableDataLoader, mix, seeded, training_seed, worker_options
+from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import ConfigError, require
 
 GRANULARITY = (
@@ -59,13 +52,8 @@ class StreamImages(IterableDataset):
         mode: str,
         num_classes: int,
     ):
-        self.stream, self.examples, self.split, self.root = stream, examples, split, root
-        self.image_column, self.label_column, self.mode, self.num_classes = (
-            image_column,
-            label_column,
-            mode,
-            num_classes,
-        )
+        self.stream, self.examples, self.split, self.root, self.mode = stream, examples, split, root, mode
+        self.image_column, self.label_column, self.num_classes = image_column, label_column, num_classes
         self.transform: Callable | None = None
         self.batch_size, self.train, self.seed, self.shuffle_buffer = 1, False, 0, 10_000
         self.rank, self.world, self.epoch, self.skip = 0, 1, 0, 0
@@ -107,14 +95,9 @@ class StreamImages(IterableDataset):
     def _image(self, value: dict) -> Any:
         from PIL import Image
 
-        from mixer_lightning.data.pil_path import to_mode
-
-        try:
-            data = value.get("bytes")
-            with Image.open(io.BytesIO(data)) if data is not None else Image.open(value["path"]) as image:
-                return to_mode(image, self.mode)  # a copy; 16-bit images scaled to 8 bits, not clipped
-        except Image.DecompressionBombError as error:
-            raise _decompression_bomb(error) from None
+        data = value.get("bytes")
+        with Image.open(io.BytesIO(data)) if data is not None else Image.open(value["path"]) as image:
+            return to_mode(image, self.mode)  # a copy; 16-bit images scaled to 8 bits, not clipped
 
     def _batch(
         self, examples: list[tuple[int, dict]], number: int, worker: int, epoch: int
@@ -124,7 +107,7 @@ class StreamImages(IterableDataset):
             labels.append(self._label(example, position, worker))
             try:
                 image = self._image(example[self.image_column])
-            except (OSError, SyntaxError, ValueError) as error:
+            except UNREADABLE as error:
                 reason = str(error).splitlines()[0] if str(error) else type(error).__name__
                 raise ConfigError(
                     "data.root",
@@ -170,8 +153,9 @@ class StreamImages(IterableDataset):
             yield self._batch(pending, k * workers + worker, worker, epoch)
 
 
-class StreamLoader(DataLoader):
-    """The DataLoader of a `StreamImages` (module docstring): (images, labels) in global batch order.
+class StreamLoader(ResumableDataLoader):
+    """The DataLoader of a `StreamImages` (module docstring): (images, labels) in global batch order; it
+    resumes from the trainer's progress (`skip`), so it has no state of its own.
 
     Args:
         epoch: returns the epoch about to be read (the trainer's).
@@ -184,14 +168,6 @@ class StreamLoader(DataLoader):
 
     def __len__(self) -> int:
         return self.dataset.batches
-
-    # Resumes from the trainer's progress (`skip`), so it has no state of its own: it declares the
-    # interface so that Lightning knows it is resumable (as `ResumableDataLoader`).
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        pass
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         data: StreamImages = self.dataset
@@ -268,21 +244,12 @@ def stream_loader(
 def setup_streams(datamodule: Any, stage: str | None) -> None:
     """`ImageDataModule.setup` for a streamed source: the splits as `StreamImages` (nothing is read yet)."""
     source = datamodule.source
-    require(
-        datamodule.train_subset is None,
-        "data.train_subset",
-        "a streamed dataset cannot keep a seeded subset of its images",
-        "drop data.train_subset, or use data.streaming: false",
-    )
+    require(datamodule.train_subset is None, "data.train_subset", "a stream keeps no subset", "remove it")
     datamodule.pipeline = "pil"
     if stage in (None, "fit", "validate") and datamodule.train_set is None:
         has_val = source.split_names["val"] is not None  # (also when it serves as the test split: ImageNet's)
-        require(
-            has_val or datamodule.val_split == 0,
-            "data.val_split",
-            f"{source.root!r} has no validation split, and a stream cannot hold out training images",
-            "set data.val_split: 0 (validate on the test split), or use data.streaming: false",
-        )
+        problem = f"{source.root!r} has no validation split, and a stream cannot hold out training images"
+        require(has_val or datamodule.val_split == 0, "data.val_split", problem, "set data.val_split: 0")
         datamodule.train_set = source.load("train")
         datamodule.val_set = source.load("val" if has_val else "test")
     if stage in (None, "test", "predict") and datamodule.test_set is None:
@@ -299,17 +266,16 @@ def datamodule_loader(datamodule: Any, dataset: StreamImages, train: bool) -> St
     common = dict(
         num_workers=workers,
         pin_memory=datamodule.pin_memory,
-        prefetch_factor=datamodule._prefetch_factor if workers > 0 else None,
+        prefetch_factor=datamodule.prefetch_factor if workers > 0 else None,
         **worker_options(workers, trainer),
     )
-    hparams = datamodule.hparams
     loader = stream_loader(
         dataset,
         datamodule.transform(train),
         train,
         datamodule.batch_size if train else datamodule.eval_batch_size,
         training_seed(),
-        int(hparams.get("shuffle_buffer", 10_000)),
+        datamodule.shuffle_buffer,
         trainer,
         skip,
         common,
@@ -324,12 +290,11 @@ def datamodule_loader(datamodule: Any, dataset: StreamImages, train: bool) -> St
                 "batches the stopped run would have trained on",
                 stacklevel=2,
             )
-        if dataset.rank == 0 and not getattr(datamodule, "_stream_line_printed", False):
-            datamodule._stream_line_printed = True
-            print(
+        if dataset.rank == 0 and not getattr(datamodule, "_stream_line_said", False):
+            datamodule._stream_line_said = True
+            say(
                 f"data   hf streaming: {dataset.examples:,} training examples, {dataset.batches:,} batches of "
                 f"{dataset.batch_size} per process per epoch ({loader.num_workers} workers × {dataset.world} "
-                f"processes); {GRANULARITY}",
-                flush=True,
+                f"processes); {GRANULARITY}"
             )
     return loader

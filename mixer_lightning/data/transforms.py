@@ -1,22 +1,18 @@
-"""Image transforms: timm's training augmentation, the evaluation crops, and the input permutations.
+"""Image transforms: timm's training augmentation (`train_transform`: `timm.data.create_transform`'s
+three stages, with our pad-and-crop stage for small images), the evaluation crops of Mixer supplementary
+C (`eval_transform`: "resize-crop", "resmall-crop", or a plain resize for small images), the input
+permutations of Mixer Sec. 3.4 (`InputPermutation`), and timm's Mixup / CutMix (`build_mixup`).
 
-Training (`train_transform`): a crop (CIFAR-style pad-and-crop, or timm's Inception random-resized
-crop) and flip, then timm's AutoAugment / RandAugment / AugMix policy or colour jitter, then
-ToTensor, Normalize and timm's RandomErasing. Built by `timm.data.create_transform` (its three
-stages, ``separate=True``), with our pad-crop stage swapped in for small images. Its settings travel
-together as one checked `Augmentation`.
-
-Evaluation (`eval_transform`): Mixer supplementary C, "resize-crop" (resize to 256×256, centre crop
-224) or "resmall-crop" (shorter side to 256, centre crop 224), or a plain resize for small images.
-
-`InputPermutation`: Mixer paper Section 3.4, one fixed permutation of the pixels for every image.
+Label smoothing is the model's loss's (``model.label_smoothing``): ``F.cross_entropy(logits, soft_targets,
+label_smoothing=ε)`` is timm's ``Mixup(label_smoothing=ε)`` then ``SoftTargetCrossEntropy`` (smoothing is
+linear), so the mixing here smooths nothing and one knob does both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -24,23 +20,22 @@ from einops import rearrange
 from PIL import Image, ImageOps
 from torchvision import transforms as T
 
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 
 TrainCrop = Literal["random_crop", "random_resized_crop", "resize"]
 EvalCrop = Literal["resize_crop", "resmall_crop", "resize"]
 PermutationMode = Literal["none", "patch_pixel", "global"]
-INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos", "random")
+Interpolation = Literal["bilinear", "bicubic", "nearest", "lanczos", "random"]
+MixupMode = Literal["batch", "pair", "elem"]
+INTERPOLATIONS = get_args(Interpolation)
 # timm's crop_mode for each of the Mixer supplementary's evaluation pre-processings.
 TIMM_CROP_MODE = {"resize_crop": "squash", "resmall_crop": "center"}
 
 
 def posterize(img: Image.Image, bits_to_keep: int, **_: Any) -> Image.Image:
-    """timm's posterize op, keeping its behaviour on every Pillow.
-
-    timm maps the increasing posterize of ``rand-…-inc1`` and the ``v0`` policy's level 2 to 0 bits
-    kept. Pillow < 13 returned a black image for 0 bits (``i & ~(2**8 - 1) = 0``); Pillow 13 raises
-    "bits must be between or equal to 1 and 8", which kills a training run at random, hours in.
-    """
+    """timm's posterize op, with Pillow < 13's answer for 0 bits kept (a black image) on every Pillow:
+    timm maps ``rand-…-inc1``'s increasing posterize at level 10 and ``v0``'s level 2 to 0 bits, which
+    Pillow 13 refuses ("bits must be between ... 1 and 8"), ending a run at a random step."""
     if bits_to_keep >= 8:
         return img
     if bits_to_keep <= 0:
@@ -49,11 +44,9 @@ def posterize(img: Image.Image, bits_to_keep: int, **_: Any) -> Image.Image:
 
 
 class ToNormalizedTensor:
-    """PIL image → normalised float (C, H, W) tensor: ``ToTensor`` + ``Normalize`` in one numpy pass.
-
-    The same values as torchvision's pair (to float32 rounding, < 1e-6), in a quarter of the time
-    (~60 µs instead of ~260 µs per 32×32 image here): a fifth of the whole RandAugment pipeline.
-    """
+    """PIL image → normalised float (C, H, W) tensor: ``ToTensor`` + ``Normalize`` in one NumPy pass (the
+    same values to float32 rounding, in a quarter of the time); its ``x · scale + shift`` is what the
+    tensor path computes on whole batches (`batched.BatchedPlan.normalize`)."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float]):
         self.mean, self.std = tuple(mean), tuple(std)
@@ -73,14 +66,9 @@ class ToNormalizedTensor:
 
 def _fuse_normalization(steps: Sequence[Callable], mean: Sequence[float], std: Sequence[float]) -> list[Callable]:
     """`steps` with timm's / torchvision's ToTensor + Normalize replaced by one `ToNormalizedTensor`."""
-    out: list[Callable] = []
-    for step in steps:
-        name = type(step).__name__
-        if name in ("MaybeToTensor", "ToTensor"):
-            out.append(ToNormalizedTensor(mean, std))
-        elif name != "Normalize":
-            out.append(step)
-    return out
+    names = ("MaybeToTensor", "ToTensor")
+    fused = [ToNormalizedTensor(mean, std) if type(step).__name__ in names else step for step in steps]
+    return [step for step in fused if type(step).__name__ != "Normalize"]
 
 
 def _augment_ops(transform: Any) -> list[Any]:
@@ -89,9 +77,7 @@ def _augment_ops(transform: Any) -> list[Any]:
         return [op for t in transform.transforms for op in _augment_ops(t)]
     if hasattr(transform, "policy"):  # AutoAugment: a list of sub-policies, each a list of ops
         return [op for sub_policy in transform.policy for op in sub_policy]
-    if hasattr(transform, "ops"):  # RandAugment, AugMixAugment
-        return list(transform.ops)
-    return []
+    return list(getattr(transform, "ops", ()))  # RandAugment, AugMixAugment
 
 
 def fix_posterize(transform: Any) -> Any:
@@ -104,138 +90,45 @@ def fix_posterize(transform: Any) -> Any:
     return transform
 
 
-def check_policy(policy: str | None, field: str = "data.auto_augment") -> None:
-    """A one-line error for a policy string timm cannot parse (timm asserts or raises KeyError)."""
-    if policy is None:
-        return
-    try:
-        build_policy(policy, image_size=32, mean=(0.5, 0.5, 0.5), interpolation="bilinear")
-    except (AssertionError, KeyError, ValueError, IndexError) as error:
-        raise ConfigError(
-            field,
-            f"timm cannot parse the augmentation policy {policy!r} ({type(error).__name__}: {error})",
-            "use e.g. original, v0, originalr, rand-m9-mstd0.5-inc1, rand-m15-n2, augmix-m5-w4-d2",
-        ) from None
-
-
-def build_policy(policy: str, image_size: int, mean: Sequence[float], interpolation: str) -> Any:
-    """timm's transform for an AutoAugment / RandAugment / AugMix policy string, posterize fixed."""
-    from timm.data import create_transform  # lazily: importing timm imports all its models
-
-    _, secondary, _ = create_transform(
-        image_size,
-        is_training=True,
-        auto_augment=policy,
-        interpolation=interpolation,
-        mean=tuple(mean),
-        std=(1.0,) * len(mean),
-        separate=True,
-        hflip=0.0,
-        color_jitter=None,
-    )
-    return fix_posterize(secondary)
-
-
 @dataclass(frozen=True)
 class Augmentation:
-    """The training augmentation (`train_transform`): the data module's ten arguments that travel
-    together, checked once; a bad value is a `ConfigError` naming its ``data.`` field.
+    """The training augmentation (`train_transform`): the data module's arguments that travel together."""
 
-    Attributes:
-        crop: ``train_crop``: ``random_crop`` (resize, pad by ``crop_padding``, random crop: CIFAR
-            style), ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``.
-        crop_padding: padding of ``random_crop``.
-        crop_scale: range of the crop's area fraction in ``random_resized_crop``.
-        hflip: probability of a horizontal flip.
-        auto_augment: timm AutoAugment / RandAugment / AugMix policy string, or None.
-        color_jitter: colour-jitter strength (timm skips it when ``auto_augment`` is set).
-        interpolation: one of `INTERPOLATIONS` (``random``: training only).
-        random_erasing: probability of timm's random erasing.
-        random_erasing_mode: fill of the erased box: ``const``, ``rand`` or ``pixel``.
-        random_erasing_count: most boxes erased per image.
-    """
-
-    crop: TrainCrop = "random_crop"
+    train_crop: TrainCrop = "random_crop"
     crop_padding: int = 4
     crop_scale: tuple[float, float] = (0.08, 1.0)
     hflip: float = 0.5
     auto_augment: str | None = None
     color_jitter: float = 0.0
-    interpolation: str = "bilinear"
+    interpolation: Interpolation = "bilinear"
     random_erasing: float = 0.0
     random_erasing_mode: str = "pixel"
     random_erasing_count: int = 1
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "crop_scale", tuple(self.crop_scale))
-        checks = [
-            ("hflip", 0 <= self.hflip <= 1, f"must be a probability in [0, 1], got {self.hflip}", None),
-            ("crop_padding", self.crop_padding >= 0, f"must be >= 0, got {self.crop_padding}", None),
-            (
-                "crop_scale",
-                0 < self.crop_scale[0] <= self.crop_scale[1] <= 1,
-                f"must be an area range 0 < lo <= hi <= 1, got {self.crop_scale}",
-                None,
-            ),
-            (
-                "random_erasing",
-                0 <= self.random_erasing <= 1,
-                f"must be a probability, got {self.random_erasing}",
-                None,
-            ),
-            (
-                "random_erasing_mode",
-                self.random_erasing_mode in ("const", "rand", "pixel"),
-                f"unknown mode {self.random_erasing_mode!r}",
-                "choose const, rand or pixel",
-            ),
-            (
-                "random_erasing_count",
-                self.random_erasing_count >= 1,
-                f"must be >= 1, got {self.random_erasing_count}",
-                None,
-            ),
-            ("color_jitter", self.color_jitter >= 0, f"must be >= 0, got {self.color_jitter}", None),
-            (
-                "interpolation",
-                self.interpolation in INTERPOLATIONS,
-                f"unknown interpolation {self.interpolation!r}",
-                f"choose one of {', '.join(INTERPOLATIONS)}",
-            ),
-        ]
-        for name, holds, problem, fix in checks:
-            require(holds, f"data.{name}", problem, fix)
-        check_policy(self.auto_augment)
-
     @classmethod
     def for_dataset(
-        cls, natural: bool, small: bool, crop: TrainCrop | None = None, hflip: float | None = None, **settings: Any
+        cls,
+        natural: bool,
+        small: bool,
+        train_crop: TrainCrop | None = None,
+        hflip: float | None = None,
+        **settings: Any,
     ) -> Augmentation:
-        """The dataset's default crop (pad-and-crop for small natural images, a resize for small
-        others such as digits, the random-resized crop above 96 px) and flip (0.5 for natural images,
-        none for digits), unless given; the other settings as given."""
-        if crop is None:
-            crop = ("random_crop" if natural else "resize") if small else "random_resized_crop"
-        return cls(crop=crop, hflip=(0.5 if natural else 0.0) if hflip is None else hflip, **settings)
+        """The dataset's default crop (pad-and-crop for small natural images, a resize for small others such
+        as digits, the random-resized crop above 96 px) and flip (0.5 for natural images, none for digits)."""
+        if train_crop is None:
+            train_crop = ("random_crop" if natural else "resize") if small else "random_resized_crop"
+        return cls(train_crop=train_crop, hflip=(0.5 if natural else 0.0) if hflip is None else hflip, **settings)
 
     def refuse_image_augmentation(self, dataset: str) -> None:
-        """A `ConfigError` naming the first image augmentation set, for a dataset of decoded tensors
-        (no PIL images to augment)."""
+        """An error naming the first image augmentation set, for a dataset of decoded tensors, which would
+        otherwise train without it."""
         for name, off in (("auto_augment", None), ("random_erasing", 0.0), ("color_jitter", 0.0), ("hflip", 0.0)):
-            require(
-                getattr(self, name) == off,
-                f"data.{name}",
-                f"{dataset} is an in-memory tensor dataset without image augmentation",
-                f"remove data.{name}, or train on mnist",
-            )
+            require(getattr(self, name) == off, f"data.{name}", f"{dataset} has no image augmentation", "remove it")
 
 
 def train_transform(
-    image_size: int,
-    native_size: int,
-    augmentation: Augmentation,
-    mean: Sequence[float],
-    std: Sequence[float],
+    image_size: int, native_size: int, augmentation: Augmentation, mean: Sequence[float], std: Sequence[float]
 ) -> Callable:
     """PIL image → normalised (C, image_size, image_size) tensor, augmented as `augmentation` says."""
     from timm.data import create_transform  # lazily: importing timm imports all its models
@@ -245,7 +138,7 @@ def train_transform(
         image_size,
         is_training=True,
         train_crop_mode="rrc",
-        scale=a.crop_scale,
+        scale=tuple(a.crop_scale),
         hflip=a.hflip,
         color_jitter=a.color_jitter or None,
         auto_augment=a.auto_augment,
@@ -257,11 +150,11 @@ def train_transform(
         re_count=a.random_erasing_count,
         separate=True,
     )
-    if a.crop != "random_resized_crop":
+    if a.train_crop != "random_resized_crop":
         steps: list[Callable] = []
         if native_size != image_size:
             steps.append(T.Resize((image_size, image_size), interpolation=_interpolation(a.interpolation)))
-        if a.crop == "random_crop":
+        if a.train_crop == "random_crop":
             steps.append(T.RandomCrop(image_size, padding=a.crop_padding))
         if a.hflip > 0:
             steps.append(T.RandomHorizontalFlip(a.hflip))
@@ -304,64 +197,50 @@ def _interpolation(name: str) -> T.InterpolationMode:
 
 
 class InputPermutation:
-    """One fixed permutation of the pixels of every image (Mixer paper Section 3.4, Fig. 4).
-
-    ``patch_pixel``: the image's P×P patches are shuffled, and the pixels inside every patch are
-    permuted by one permutation shared by all patches. ``global``: the pixels of the whole image are
-    permuted. A pixel keeps its channels together. The permutations are drawn from `seed` and are the
-    same for every image, split and epoch (applied to training and evaluation inputs alike).
-
-    Args:
-        mode: ``patch_pixel`` or ``global``.
-        image_size: side of the (square) images.
-        patch_size: P, for ``patch_pixel`` (must divide `image_size`).
-        seed: seed of the permutations.
-    """
+    """One fixed permutation of the pixels of every image (Mixer paper Section 3.4, Fig. 4), drawn from
+    `seed`, the same for every image, split and epoch. ``patch_pixel``: the image's P×P patches are
+    shuffled, and the pixels inside every patch permuted by one permutation shared by all patches (P must
+    divide the image size); ``global``: the pixels of the whole image are permuted. A pixel keeps its
+    channels together."""
 
     def __init__(self, mode: Literal["patch_pixel", "global"], image_size: int, patch_size: int, seed: int):
         generator = torch.Generator().manual_seed(seed)
         if mode == "global":
             index = torch.randperm(image_size * image_size, generator=generator)
-        elif mode == "patch_pixel":
-            require(
-                patch_size > 0 and image_size % patch_size == 0,
-                "data.permutation_patch_size",
-                f"{patch_size} does not divide the image size {image_size}",
-                "use the model's patch_size",
-            )
+        else:
             grid = image_size // patch_size
             patch_order = torch.randperm(grid * grid, generator=generator)
             pixel_order = torch.randperm(patch_size * patch_size, generator=generator)
             # Flat pixel index of (patch k, pixel q within it), in raster order of patches and pixels.
-            by_patch = rearrange(
-                torch.arange(image_size * image_size),
-                "(gh ph gw pw) -> (gh gw) (ph pw)",
-                gh=grid,
-                ph=patch_size,
-                gw=grid,
-            )
+            pixels = torch.arange(image_size * image_size)
+            by_patch = rearrange(pixels, "(gh ph gw pw) -> (gh gw) (ph pw)", gh=grid, ph=patch_size, gw=grid)
             # Output patch k, pixel q comes from input patch patch_order[k], pixel pixel_order[q].
-            source = by_patch[patch_order][:, pixel_order]
             index = torch.empty(image_size * image_size, dtype=torch.long)
-            index[by_patch.flatten()] = source.flatten()
-        else:
-            raise ConfigError("data.input_permutation", f"unknown mode {mode!r}", "choose none, patch_pixel or global")
+            index[by_patch.flatten()] = by_patch[patch_order][:, pixel_order].flatten()
         self.mode, self.image_size, self.patch_size, self.seed = mode, image_size, patch_size, seed
         self.index = index  # output pixel i = input pixel index[i] (flat, row-major)
         self._index_on: dict[torch.device, torch.Tensor] = {}
 
     def __call__(self, image: torch.Tensor) -> torch.Tensor:
         """One image (C, H, W) or a batch (B, C, H, W), on any device."""
-        index = self.index
-        if image.device.type != "cpu":  # the tensor path permutes whole batches on the training device
-            if image.device not in self._index_on:
-                self._index_on[image.device] = self.index.to(image.device)
-            index = self._index_on[image.device]
-        flat = image.flatten(-2)
-        return flat[..., index].view_as(image)
+        if image.device not in self._index_on:  # the tensor path permutes whole batches on the training device
+            self._index_on[image.device] = self.index.to(image.device)
+        return image.flatten(-2)[..., self._index_on[image.device]].view_as(image)
 
     def __getstate__(self) -> dict:  # worker processes: CPU tensors only
         return {**self.__dict__, "_index_on": {}}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(mode={self.mode}, image_size={self.image_size}, seed={self.seed})"
+
+
+def build_mixup(
+    num_classes: int, mixup: float, cutmix: float, prob: float, switch_prob: float, mode: MixupMode
+) -> Any | None:
+    """timm's `Mixup` for these settings (batches of even size), or None when both alphas are 0 (off)."""
+    if mixup == 0 and cutmix == 0:
+        return None
+    from timm.data import Mixup  # lazily: importing timm imports all its models
+
+    kinds = dict(mixup_alpha=mixup, cutmix_alpha=cutmix, prob=prob, switch_prob=switch_prob, mode=mode)
+    return Mixup(**kinds, label_smoothing=0.0, num_classes=num_classes)

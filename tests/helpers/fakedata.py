@@ -129,7 +129,7 @@ def write_fine_tune_config(path: Path, init_from: str, data_root: Path) -> Path:
     under ``data_root``, logged to runs/hub."""
     write_hf(data_root, train=16, test=8, size=32, classes=5)
     config = {
-        "model": {"class_path": "mixer_lightning.tasks.MLPMixerModule", "init_args": {"init_from": init_from}},
+        "model": {"net": {"class_path": "mixer_lightning.models.MLPMixer"}, "init_from": init_from},
         "data": {
             "class_path": "mixer_lightning.data.ImageDataModule",
             "init_args": {"dataset": "hf", "root": str(data_root), "batch_size": 8, "val_split": 0},

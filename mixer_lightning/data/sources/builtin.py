@@ -3,7 +3,6 @@ on-disk formats (CIFAR-10, CIFAR-100, STL-10, MNIST)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -15,12 +14,9 @@ from mixer_lightning.errors import ConfigError
 
 
 class Digits(DatasetSource):
-    """scikit-learn's bundled 8×8 handwritten digits (1,797 images, 10 classes, grey levels 0-16).
-
-    It ships inside scikit-learn, so it needs no download: the embedded default dataset of the
-    quickstart. It has no official split; a fixed permutation (seed 0, independent of the training
-    seed) puts 20% in the test split.
-    """
+    """scikit-learn's bundled 8×8 handwritten digits (1,797 images, 10 classes, grey levels 0-16): no
+    download, the quickstart's dataset. A fixed permutation (seed 0, not the training seed) puts 20% in
+    the test split."""
 
     name = "digits"
     info = DatasetInfo(num_classes=10, image_size=8, in_chans=1, mean=(0.3053,), std=(0.3760,), natural=False)
@@ -43,89 +39,32 @@ class TorchvisionSource(DatasetSource):
     """A dataset in torchvision's on-disk format under `root` (downloaded there when `download`)."""
 
     how_to_get: ClassVar[str] = ""
-    hub_copy: ClassVar[str] = ""  # how to read the same images in the Hugging Face layout instead
-
-    def _missing(self, error: Exception) -> ConfigError:
-        """One line that says which of three things happened: the files are not there and nothing was
-        downloaded (`download` false), the download found no network, or the download (or the archive it
-        fetched) failed otherwise; "set data.download: true" only when it is not already set."""
-        where = f"no {self.name} data under {_shown(Path(self.root))!r}"
-        local = f"{self.how_to_get}, or read a Hugging Face copy: {self.hub_copy}" if self.hub_copy else self.how_to_get
-        if not self.download:
-            return ConfigError("data.root", f"{where} ({error})", f"set data.download: true to fetch it, or {local}")
-        offline = _network_error(error)
-        if offline is not None:  # kept short: the line is bounded (errors.bounded_line) and names a path
-            return ConfigError("data.root", f"{where} and no network to fetch it ({offline})", local)
-        return ConfigError(
-            "data.root",
-            f"{where}: the download or the archive failed ({type(error).__name__}: {error})",
-            f"delete the partial files under data.root and try again, or {local}",
-        )
 
     def _open(self, split: str) -> Dataset:
         raise NotImplementedError
 
     def load(self, split: str) -> Dataset:
-        created = _missing_folders(Path(self.root)) if self.download else []
         try:
             return self._open(split)
-        except (RuntimeError, OSError) as error:  # "Dataset not found or corrupted", or no network
-            for folder in created:  # the folders the failed download made, if it left them empty
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
-            raise self._missing(error) from None
-
-
-def _shown(path: Path) -> str:
-    """`path` as short as it is exact: relative to the working directory when it lies below it (the line
-    holding it is bounded, `errors.bounded_line`), else absolute."""
-    resolved = path.resolve()
-    try:
-        return str(resolved.relative_to(Path.cwd()))
-    except ValueError:
-        return str(resolved)
-
-
-def _missing_folders(path: Path) -> list[Path]:
-    """`path` and its parents that do not exist yet, deepest first (what a download would create)."""
-    missing = []
-    for folder in [path, *path.parents]:
-        if folder.exists():
-            break
-        missing.append(folder)
-    return missing
-
-
-def _network_error(error: BaseException) -> BaseException | None:
-    """The error in `error`'s chain (its causes and contexts) that means "no network": a failed name
-    lookup, a refused or reset connection, a timeout, or urllib's wrapper of one (not an HTTP status:
-    that server answered)."""
-    import socket
-    from urllib.error import HTTPError, URLError
-
-    seen: set[int] = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, URLError) and not isinstance(error, HTTPError):
-            return error.reason if isinstance(error.reason, BaseException) else error  # the socket's own words
-        if isinstance(error, (socket.gaierror, ConnectionError, TimeoutError)):
-            return error
-        error = error.__cause__ or error.__context__
-    return None
+        except (RuntimeError, OSError) as error:  # torchvision's "Dataset not found or corrupted", or no network
+            fix = self.how_to_get if self.download else f"set data.download: true, or {self.how_to_get}"
+            raise ConfigError("data.root", f"no {self.name} data under {self.root!r} ({error})", fix) from None
 
 
 class CIFAR10(TorchvisionSource):
     name = "cifar10"
-    # The class names, in label order (torchvision reads them from batches.meta; the hub's
-    # uoft-cs/cifar10 has them as its ClassLabel names): how a copy in another layout is recognised.
+    # The class names in label order (torchvision's batches.meta; uoft-cs/cifar10's ClassLabel): how a
+    # copy in the hub's layout is recognised (`huggingface.hub_statistics`).
     known_classes: ClassVar[tuple[str, ...]] = (
         "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
     )  # fmt: skip
     info = DatasetInfo(
         num_classes=10, image_size=32, in_chans=3, mean=(0.4914, 0.4822, 0.4465), std=(0.2470, 0.2435, 0.2616)
     )
-    how_to_get = "put torchvision's cifar-10-batches-py under data.root"
-    hub_copy = "--config configs/data/cifar10_hf.yaml --data.root PATH"
+    how_to_get = (
+        "put torchvision's cifar-10-batches-py under data.root, or read a Hugging Face copy: "
+        "--config configs/data/cifar10_hf.yaml --data.root PATH"
+    )
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import CIFAR10 as TV
@@ -151,8 +90,10 @@ class CIFAR100(TorchvisionSource):
     info = DatasetInfo(
         num_classes=100, image_size=32, in_chans=3, mean=(0.5071, 0.4865, 0.4409), std=(0.2673, 0.2564, 0.2762)
     )
-    how_to_get = "put torchvision's cifar-100-python under data.root"
-    hub_copy = "--data.dataset hf --data.root PATH"
+    how_to_get = (
+        "put torchvision's cifar-100-python under data.root, or read a Hugging Face copy: "
+        "--data.dataset hf --data.root PATH"
+    )
 
     def _open(self, split: str) -> Dataset:
         from torchvision.datasets import CIFAR100 as TV
@@ -161,8 +102,8 @@ class CIFAR100(TorchvisionSource):
 
 
 class STL10(TorchvisionSource):
-    """STL-10's labelled splits: 5,000 training and 8,000 test images of 96×96 (the unlabelled
-    100,000 are not used; Hayase & Karakida resize to 32, or 90 in App. D.6: ``data.image_size``)."""
+    """STL-10's labelled splits: 5,000 training and 8,000 test images of 96×96 (the unlabelled 100,000
+    are not used; Hayase & Karakida resize to 32, or 90 in App. D.6: ``data.image_size``)."""
 
     name = "stl10"
     info = DatasetInfo(

@@ -14,8 +14,7 @@ from typing import Any, ClassVar
 from torch.utils.data import Dataset
 
 from mixer_lightning.data.shards import ShardIndex, find_shards, index_split, read_manifest
-from mixer_lightning.data.sources.base import DatasetSource, natural_info
-from mixer_lightning.data.sources.folder import _decompression_bomb
+from mixer_lightning.data.sources.base import DatasetSource, natural_info, say
 from mixer_lightning.errors import require
 
 
@@ -23,14 +22,11 @@ class ShardImages(Dataset):
     """(PIL image, label) pairs of an indexed split (`ShardIndex`), each image one ``pread`` from its shard.
 
     Shard files are opened lazily in each process (DataLoader workers included) and kept open (at most
-    `max_open` at a time, least recently used closed first). ``__getitems__`` reads a batch in shard and
-    offset order. ``samples`` names each sample (``'imagenet1k-train-0003.tar', sample 'n0144_12'``) for
-    the data module's one-line error on an image that cannot be decoded."""
+    `max_open`, least recently used closed first); ``__getitems__`` reads a batch in shard and offset order."""
 
     def __init__(self, index: ShardIndex, max_open: int = 64):
-        self.index = index
-        self.max_open = max_open
-        self._files: dict[int, int] = {}
+        self.index, self.max_open = index, max_open
+        self._files: dict[int, int] = {}  # shard → descriptor, least recently used first
         self._pid: int | None = None
 
     def __len__(self) -> int:
@@ -41,10 +37,12 @@ class ShardImages(Dataset):
         """The labels, without reading an image (few-shot draws, class counts)."""
         return self.index.label.tolist()
 
+    def name_of(self, i: int) -> str:
+        """Where sample `i` lies, for the one-line error on an image that cannot be decoded."""
+        return f"{Path(self.index.shards[int(self.index.shard[i])]).name}, sample {self.index.key_of(int(i))}"
+
     def __getstate__(self) -> dict:
-        state = self.__dict__.copy()
-        state["_files"], state["_pid"] = {}, None  # descriptors stay with the process that opened them
-        return state
+        return {**self.__dict__, "_files": {}, "_pid": None}  # descriptors stay with the process that opened them
 
     def _fd(self, shard: int) -> int:
         if self._pid != os.getpid():
@@ -64,16 +62,14 @@ class ShardImages(Dataset):
             raise OSError(f"{len(data)} of {int(i.size[index])} bytes read: the shard changed or was cut short")
         return data
 
-    def decode(self, data: bytes) -> Any:
+    @staticmethod
+    def decode(data: bytes) -> Any:
         from PIL import Image
 
         from mixer_lightning.data.pil_path import to_mode
 
-        try:
-            with Image.open(io.BytesIO(data)) as image:
-                return to_mode(image, "RGB")  # 16-bit images scaled to 8 bits, not clipped
-        except Image.DecompressionBombError as error:
-            raise _decompression_bomb(error) from None
+        with Image.open(io.BytesIO(data)) as image:
+            return to_mode(image, "RGB")  # 16-bit images scaled to 8 bits, not clipped
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         return self.decode(self.read_bytes(index)), int(self.index.label[index])
@@ -85,41 +81,17 @@ class ShardImages(Dataset):
             data[j] = self.read_bytes(int(indices[j]))
         return [(self.decode(d), int(self.index.label[i])) for d, i in zip(data, indices, strict=True)]
 
-    @property
-    def samples(self) -> _SampleNames:
-        return _SampleNames(self.index)
-
-    def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files = {}
-
-
-class _SampleNames:
-    """``samples[i] = (where, label)``, as an ImageFolder's (path, class), made when asked."""
-
-    def __init__(self, index: ShardIndex):
-        self.index = index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def __getitem__(self, i: int) -> tuple[str, int]:
-        shard = Path(self.index.shards[int(self.index.shard[i])]).name
-        return f"{shard}, sample {self.index.key_of(int(i))}", int(self.index.label[i])
-
 
 class WebDataset(DatasetSource):
-    """WebDataset tar shards (module docstring): ImageNet-like images (224 px, ImageNet's mean/std).
-
-    The classes: ``data.num_classes`` when given (the hub's ImageNet: 1000), else the manifest of
-    `mixer data pack` (with the class names), else one more than the largest label. Every split is
-    indexed and checked at construction (once; cached), before anything is written."""
+    """WebDataset tar shards (`mixer_lightning.data.shards`): ImageNet-like images (224 px, ImageNet's
+    mean/std). The classes: ``data.num_classes`` when given (the hub's ImageNet: 1000), else the manifest
+    of `mixer data pack` (with the class names), else one more than the largest label. Every split is
+    indexed and its labels checked at construction (once; the index is cached)."""
 
     name = "wds"
     default_size: ClassVar[int] = 224
-    sharded: ClassVar[bool] = True
-    options: ClassVar[tuple[str, ...]] = ("num_classes", "cache_dir")
+    sharded = True
+    options = ("num_classes", "cache_dir")
 
     def __init__(self, root: str, download: bool, num_classes: int | None = None, cache_dir: str | None = None):
         super().__init__(root, download)
@@ -127,22 +99,18 @@ class WebDataset(DatasetSource):
 
         self.files = find_shards(root)
         folder = self.files["train"][0].parent
-        manifest = read_manifest(folder)
         cache = Path(cache_dir) if cache_dir else default_cache_dir(str(folder))
-        log = _first_process_print
-        self.indices = {}
-        for split, files in self.files.items():
-            if files:
-                self.indices[split] = index_split(files, cache, split, log, labelled=split != "test")
+        self.indices = {
+            split: index_split(files, cache, split, labelled=split != "test")
+            for split, files in self.files.items()
+            if files
+        }
         if "test" in self.indices and (self.indices["test"].label < 0).all():
             del self.indices["test"]  # ImageNet's test labels are not public: the hub's test shards have none
-            log("data   wds: the test shards have no labels; the validation shards are the test split")
-        self.classes: list[str] | None = None
-        if manifest is not None and manifest.get("classes"):
-            self.classes = [str(name) for name in manifest["classes"]]
-        if num_classes is None:
-            num_classes = len(self.classes) if self.classes else int(self.indices["train"].label.max()) + 1
-        require(num_classes >= 2, "data.num_classes", f"must be >= 2, got {num_classes}")
+            say("data   wds: the test shards have no labels; the validation shards are the test split")
+        manifest = read_manifest(folder) or {}
+        self.classes = [str(name) for name in manifest["classes"]] if manifest.get("classes") else None
+        num_classes = num_classes or (len(self.classes) if self.classes else int(self.indices["train"].label.max()) + 1)
         if self.classes is not None and len(self.classes) != num_classes:
             self.classes = None
         for index in self.indices.values():
@@ -151,18 +119,8 @@ class WebDataset(DatasetSource):
         self.info = natural_info(num_classes, self.default_size)
 
     def load(self, split: str) -> Dataset:
-        if split == "test" and "test" not in self.indices and "val" in self.indices:
+        if split == "test" and "test" not in self.indices:
             split = "val"  # ImageNet's test labels are not public: its validation split is the test split
-        require(
-            split in self.indices,
-            "data.root",
-            f"no {split} shards in {str(self.files['train'][0].parent)!r}",
-            "add them, or set data.val_split to carve validation images from train",
-        )
+        folder = self.files["train"][0].parent
+        require(split in self.indices, "data.root", f"no {split} shards in {str(folder)!r}", "set data.val_split")
         return ShardImages(self.indices[split])
-
-
-def _first_process_print(text: str) -> None:
-    """Print on the process that owns the console (global rank 0, from the launcher's environment)."""
-    if all(os.environ.get(name, "0") in ("", "0") for name in ("RANK", "SLURM_PROCID", "LOCAL_RANK", "NODE_RANK")):
-        print(text, flush=True)
