@@ -67,9 +67,17 @@ def argument_error(error: argparse.ArgumentError) -> ConfigError:
     named = lines[0].startswith('Parser key "') and lines[0].endswith('":')
     key = lines[0][len('Parser key "') : -2] if named else "arguments"
     detail = lines[1:] if named else lines
-    problem = "; ".join(dict.fromkeys([detail[0], detail[-1]])).split(". Got value: Namespace(")[0][:300]
+    nested = [
+        line.rsplit('Parser key "', 1)[1][:-2] for line in lines[1:] if line.endswith('":') and 'Parser key "' in line
+    ]
+    key = ".".join([key, *nested])  # a nested value's own parser heads a line's end: `model.net`, then `channels`
+    # The innermost problem is the one to fix; else the first and last lines of detail.
+    problem = detail[-1] if nested else "; ".join(dict.fromkeys([detail[0], detail[-1]]))
+    problem = problem.split(". Got value: Namespace(")[0][:300]
     if "NestedArg(key='" in text:  # `--data.batch_size abc` under a subclass group: jsonargparse names `data`
         key += "." + text.split("NestedArg(key='", 1)[1].split("'", 1)[0]
+    elif lines[0].split(":")[0] in ("Unexpected config", "Problems parsing config"):  # a --config file's
+        key = "config"
     elif lines[0].startswith("unrecognized arguments: --"):  # argparse's
         key = lines[0].split()[2][2:]
     elif "option '" in lines[0]:  # "Subcommand 'fit' does not accept option 'trainer.max_epoch'"

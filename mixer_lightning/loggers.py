@@ -46,19 +46,19 @@ class WandbLogger(LightningWandbLogger):
     `WandbLogger`'s (``id`` continues a W&B run; ``offline``, ``log_model``, ...)."""
 
     def __init__(self, save_dir: str = "runs", name: str = "mixer", version: int | str | None = None, **kwargs: Any):
-        self.folder, self.experiments_dir, root = name, save_dir, os.path.join(save_dir, name)
+        root = os.path.join(save_dir, name)
         if version is None:  # as TensorBoard: the next free version_N
             names = os.listdir(root) if os.path.isdir(root) else []
             version = max((int(m[1]) for d in names if (m := re.match(r"version_(\d+)$", d))), default=-1) + 1
-        self.run_version = version
         self.run_dir = os.path.join(root, version if isinstance(version, str) else f"version_{version}")
         run_name = os.path.join(name, os.path.basename(self.run_dir))
         super().__init__(name=run_name, save_dir=None, dir=self.run_dir, **kwargs)
 
-    # TensorBoard's layout, where Lightning's WandbLogger has the W&B project and run id
-    save_dir = property(lambda self: self.experiments_dir)
-    name = property(lambda self: self.folder)
-    version = property(lambda self: self.run_version)
+    # Lightning puts a non-TensorBoard logger's files (config.yaml: `trainer.log_dir`) in its save_dir, and its
+    # checkpoints in save_dir/name/version/checkpoints: both the run directory here.
+    save_dir = property(lambda self: self.run_dir)
+    name = property(lambda self: "")
+    version = property(lambda self: "")
     log_dir = property(lambda self: self.run_dir)
 
     @property

@@ -57,7 +57,8 @@ def test_a_sweeps_points_are_as_quiet_as_fit(tmp_path: Path) -> None:
     """A sweep's fit of 4 batches an epoch (fewer than log_every_n_steps = 50) and its test, in the
     sweep's own process (in-process, pytest would catch the warning before it is printed)."""
     output = mixer(
-        ["sweep", "--config", TINY, "--grid", "model.init_args.channels=4", "--seeds", "0", "--run", "sweep"], tmp_path
+        ["sweep", "--config", TINY, "--grid", "model.net.init_args.channels=4", "--seeds", "0", "--run", "sweep"],
+        tmp_path,
     )
     assert "Test metrics: sweep/runs/channels4/seed0/test_metrics.json" in output, output
     assert_quiet(output)

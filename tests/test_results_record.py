@@ -42,25 +42,19 @@ def test_each_checkpoints_results_name_it_and_are_kept(capsys) -> None:
 
 
 def test_an_evaluation_cut_by_a_batch_limit_says_so_and_records_how_many(capsys) -> None:
-    """Issue 26, T8: ``--trainer.limit_test_batches 2`` tests 64 of the 359 test images: the header says
-    so (it said "359 test images") and test_metrics.json records the count (`mixer sweep report` flags
-    the row); a whole split says "359 test images" and records ``partial: false``."""
+    """Issue 26, T8: ``--trainer.limit_test_batches 2`` tests 64 of the 359 test images: test_metrics.json
+    records the count (`mixer sweep report` flags the row); a whole split records ``partial: false``."""
     main(["fit", "--config", TINY, "--trainer.max_epochs", "1"])
     (run,) = run_dirs("digits_mixer")
     last = run / "checkpoints" / "last.ckpt"
     capsys.readouterr()
     main(["test", "--ckpt_path", str(last), "--trainer.limit_test_batches", "2"])
-    out = capsys.readouterr().out
-    assert "data   digits (10 classes, 8×8×1): 64 of 359 test images (limit_test_batches 2), batch 32" in out
     partial = read_json(run / "test_metrics.json")
     assert (partial["images"], partial["of"], partial["partial"]) == (64, 359, True)
     main(["validate", "--ckpt_path", str(last), "--trainer.limit_val_batches", "0.5"])
-    assert "64 of 144 val images (limit_val_batches 0.5)" in capsys.readouterr().out  # 2 of 5 batches of 32
     val = read_json(run / "val_metrics.json")
     assert (val["images"], val["of"], val["partial"]) == (64, 144, True)
     main(["test", "--ckpt_path", str(run / "checkpoints" / "best.ckpt"), "--trainer.limit_test_batches", "1.0"])
-    out = capsys.readouterr().out
-    assert ": 359 test images, batch 32" in out
     whole = read_json(run / "test_metrics.best.json")  # test_metrics.json is last.ckpt's
     assert (whole["images"], whole["of"], whole["partial"]) == (359, 359, False)
 
@@ -77,7 +71,6 @@ def test_a_partial_evaluation_never_replaces_the_whole_splits_results_of_the_sam
     assert read_json(run / "test_metrics.json")["partial"] is False
     capsys.readouterr()
     main(["test", "--ckpt_path", str(last), "--trainer.limit_test_batches", "2"])
-    assert "(test_metrics.last.json)" in capsys.readouterr().out  # the header names where they go
     assert (run / "test_metrics.json").read_bytes() == whole
     partial = read_json(run / "test_metrics.last.json")
     assert (partial["images"], partial["partial"]) == (64, True)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import error_field
 from mixer_lightning.cli import main
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models import create_model
@@ -127,30 +128,26 @@ def test_expressions() -> None:
 
 
 @pytest.mark.parametrize(
-    "args, message",
+    "args, field",
     [
-        (["--omega", "-5"], "mixer: error: omega: must be positive, got -5"),
-        (["--omega", "two"], "mixer: error: omega: cannot read 'two' as an integer"),
-        (["--omega", "2**18", "--channels", "16,x"], "mixer: error: channels: cannot read '16,x'"),
-        (["--omega", "2**18", "--sparsity", "1.5"], "mixer: error: sparsity: 1-p must be in [0, 1), got 1.5"),
-        (["--omega", "100", "--channels", "64"], "mixer: error: omega: 100 is unreachable with channels=64"),
-        (["--omega", "2**100"], "mixer: error: omega: 1.268e+30 connections per layer is past any model"),
-        (["--omega", "2**2000"], "mixer: error: omega: '2**2000' is too large"),
-        (["--omega", "2**18", "--channels", "16,,32"], "mixer: error: channels: cannot read '16,,32': item 2 is empty"),
-        (["--omega", "2**18", "--channels", "16,16"], "mixer: error: channels: '16' is given twice"),
+        (["--omega", "-5"], "omega"),
+        (["--omega", "two"], "omega"),
+        (["--omega", "2**18", "--channels", "16,x"], "channels"),
+        (["--omega", "2**18", "--sparsity", "1.5"], "sparsity"),
+        (["--omega", "100", "--channels", "64"], "omega"),
+        (["--omega", "2**100"], "omega"),
+        (["--omega", "2**2000"], "omega"),
+        (["--omega", "2**18", "--channels", "16,,32"], "channels"),
+        (["--omega", "2**18", "--channels", "16,16"], "channels"),
         (
             ["--omega", "2**20", "--width", "64", "--channels", "3"],
-            "mixer: error: channels: 3 does not divide the width",
+            "channels",
         ),
-        (["--omega", "2**20", "--width", "64", "--sparsity", "0.5"], "mixer: error: sparsity: --sparsity is for"),
+        (["--omega", "2**20", "--width", "64", "--sparsity", "0.5"], "sparsity"),
     ],
 )
-def test_bad_values(args: list[str], message: str, capsys: pytest.CaptureFixture) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["width", *args])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err.strip()
-    assert err.startswith(message) and len(err.splitlines()) == 1
+def test_bad_values(args: list[str], field: str, capsys: pytest.CaptureFixture) -> None:
+    assert error_field(capsys, ["width", *args]) == field
 
 
 def test_parse_int_expression() -> None:

@@ -84,6 +84,8 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
             return f"mixer: error: {error}", 1
         if isinstance(error, Stopped):
             return f"mixer: {error}", 128 + error.signum
+        if isinstance(error, UnicodeDecodeError):  # a config file saved in another encoding (read by jsonargparse)
+            return f"mixer: error: config: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8", 2
         if isinstance(error, OSError) and error.filename is not None:  # a full disk, a path we may not write
             return f"mixer: error: {error.filename}: {error.strerror}", 1
         error = error.__cause__ or error.__context__

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -43,7 +44,7 @@ from mixer_lightning.safety.atomic import check_output_file, remove_orphans
 from mixer_lightning.safety.distributed import end_process_group
 from mixer_lightning.seam import batch_counts_as_ints, lightning_cli_with_checkpoint_hparams, option_names
 from mixer_lightning.tasks import ClassifierModule
-from mixer_lightning.tasks.loading import read_checkpoint
+from mixer_lightning.tasks.loading import describe_mismatch, read_checkpoint
 
 EVALUATIONS = ("validate", "test", "predict")
 LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")  # what the network must agree with
@@ -96,7 +97,16 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             version = version if isinstance(version, str) or version is None else f"version_{version}"
             config.ckpt_path = str(runs.find_last_run(experiment, version))
         if config.get("ckpt_path"):
-            read_checkpoint(config.ckpt_path)  # missing, damaged or untrusted: one line before Lightning reads it
+            # Missing, damaged or untrusted: one line before Lightning reads it; kept until the model exists.
+            self.checkpoint_weights = (config.ckpt_path, read_checkpoint(config.ckpt_path)["state_dict"])
+
+    def check_checkpoint_fits(self) -> None:
+        """A checkpoint of another model or data (10 classes tested on 3) is one line, not torch's size table."""
+        path, weights = self.__dict__.pop("checkpoint_weights", (None, None))
+        mismatch = describe_mismatch(self.model, weights) if weights is not None else None
+        if mismatch:
+            raise ConfigError("ckpt_path", f"{path!r} does not fit the model and data configured: {mismatch}",
+                              "give the config it was trained with (its run's config.yaml)")  # fmt: skip
 
     def before_instantiate_classes(self) -> None:
         command, config = self.config.subcommand, self.config[self.config.subcommand]
@@ -147,8 +157,11 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     # ---------------------------------------------------------------------------------------------- running
 
     def before_fit(self) -> None:
+        self.check_checkpoint_fits()
+        if self.trainer.fast_dev_run:  # no logger, no run directory
+            return
         run_dir = Path(run_directory(self.trainer))  # a broadcast under DDP: every process asks
-        if not self.trainer.is_global_zero or self.trainer.fast_dev_run:
+        if not self.trainer.is_global_zero:
             return
         resuming = self.config_init.fit.get("ckpt_path")
         if (run_dir / "config.yaml").exists() and not resuming:
@@ -157,6 +170,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
                 f"{str(run_dir)!r} holds a run already; it is not overwritten",
                 "resume it with --ckpt_path last, or choose another version (or none: the next free one)",
             )
+        if not run_dir.exists():  # a run that fails while it is set up leaves no directory behind
+            self.held.append(runs.NewRun(run_dir))
         if run_dir.is_dir():  # a run resumed, or a version pinned: one writer at a time
             self.held.append(runs.lock_run(run_dir))
             for folder in (run_dir, run_dir / "checkpoints"):
@@ -204,6 +219,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             print(f"{'Validation' if stage == 'val' else 'Test'} metrics: {self.results}", flush=True)
 
     def before_predict(self) -> None:
+        self.check_checkpoint_fits()
         writer = next((c for c in self.trainer.callbacks if isinstance(c, PredictionWriter)), None)
         if writer is not None and writer.output:  # another file is never replaced unless told
             check_output_file(
@@ -211,9 +227,11 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             )
 
     def before_validate(self) -> None:
+        self.check_checkpoint_fits()
         self._evaluation("validate")
 
     def before_test(self) -> None:
+        self.check_checkpoint_fits()
         self._evaluation("test")
 
     def after_validate(self) -> None:
@@ -255,14 +273,23 @@ def pretrained_data_defaults(config: Any) -> None:
         return
     from mixer_lightning.weights.preprocessing import data_defaults, hub_preprocessing
 
-    own = {k: p.default for k, p in inspect.signature(ImageDataModule).parameters.items()}
+    given = set_data_keys(sys.argv[1:])
     applied = {}
     for key, value in data_defaults(hub_preprocessing(str(init_from))).items():
-        if key in data.init_args and data.init_args[key] == own.get(key):
+        if key in data.init_args and key not in given:
             data.init_args[key] = tuple(value) if isinstance(value, list) else value
             applied[key] = value
     if applied:
         print(f"data   {', '.join(f'{k}={v}' for k, v in applied.items())} (the preprocessing of {init_from})")
+
+
+def set_data_keys(argv: list[str]) -> set[str]:
+    """The data arguments a flag or a ``--config`` file of `argv` sets (a value equal to the default included)."""
+    keys = {arg[2:].split("=")[0].rsplit(".", 1)[-1] for arg in argv if arg.startswith("--data.")}
+    for path in _options().parse_known_args(argv[1:])[0].config or []:
+        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data") if Path(path).is_file() else None
+        keys |= set((data.get("init_args") or {}) if isinstance(data, dict) else ())
+    return keys
 
 
 def argument_error(error: argparse.ArgumentError, cli: Any, command: list[str]) -> ConfigError:
@@ -276,13 +303,25 @@ def argument_error(error: argparse.ArgumentError, cli: Any, command: list[str]) 
     elif text.startswith("unrecognized arguments: ") or "does not accept option" in text:
         field = text.split()[2].lstrip("-") if text.startswith("unrecognized") else field
         word, candidates = field, option_names(cli, command[0]) if command else []
+        if word.startswith("model."):  # an argument of the network: --model.net.channels, not --model.channels
+            candidates += [f"model.net.{name}" for name in network_arguments()]
     close = difflib.get_close_matches(word, candidates, n=1) if word else []
+    if close and close[0].startswith("model.net.") and not word.startswith("model.net."):
+        close = difflib.get_close_matches(word.replace("model.", "model.net.", 1), candidates, n=1) or close
     if word and not close and "." in word:  # a misspelt group: dataa.batch_size
         head, _, rest = word.partition(".")
         group = difflib.get_close_matches(head, sorted({k.split(".")[0] for k in candidates}), n=1)
         close = [f"{group[0]}.{rest}"] if group else []
     fix = f"see `mixer {command[0]} --help`" if command else "see `mixer --help`"
     return ConfigError(field, line.problem, f"did you mean {close[0]!r}? {fix}" if close else fix)
+
+
+def network_arguments() -> list[str]:
+    """The arguments of every registered family's network (a misspelt one is suggested under model.net)."""
+    from mixer_lightning.models import get_entry, list_models
+
+    classes = {get_entry(name).constructor for name in list_models()}
+    return sorted({name for cls in classes for name in inspect.signature(cls).parameters})
 
 
 def class_arguments(problem: str) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from itertools import chain, count
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,19 @@ def results_name(run_dir: Path, command: str, record: dict | None, limited: bool
 
 def write_json(path: Path, content: dict) -> None:
     write_text(path, json.dumps(content, indent=2) + "\n", field=path.name)
+
+
+class NewRun:
+    """A run directory `mixer fit` is about to create. Released at the end of the command: removed (with the
+    folders made for it) if it never got its ``config.yaml``, which Lightning saves before training starts; such
+    a run failed while its data or model were set up, and holds only the logger's empty event stream."""
+
+    def __init__(self, path: Path):
+        self.path, self.made = path, [p for p in (path, *path.parents) if not p.exists()]
+
+    def release(self) -> None:
+        if self.path.is_dir() and not (self.path / "config.yaml").exists() and not any(self.path.rglob("*.ckpt")):
+            shutil.rmtree(self.path)
+            for folder in self.made[1:]:  # the experiment folder made for it, if nothing else went there
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()

@@ -195,7 +195,8 @@ class ImageDataModule(LightningDataModule):
         self.num_classes, self.in_chans = info.num_classes, info.in_chans
         self.image_size = a.image_size or info.image_size
         # The resolved size and classes, as the model's linked hparams are (the logger merges both sets).
-        self.save_hyperparameters({**vars(a), "image_size": self.image_size, "num_classes": info.num_classes})
+        saved = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(a).items()}  # hparams.yaml: safe YAML
+        self.save_hyperparameters({**saved, "image_size": self.image_size, "num_classes": info.num_classes})
         if image_size is None and not self.source.square:
             raise ConfigError("data.image_size", f"the images of {root!r} are not square", "set data.image_size")
         self.dataset, self.val_split, self.split_seed, self.train_subset = dataset, val_split, split_seed, train_subset

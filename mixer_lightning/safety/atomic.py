@@ -54,11 +54,16 @@ def atomic_write(target: str | Path, mode: str = "wb", field: str = "output") ->
             os.fsync(f.fileno())
         os.replace(temporary, target)
     except OSError as error:
-        if error.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        raise ResourceError(field, f"no space left on the device to write {str(target)!r}", "free some space") from None
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ResourceError(
+                field, f"no space left on the device to write {str(target)!r}", "free some space"
+            ) from None
+        if error.filename == str(temporary):  # name the file asked for, not our staging name
+            raise OSError(error.errno, error.strerror, str(target)) from None
+        raise
     finally:
-        temporary.unlink(missing_ok=True)
+        if temporary.is_file():
+            temporary.unlink()
     fsync_directory(target.parent)
 
 

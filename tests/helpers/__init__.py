@@ -140,4 +140,4 @@ def field_of(stderr: str) -> str:
     lines = [line for line in stderr.splitlines() if line.startswith("mixer: error")]
     assert lines, stderr[-2000:]
     rest = lines[-1].split(":", 2)[-1]  # after "mixer: error:" (or "mixer: error (rank 1):")
-    return rest.split(": ", 1)[0].strip()
+    return rest.split(": ", 1)[0].strip().removeprefix("--")  # a project command's flag: --out is `out`

@@ -3,14 +3,16 @@ listing of image files (`image_files`) that `mixer predict` and `mixer data pack
 
 from __future__ import annotations
 
+import contextlib
 import os
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
 from torch.utils.data import Dataset
 
 from mixer_lightning.data.sources.base import DatasetSource, natural_info
-from mixer_lightning.errors import require
+from mixer_lightning.errors import ConfigError, require
 
 
 def image_files(folder: str | Path, extensions: tuple[str, ...]) -> list[str]:
@@ -59,7 +61,25 @@ class Folder(DatasetSource):
         folder = Path(self.root) / split
         if split == "test" and not folder.is_dir():
             folder = Path(self.root) / "val"
-        dataset = ImageFolder(str(folder), loader=rgb_loader)
+        try:
+            dataset = ImageFolder(str(folder), loader=rgb_loader)
+        except FileNotFoundError as error:  # a class folder without images (torchvision names them)
+            raise ConfigError("data.root", str(error).split(". Supported")[0], "remove it or add its images") from None
+        # A file reached by several paths (a folder linked twice, a link loop: torchvision follows links) is one
+        # sample, by its most direct path (a loop reaches other classes' images from inside a class folder); a
+        # path too deep in a loop to open (ELOOP) is none.
+        direct: dict[tuple[int, int], str] = {}
+        for path, _ in dataset.samples:
+            with contextlib.suppress(OSError):
+                key = (os.stat(path).st_dev, os.stat(path).st_ino)
+                direct[key] = min(direct.get(key, path), path, key=lambda p: (p.count(os.sep), p))
+        kept = set(direct.values())
+        samples = [(path, label) for path, label in dataset.samples if path in kept]
+        if len(samples) < len(dataset.samples):
+            problem = f"{len(dataset.samples) - len(samples)} paths under {str(folder)!r} lead to images read already"
+            warnings.warn(f"data.root: {problem} (symbolic links): each image is read once", stacklevel=2)
+            dataset.samples = dataset.imgs = samples
+            dataset.targets = [label for _, label in samples]
         # Labels are positions in the sorted class folders: other folders would silently relabel the images.
         require(
             dataset.classes == self.classes,
