@@ -88,7 +88,7 @@ def test_average_is_the_mean_and_a_checkpoint_test_and_predict_take(
     assert len((tmp_path / "p.csv").read_text().splitlines()) == 4  # header + 3 images, no data config given
 
     # An existing output is kept unless --overwrite, which replaces it (atomically).
-    assert error_field(capsys, ["average", "--ckpt_path", a, b, "--out", str(out)]) == "--out"
+    assert error_field(capsys, ["average", "--ckpt_path", a, b, "--out", str(out)]) == "out"
     assert hashlib.sha256(out.read_bytes()).hexdigest() == digest
     main(["average", "--ckpt_path", b, a, "--out", str(out), "--overwrite", "--json"])
     report = json.loads(capsys.readouterr().out)
@@ -100,14 +100,14 @@ def test_checkpoints_of_other_models_are_refused_in_one_line(
 ) -> None:
     _, (a, b) = top_k
     rp = trained("rp_s_mixer")
-    assert error_field(capsys, ["average", "--ckpt_path", a, rp, "--out", "avg.ckpt"]) == "--ckpt_path"
+    assert error_field(capsys, ["average", "--ckpt_path", a, rp, "--out", "avg.ckpt"]) == "ckpt_path"
     assert not Path("avg.ckpt").exists()
 
     # Same tensors, another architecture hyper-parameter (LayerNorm ε): other functions, refused.
     checkpoint = torch.load(b, weights_only=True)
     checkpoint["hyper_parameters"]["net"]["init_args"]["norm_eps"] = 1e-3
     torch.save(checkpoint, "eps.ckpt")
-    assert error_field(capsys, ["average", "--ckpt_path", a, "eps.ckpt", "--out", "avg.ckpt"]) == "--ckpt_path"
+    assert error_field(capsys, ["average", "--ckpt_path", a, "eps.ckpt", "--out", "avg.ckpt"]) == "ckpt_path"
     # Another dropout is a training setting: averaged.
     checkpoint["hyper_parameters"]["net"]["init_args"].update(norm_eps=1e-6, drop_rate=0.5)
     torch.save(checkpoint, "dropout.ckpt")
@@ -121,9 +121,9 @@ def test_checkpoints_of_other_models_are_refused_in_one_line(
         if value.is_floating_point():
             checkpoint["state_dict"][key] = value + 0.01
     torch.save(checkpoint, "other_seed.ckpt")
-    assert error_field(capsys, ["average", "--ckpt_path", rp, "other_seed.ckpt", "--out", "avg.ckpt"]) == "--ckpt_path"
+    assert error_field(capsys, ["average", "--ckpt_path", rp, "other_seed.ckpt", "--out", "avg.ckpt"]) == "ckpt_path"
 
     # One checkpoint, or one twice, is no average.
-    assert error_field(capsys, ["average", "--ckpt_path", a, "--out", "avg.ckpt"]) == "--ckpt_path"
-    assert error_field(capsys, ["average", "--ckpt_path", a, a, "--out", "avg.ckpt"]) == "--ckpt_path"
+    assert error_field(capsys, ["average", "--ckpt_path", a, "--out", "avg.ckpt"]) == "ckpt_path"
+    assert error_field(capsys, ["average", "--ckpt_path", a, a, "--out", "avg.ckpt"]) == "ckpt_path"
     assert not Path("avg.ckpt").exists()

@@ -198,7 +198,7 @@ def test_state_dicts_of_other_timm_blocks_are_refused(timm_kwargs: dict, capsys)
         MlpMixer(img_size=8, in_chans=1, patch_size=2, num_blocks=1, embed_dim=8, **timm_kwargs).state_dict(),
         "other.pth",
     )
-    assert error_field(capsys, ["convert", "--from", "other.pth", "--out", "x.ckpt"]) == "--from"
+    assert error_field(capsys, ["convert", "--from", "other.pth", "--out", "x.ckpt"]) == "from"
     assert not Path("x.ckpt").exists()
 
 

@@ -89,9 +89,9 @@ def test_convert_and_fine_tune_from_a_hub_name(tmp_path, offline_cache, capsys) 
 
 
 def test_a_name_missing_from_the_offline_cache_is_one_line(offline_cache, capsys) -> None:
-    assert error_field(capsys, ["convert", "--from", "hf-hub:lab/absent", "--out", "x.ckpt"]) == "--from"
-    assert error_field(capsys, ["convert", "--from", "timm:mixer_b16_224.goog_in21k", "--out", "x.ckpt"]) == "--from"
-    assert error_field(capsys, ["convert", "--from", "timm:mixer_q99_224.nothing", "--out", "x.ckpt"]) == "--from"
+    assert error_field(capsys, ["convert", "--from", "hf-hub:lab/absent", "--out", "x.ckpt"]) == "from"
+    assert error_field(capsys, ["convert", "--from", "timm:mixer_b16_224.goog_in21k", "--out", "x.ckpt"]) == "from"
+    assert error_field(capsys, ["convert", "--from", "timm:mixer_q99_224.nothing", "--out", "x.ckpt"]) == "from"
     assert not Path("x.ckpt").exists()
 
 

@@ -193,12 +193,12 @@ def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, 
     capsys.readouterr()  # the fit that trained it, on first use
     main(["push", "--ckpt_path", ckpt, "--out", "repo"])
     before = Path("repo/config.json").read_bytes()
-    assert error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "repo"]) == "--out"  # no --overwrite
+    assert error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "repo"]) == "out"  # no --overwrite
     assert Path("repo/config.json").read_bytes() == before
 
     # Offline (huggingface_hub refuses every request): the folder is written, the upload is one line.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", True)
-    assert error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "off", "--repo_id", "lab/x"], 1) == "--repo_id"
+    assert error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "off", "--repo_id", "lab/x"], 1) == "repo_id"
     assert (Path("off") / "model.safetensors").is_file()
 
     # Online (HfApi replaced): the repo is created and only the three files uploaded.
@@ -216,6 +216,6 @@ def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, 
     checkpoint = torch.load(ckpt, weights_only=True)
     del checkpoint["data"]
     torch.save(checkpoint, "bare.ckpt")
-    assert error_field(capsys, ["push", "--ckpt_path", "bare.ckpt", "--out", "bare"]) == "--ckpt_path"
+    assert error_field(capsys, ["push", "--ckpt_path", "bare.ckpt", "--out", "bare"]) == "ckpt_path"
     assert not Path("bare").exists()
-    assert error_field(capsys, ["push", "--ckpt_path", ckpt]) == "--out"  # nowhere to write or upload
+    assert error_field(capsys, ["push", "--ckpt_path", ckpt]) == "out"  # nowhere to write or upload

@@ -13,13 +13,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
-import json
 import sys
 import warnings
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -33,6 +31,7 @@ from mixer_lightning.callbacks.console import RunHeader, line_progress
 from mixer_lightning.callbacks.slurm import SlurmRequeue, job_id, mark_run, requeued_run
 from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import runs
+from mixer_lightning.cli.defaults import EVALUATIONS, completed_arguments, pretrained_data_defaults
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.commands.quiet import quiet_libraries
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (the data module's short class name)
@@ -46,7 +45,6 @@ from mixer_lightning.seam import batch_counts_as_ints, lightning_cli_with_checkp
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import describe_mismatch, read_checkpoint
 
-EVALUATIONS = ("validate", "test", "predict")
 LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")  # what the network must agree with
 TRAINER_DEFAULTS = {
     "logger": {
@@ -103,7 +101,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     def check_checkpoint_fits(self) -> None:
         """A checkpoint of another model or data (10 classes tested on 3) is one line, not torch's size table."""
         path, weights = self.__dict__.pop("checkpoint_weights", (None, None))
-        mismatch = describe_mismatch(self.model, weights) if weights is not None else None
+        net = {key[len("net.") :]: value for key, value in (weights or {}).items() if key.startswith("net.")}
+        mismatch = describe_mismatch(self.model.net, net) if weights is not None else None  # the network only
         if mismatch:
             raise ConfigError("ckpt_path", f"{path!r} does not fit the model and data configured: {mismatch}",
                               "give the config it was trained with (its run's config.yaml)")  # fmt: skip
@@ -265,33 +264,6 @@ def resume_requeued_run(config: Any) -> None:
         rank_zero_info(f"SLURM job {job_id()} requeued: resuming {run}")
 
 
-def pretrained_data_defaults(config: Any) -> None:
-    """``model.init_from`` naming hub weights: their preprocessing (mean, std, interpolation, crop) becomes the
-    data's where the config leaves the data module's own default."""
-    init_from, data = config.model.get("init_from"), config.get("data")
-    if not init_from or data is None or not hasattr(data, "init_args"):
-        return
-    from mixer_lightning.weights.preprocessing import data_defaults, hub_preprocessing
-
-    given = set_data_keys(sys.argv[1:])
-    applied = {}
-    for key, value in data_defaults(hub_preprocessing(str(init_from))).items():
-        if key in data.init_args and key not in given:
-            data.init_args[key] = tuple(value) if isinstance(value, list) else value
-            applied[key] = value
-    if applied:
-        print(f"data   {', '.join(f'{k}={v}' for k, v in applied.items())} (the preprocessing of {init_from})")
-
-
-def set_data_keys(argv: list[str]) -> set[str]:
-    """The data arguments a flag or a ``--config`` file of `argv` sets (a value equal to the default included)."""
-    keys = {arg[2:].split("=")[0].rsplit(".", 1)[-1] for arg in argv if arg.startswith("--data.")}
-    for path in _options().parse_known_args(argv[1:])[0].config or []:
-        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data") if Path(path).is_file() else None
-        keys |= set((data.get("init_args") or {}) if isinstance(data, dict) else ())
-    return keys
-
-
 def argument_error(error: argparse.ArgumentError, cli: Any, command: list[str]) -> ConfigError:
     """jsonargparse's error (`errors.argument_error`) with a did-you-mean for an unknown key: the closest key the
     subcommand takes (``trainer.max_epoch``: ``trainer.max_epochs``), or the closest argument of the class."""
@@ -336,41 +308,6 @@ def class_arguments(problem: str) -> list[str]:
         return list(inspect.signature(getattr(importlib.import_module(module), name)).parameters)
     except (ImportError, AttributeError, TypeError, ValueError):
         return []
-
-
-def completed_arguments(argv: list[str]) -> list[str]:
-    """validate/test/predict of a checkpoint without ``--config``: its run's config.yaml first (the user's flags
-    after it win); outside a run, the network its hyper-parameters name; image files to predict read as the
-    checkpoint's evaluation images (`PredictionData`, from the data facts it carries)."""
-    options, _ = _options().parse_known_args(argv[1:])
-    if argv[0] not in EVALUATIONS or options.config or not options.ckpt_path or options.ckpt_path == "last":
-        return argv
-    run = runs.run_dir_of_checkpoint(options.ckpt_path)
-    added = ["--config", str(run / "config.yaml")] if run is not None else []
-    checkpoint = read_checkpoint(options.ckpt_path) if run is None or options.predict_root else None
-    facts = (checkpoint or {}).get("data")
-    if argv[0] == "predict" and options.predict_root and isinstance(facts, dict) and not options.data:
-        from mixer_lightning.data.predict import PredictionData
-
-        added += ["--data", "mixer_lightning.data.predict.PredictionData"]
-        for key, value in PredictionData.arguments_from(facts).items():
-            added += [f"--data.{key}", value if isinstance(value, str) else json.dumps(value)]
-    elif run is None and not options.data:
-        raise ConfigError("config", f"none given, and {options.ckpt_path!r} lies in no run directory", "give --config")
-    if run is None:
-        hparams = upgrade_hparams(dict(checkpoint.get("hyper_parameters") or {}))
-        added += ["--model.net", json.dumps(hparams.get("net"))] if hparams.get("net") else []
-    return [argv[0], *added, *argv[1:]]
-
-
-def _options() -> argparse.ArgumentParser:
-    """The arguments `completed_arguments` reads, by argparse (the one parse before jsonargparse's)."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("-c", "--config", action="append")
-    parser.add_argument("--ckpt_path")
-    parser.add_argument("--data")
-    parser.add_argument("--data.predict_root", "--data.init_args.predict_root", dest="predict_root")
-    return parser
 
 
 def run(argv: list[str]) -> None:
