@@ -74,7 +74,7 @@ def argument_error(error: argparse.ArgumentError) -> ConfigError:
     # The innermost problem is the one to fix; else the first and last lines of detail.
     problem = detail[-1] if nested else "; ".join(dict.fromkeys([detail[0], detail[-1]]))
     problem = problem.split(". Got value: Namespace(")[0][:300]
-    if "NestedArg(key='" in text and not nested:  # `--data.batch_size abc` under a subclass group: jsonargparse names `data`
+    if "NestedArg(key='" in text and not nested:  # `--data.batch_size abc` under a subclass group: `data` only
         key += "." + text.split("NestedArg(key='", 1)[1].split("'", 1)[0]
     elif lines[0].split(":")[0] in ("Unexpected config", "Problems parsing config"):  # a --config file's
         key = "config"
