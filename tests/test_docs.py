@@ -50,3 +50,27 @@ def test_the_configs_readme_documents_every_folder_of_configs() -> None:
         assert f"`{folder}/`" in text, f"configs/README.md does not document configs/{folder}/"
         for overlay in sorted((CONFIGS / folder).glob("*.yaml")):
             assert f"`{overlay.stem}`" in text, f"configs/README.md does not name configs/{folder}/{overlay.name}"
+
+
+def readme_commands(subcommand: str) -> list[list[str]]:
+    """The ``mixer SUBCOMMAND ...`` lines of the README's code blocks, as argument lists (comments dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    lines = [line.split("  #")[0].split() for block in blocks for line in block.splitlines()]
+    return [line[1:] for line in lines if line[:2] == ["mixer", subcommand]]
+
+
+def test_every_training_command_of_the_readme_parses(capsys, monkeypatch) -> None:
+    """Each `mixer fit` line of the README, parsed as the CLI parses it (configs, overlays and flags all
+    exist and compose): `--print_config` stops after the parse."""
+    import pytest
+
+    from mixer_lightning.cli import main
+
+    monkeypatch.chdir(ROOT)
+    commands = readme_commands("fit")
+    assert len(commands) >= 5
+    for argv in commands:
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--print_config"])
+        assert exit_info.value.code in (0, None), (argv, capsys.readouterr().err[-500:])
+    capsys.readouterr()
