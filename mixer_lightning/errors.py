@@ -35,10 +35,11 @@ class TrainingError(RuntimeError):
 
 
 class Stopped(Exception):
-    """A run stopped by `signum` at a point it resumes from exactly (last.ckpt saved)."""
+    """A run stopped by `signum` at a point it resumes from exactly (last.ckpt saved); said by the process of
+    global rank 0 only (every rank of a DDP job stops)."""
 
-    def __init__(self, signum: int, message: str):
-        self.signum = signum
+    def __init__(self, signum: int, message: str, rank: int = 0):
+        self.signum, self.rank = signum, rank
         super().__init__(message)
 
 

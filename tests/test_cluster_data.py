@@ -316,8 +316,8 @@ def test_a_killed_run_from_shards_resumes_bit_for_bit(tmp_path: Path) -> None:
     )
     killer = kill_config(tmp_path, moment="train_batch_end", step=13, signal="SIGKILL")
     interrupted = tmp_path / "runs" / "killed" / "version_0"
-    resumed = kill_and_resume(MIXER, run, killer, env, (interrupted / "checkpoints" / "last.ckpt", 12), cwd=tmp_path)
-    assert "Resuming" in resumed.stdout and (interrupted / "config.resume1.yaml").is_file()
+    kill_and_resume(MIXER, run, killer, env, (interrupted / "checkpoints" / "last.ckpt", 12), cwd=tmp_path)
+    assert (interrupted / "config.resume1.yaml").is_file()  # resumed in its own run directory
     assert_same_runs(tmp_path / "runs" / "straight" / "version_0", interrupted)
 
 

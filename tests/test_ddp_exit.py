@@ -25,7 +25,11 @@ def ddp_fit(tmp_path: Path, config: Path, *flags: str) -> subprocess.CompletedPr
         [MIXER, "fit", "--config", TINY, *CPU_DDP, "--config", str(config), *flags],
         timeout=300,
         cwd=tmp_path,
-        env={**os.environ, "MIXER_TRUSTED_MODULES": "helpers", "PYTHONPATH": str(Path(__file__).parent)},
+        env={
+            **os.environ,
+            "MIXER_TRUSTED_MODULES": "helpers",
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+        },
     )
 
 

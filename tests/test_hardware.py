@@ -174,7 +174,7 @@ def test_multinode_overlay_with_torchrun_two_simulated_nodes(tmp_path: Path) -> 
     assert [node.returncode for node in nodes] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
     # Lightning's "MEMBER: 1/2" lines are silenced (test_quiet_console): the first node's header counts both
     # nodes' devices, and the second node, rank 1 of the one run, prints nothing (one process reports)
-    assert "on     cpu, 2 devices" in outputs[0] and "Run directory: runs/digits_mixer/version_0" in outputs[0]
+    assert "on     cpu, 2 devices" in outputs[0] and "runs/digits_mixer/version_0" in outputs[0]
     assert outputs[1].strip() == ""
     (run,) = (tmp_path / "node0" / "runs" / "digits_mixer").glob("version_*")
     assert (run / "fit_summary.json").is_file()

@@ -260,7 +260,7 @@ def test_a_killed_run_resumes_bit_for_bit(tmp_path: Path, model: dict, moment: s
         text=True,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Resuming" in resumed.stdout and (interrupted / "config.resume1.yaml").is_file()
+    assert (interrupted / "config.resume1.yaml").is_file()  # resumed in its own run directory
     straight = tmp_path / "runs" / "straight" / "version_0"
     assert_same_runs(straight, interrupted)
 
@@ -1026,8 +1026,7 @@ def test_a_second_concurrent_resume_of_a_run_is_refused(capsys) -> None:
         with pytest.raises(SystemExit) as exit_info:
             main(["fit", *LONG, "--ckpt_path", "last"])
         assert exit_info.value.code == 1
-        err = capsys.readouterr().err.strip().splitlines()[-1]
-        assert err.startswith(f"mixer: error: trainer.logger: the run '{run}' is being written by process {first.pid} ")
+        assert field_of(capsys.readouterr().err) == "trainer.logger"
         assert not (run / "config.resume2.yaml").exists()
     finally:
         first.send_signal(signal.SIGTERM)

@@ -180,7 +180,7 @@ class ResumeCheckpoint(Checkpoint):
         self.log_step, self.boundary = log_step, boundary
         self.last_model_path = os.path.join(self.dirpath, "last.ckpt")
         try:
-            trainer.save_checkpoint(self.last_model_path)
+            trainer.save_checkpoint(self.last_model_path, weights_only=False)
         finally:
             self.log_step, self.boundary = None, False
         self.saved_step = trainer.global_step
@@ -193,13 +193,13 @@ class ResumeCheckpoint(Checkpoint):
         if (stop or (every and trainer.global_step % every == 0)) and self.due(trainer):
             self.save(trainer, seam.logger_step(trainer) + 1)  # Lightning counts the batch after this hook
         if stop:
-            self.stop(f"at step {trainer.global_step} (epoch {trainer.current_epoch})")
+            self.stop(trainer, f"at step {trainer.global_step} (epoch {trainer.current_epoch})")
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.due(trainer):
             self.save(trainer, seam.logger_step(trainer), boundary=True)
         if self.stop_requested(trainer):
-            self.stop(f"after epoch {trainer.current_epoch - 1}, at step {trainer.global_step}")
+            self.stop(trainer, f"after epoch {trainer.current_epoch - 1}, at step {trainer.global_step}")
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.restore_handler()
@@ -260,7 +260,7 @@ class ResumeCheckpoint(Checkpoint):
             stop = bool(trainer.strategy.reduce_boolean_decision(stop, all=False))
         return stop
 
-    def stop(self, when: str) -> None:
+    def stop(self, trainer: Trainer, when: str) -> None:
         signum = self.stop_signal or signal.SIGTERM
         self.restore_handler()
         saved = f"last.ckpt saved: {self.last_model_path}" if self.last_model_path else "no checkpoint saved"
@@ -268,6 +268,7 @@ class ResumeCheckpoint(Checkpoint):
             signum,
             f"stopped by {signal.Signals(signum).name} {when}; {saved}; continue with the same command and "
             "--ckpt_path last",
+            trainer.global_rank,
         )
 
     def restore_handler(self) -> None:

@@ -98,7 +98,9 @@ class RunHeader(Callback):
     def _finish(self, trainer: Trainer, loaders: Any) -> None:
         if trainer.state.fn not in ("validate", "test") or trainer.sanity_checking:
             return
-        counted = int(trainer.strategy.reduce(torch.tensor(self.counted, device=trainer.strategy.root_device), "sum"))
+        counted = int(
+            trainer.strategy.reduce(torch.tensor(self.counted, device=trainer.strategy.root_device), reduce_op="sum")
+        )
         loaders = loaders if isinstance(loaders, (list, tuple)) else [loaders]
         try:
             total = len(loaders[0].dataset) if len(loaders) == 1 else None

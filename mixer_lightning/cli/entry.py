@@ -83,7 +83,7 @@ def one_line(error: BaseException) -> tuple[str, int] | None:
         if isinstance(error, (ResourceError, TrainingError)):
             return f"mixer: error: {error}", 1
         if isinstance(error, Stopped):
-            return f"mixer: {error}", 128 + error.signum
+            return (f"mixer: {error}" if error.rank == 0 else ""), 128 + error.signum
         if isinstance(error, UnicodeDecodeError):  # a config file saved in another encoding (read by jsonargparse)
             return f"mixer: error: config: not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8", 2
         if isinstance(error, OSError) and error.filename is not None:  # a full disk, a path we may not write
@@ -129,5 +129,6 @@ def main(args: list[str] | None = None) -> None:
         line = None if debug else one_line(error)
         if line is None:
             raise
-        print(line[0], file=sys.stderr, flush=True)
+        if line[0]:
+            print(line[0], file=sys.stderr, flush=True)
         raise SystemExit(line[1]) from None
