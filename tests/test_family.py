@@ -5,6 +5,7 @@ LightningModule took the network (one module class per family, flat arguments) s
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -145,3 +146,40 @@ def test_checkpoints_written_before_still_load(trained, capsys: pytest.CaptureFi
         main([*args, "--config", config])
         figures[name] = read_json(run_dirs("digits_rp_s_mixer")[-1] / "test_metrics.json")["test/loss"]
     assert figures["test legacy"] == figures["test new"] == pytest.approx(figures["init_from legacy"], abs=1e-6)
+
+
+def test_runs_and_sweeps_written_before_are_evaluated_and_resumed(trained, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run directory an earlier release wrote (config.yaml with ``model.class_path: ...SMixerModule`` and flat
+    arguments, step_checkpoint with ModelCheckpoint's arguments, legacy hyper-parameters) is tested by
+    ``mixer test --ckpt_path`` as it is; a sweep's own legacy point config is rewritten in the current form."""
+    from mixer_lightning.commands.sweep.runs import upgrade_config_file
+
+    config = yaml.safe_load((TEST_CONFIGS / "digits_rp_s_mixer.yaml").read_text())
+    flat = {
+        k: v for k, v in LEGACY.items() if not k.startswith("_") and k not in ("num_classes", "image_size", "in_chans")
+    }
+    legacy = {
+        **config,
+        "model": {
+            "class_path": LEGACY["_class_path"],
+            "init_args": {**flat, "optimizer": config["model"]["optimizer"]},
+        },
+        "step_checkpoint": {"dirpath": None, "filename": None, "save_last": True, "every_n_train_steps": 500},
+    }
+    run = Path("runs/old/version_0")
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("# written by an earlier release\n" + yaml.safe_dump(legacy))
+    checkpoint = torch.load(trained("rp_s_mixer"), weights_only=True)
+    torch.save({**checkpoint, "hyper_parameters": dict(LEGACY)}, run / "checkpoints" / "last.ckpt")
+    main(["test", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")])
+    assert 0 <= read_json(run / "test_metrics.json")["test/acc1"] <= 1
+    assert (run / "config.yaml").read_text().startswith("# written by an earlier release")  # the run is left as it was
+
+    point = Path("point.yaml")
+    point.write_text(
+        "# Sweep point A (seed 0)\n" + yaml.safe_dump({k: v for k, v in legacy.items() if k != "step_checkpoint"})
+    )
+    assert upgrade_config_file(point) and not upgrade_config_file(point)  # once
+    assert point.read_text().startswith("# Sweep point A (seed 0)\n")
+    main(["fit", "--config", str(point), "--trainer.max_epochs", "1"])
+    assert read_json(run_dirs("digits_rp_s_mixer")[-1] / "fit_summary.json")["epochs"] == 1

@@ -125,3 +125,14 @@ def upgrade_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
             architecture[key] = value
     net = {"class_path": class_path(entry.constructor), "init_args": architecture}
     return {"net": net, **upgraded}
+
+
+def upgrade_config(config: dict[str, Any]) -> dict[str, Any] | None:
+    """A config (a parsed YAML dict) written for a legacy family module (``model.class_path:
+    mixer_lightning.tasks.SMixerModule`` with flat ``init_args``) in the current form (``model.net`` and the
+    training arguments, as `upgrade_hparams`), or None if its model needs no upgrade."""
+    model = config.get("model") if isinstance(config, dict) else None
+    if not isinstance(model, dict) or not str(model.get("class_path", "")).startswith("mixer_lightning.tasks."):
+        return None
+    hparams = upgrade_hparams({"_class_path": model["class_path"], **(model.get("init_args") or {})})
+    return None if "net" not in hparams else {**config, "model": hparams}
