@@ -821,3 +821,37 @@ def test_fig7_fit_puts_each_depths_training_loss_beside_its_test_loss(
     monkeypatch.setattr(sys, "argv", argv)
     schedule.main()
     assert (tmp_path / "again" / "fig7_fit.md").read_text().splitlines()[2:] == expected
+
+
+def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule) -> None:
+    """Issue 45: RP − normal at each Ω's S ≈ C point, paired by seed, and the slope per doubling of Ω that
+    section 0b's rule reads (closing / widening / no trend, and the extrapolated Ω where the line meets 0)."""
+    grids = {12: [(8, 28), (16, 16), (28, 8)], 14: [(16, 38), (25, 26), (38, 16)], 16: [(40, 41), (83, 16)]}
+    gaps = {12: (0.06, 0.08), 14: (0.04, 0.06), 16: (0.02, 0.04)}  # closing by 2 points per doubling
+    runs = []
+    for exponent, grid in grids.items():
+        for C, S in grid:
+            for seed in (0, 1):
+                normal = 0.40 + 0.01 * seed + (0.05 if (C, S) not in ((16, 16), (25, 26), (40, 41)) else 0.0)
+                rp = normal + gaps[exponent][seed]
+                runs += [
+                    run("s_mixer", C, S, {10: normal + 0.1, 50: normal}, seed=seed, final=normal)
+                    | {"omega_exp": exponent},
+                    run("rp_s_mixer", C, S, {10: rp + 0.1, 50: rp}, seed=seed, final=rp) | {"omega_exp": exponent},
+                ]
+    runs.append(run("rp_s_mixer", 16, 16, {10: 0.9}, seed=2) | {"omega_exp": 12})  # no S-Mixer seed 2: unpaired
+    rows = schedule.omega_rows(runs)
+    final = {r["omega"]: r for r in rows if r["epoch"] == "final"}
+    assert [(r["C"], r["S"]) for r in final.values()] == [(16, 16), (25, 26), (40, 41)]  # S ≈ C, not the best C
+    assert final["2^12"]["seeds"] == "0, 1" and final["2^12"]["rp_minus_normal_pts"] == 7.0
+    assert final["2^16"]["gaps_pts"] == [2.0, 4.0]
+    fits = {f["epoch"]: f for f in schedule.omega_fit(rows)}
+    assert set(fits) == {"10", "50", "final"}
+    assert fits["final"]["slope_pts_per_doubling"] == -1.0 and fits["final"]["trend"] == "closing"
+    assert fits["final"]["zero_at_omega"].startswith("2^19.0") and fits["final"]["status"] == "read"
+    # the same gaps growing with Ω: widening, and no zero to extrapolate to
+    for r in runs:
+        if r["family"] == "rp_s_mixer" and r["seed"] in (0, 1):
+            r["final"] += 0.04 * (r["omega_exp"] - 12) / 2
+    (widening,) = [f for f in schedule.omega_fit(schedule.omega_rows(runs)) if f["epoch"] == "final"]
+    assert widening["trend"] == "widening" and widening["zero_at_omega"] == "–"

@@ -1,4 +1,4 @@
-"""The tables, curves and plots of docs/reproductions.md's "At the paper's schedule" section, from the runs
+"""The tables, curves and plots of docs/reproductions.md's "At the paper's schedule" sections (0 and 0b), from the runs
 of `docs/reproductions/run_cpu.sh paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5` (200 epochs at Ω = 2^12, 2^14, 2^16).
 
     .venv/bin/python docs/reproductions/paper_schedule.py [--runs runs/repro] [--out docs/reproductions/paper]
@@ -36,6 +36,9 @@ final figure. Writes into --out:
   (`fig7_fit`: does anything overfit, which the paper's explanation of RP catching up needs);
 - ``d5.csv`` / ``d5.md``: App. D.5's one-RP-block runs by the block's position, beside none and all (Fig. 7's
   L = 4 runs), and each one's final error minus none's.
+- ``omega.csv`` / ``omega.md``, ``omega_fit.csv`` / ``omega_fit.md`` and ``omega_gap.png``: RP − normal at each
+  Ω's S ≈ C point at epochs 10, 50 and final, paired by seed, and its fitted slope per doubling of Ω (section 0b,
+  issue 45: does the gap close as the model grows, as Hypothesis 4.1 expects?).
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
   (`verdicts`): reproduced, partly or not, "final" once the runs it reads are all in, else "provisional".
 
@@ -1007,6 +1010,111 @@ def plot_fig7(rows: list[dict], every_epoch: list[dict], out: Path) -> None:
     plt.close(fig)
 
 
+OMEGA_EPOCHS = (10, 50, None)  # issue 45: the gap early, midway and at the end of the paper's 200 epochs
+
+
+def omega_rows(runs: list[dict]) -> list[dict]:
+    """Hypothesis 4.1 as Ω grows: per Ω and epoch, the S-Mixer's and the RP S-Mixer's test error at the grid's
+    S ≈ C point (the C closest to S in log ratio), and RP − normal, paired by seed (a seed fixes the data order
+    of both families): mean ± sd over the seeds both families have there."""
+    rows = []
+    fig5 = [r for r in runs if r["item"] == "fig5" and r["family"] != "sw_mlp"]
+    for exponent in sorted({r["omega_exp"] for r in fig5}):
+        at_omega = [r for r in fig5 if r["omega_exp"] == exponent]
+        planned = {(r["C"], r["S"]) for r in at_omega}
+        C, S = min(planned, key=lambda cs: (abs(math.log(cs[0] / cs[1])), cs))
+        for epoch in OMEGA_EPOCHS:
+            errors = {
+                family: {
+                    r["seed"]: error_at(r, epoch)
+                    for r in at_omega
+                    if r["family"] == family and (r["C"], r["S"]) == (C, S) and error_at(r, epoch) is not None
+                }
+                for family in ("s_mixer", "rp_s_mixer")
+            }
+            paired = sorted(set(errors["s_mixer"]) & set(errors["rp_s_mixer"]))
+            if not paired:
+                continue
+            gaps = [errors["rp_s_mixer"][s] - errors["s_mixer"][s] for s in paired]
+            rows.append(
+                {
+                    "omega": f"2^{exponent}",
+                    "omega_exp": exponent,
+                    "C": C,
+                    "S": S,
+                    "epoch": "final" if epoch is None else epoch,
+                    "seeds": ", ".join(map(str, paired)),
+                    "s_mixer_error": fmt(*mean_sd([errors["s_mixer"][s] for s in paired])),
+                    "rp_s_mixer_error": fmt(*mean_sd([errors["rp_s_mixer"][s] for s in paired])),
+                    "rp_minus_normal": fmt(*mean_sd(gaps)),
+                    "rp_minus_normal_pts": round(100 * statistics.fmean(gaps), 2),
+                    "gaps_pts": [round(100 * g, 2) for g in gaps],
+                }
+            )
+    return rows
+
+
+def omega_fit(rows: list[dict]) -> list[dict]:
+    """Per epoch: RP − normal (points) against log2 Ω by least squares over every seed's gap (each seed of each Ω
+    one observation), the slope per doubling of Ω with its standard error, and, only where the slope is
+    negative, the Ω at which the line reaches zero (an extrapolation of the fitted trend, nothing more). The
+    rule of issue 45 (docs/reproductions.md, "How the claims move with Ω"): **closing** if slope + 2 SE < 0,
+    **widening** if slope − 2 SE > 0, else **no trend resolved**; read once three Ω have two seeds each."""
+    fits = []
+    for epoch in ("10", "50", "final"):
+        points = [(r["omega_exp"], g) for r in rows if str(r["epoch"]) == epoch for g in r["gaps_pts"]]
+        omegas = sorted({x for x, _ in points})
+        if len(omegas) < 2 or len(points) < 3:
+            continue
+        xs, ys = [x for x, _ in points], [y for _, y in points]
+        slope, intercept = statistics.linear_regression(xs, ys)
+        residual = sum((y - intercept - slope * x) ** 2 for x, y in points) / (len(points) - 2)
+        mean_x = statistics.fmean(xs)
+        se = math.sqrt(residual / sum((x - mean_x) ** 2 for x in xs))
+        trend = "closing" if slope + 2 * se < 0 else "widening" if slope - 2 * se > 0 else "no trend resolved"
+        seeded = sum(sum(1 for x, _ in points if x == omega) >= 2 for omega in omegas)
+        zero = -intercept / slope if slope < 0 else None
+        fits.append(
+            {
+                "epoch": epoch,
+                "omegas": ", ".join(f"2^{x}" for x in omegas),
+                "gaps": len(points),
+                "slope_pts_per_doubling": round(slope, 2),
+                "se": round(se, 2),
+                "trend": trend,
+                "zero_at_omega": f"2^{zero:.1f} (extrapolated)" if zero is not None else "–",
+                "status": "read" if seeded >= 3 else "provisional (fewer than three Ω with two seeds)",
+            }
+        )
+    return fits
+
+
+def plot_omega(rows: list[dict], out: Path) -> None:
+    """RP − normal at S ≈ C against Ω (every seed a dot, the mean a line) at the epochs `omega_rows` reads."""
+    if not rows:
+        return
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    for i, epoch in enumerate(("10", "50", "final")):
+        part = sorted((r for r in rows if str(r["epoch"]) == epoch), key=lambda r: r["omega_exp"])
+        if not part:
+            continue
+        xs = [r["omega_exp"] for r in part]
+        ax.plot(xs, [r["rp_minus_normal_pts"] for r in part], "-", color=f"C{i}", label=f"epoch {epoch}")
+        for r in part:
+            ax.plot([r["omega_exp"]] * len(r["gaps_pts"]), r["gaps_pts"], "o", color=f"C{i}", ms=4)
+    exponents = sorted({r["omega_exp"] for r in rows})
+    ax.set_xticks(exponents, [f"2^{x}" for x in exponents])
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set(xlabel="Ω (connections per layer)", ylabel="RP − normal test error at S ≈ C (points)")
+    ax.set_title("Hypothesis 4.1 as Ω grows (dots: seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "omega_gap.png", dpi=120)
+    plt.close(fig)
+
+
 DOC_OPEN = re.compile(r"<!-- paper_schedule\.py (?P<name>[A-Za-z0-9_]+\.md) -->")
 DOC_CLOSE = "<!-- /paper_schedule.py -->"
 
@@ -1156,6 +1264,18 @@ def main() -> None:
     fives = d5_rows(runs, [20, 50, 100, 150, None])
     write_csv(out / "d5.csv", fives)
     (out / "d5.md").write_text(markdown(fives) or "No App. D.5 run has logged an epoch yet.\n")
+    omegas = omega_rows(runs)
+    write_csv(out / "omega.csv", [{k: v for k, v in r.items() if k != "gaps_pts"} for r in omegas])
+    (out / "omega.md").write_text(
+        markdown(
+            [{k: v for k, v in r.items() if k not in ("gaps_pts", "omega_exp", "rp_minus_normal_pts")} for r in omegas]
+        )
+        or "No Ω has both families at S ≈ C yet.\n"
+    )
+    trends = omega_fit(omegas)
+    write_csv(out / "omega_fit.csv", trends)
+    (out / "omega_fit.md").write_text(markdown(trends) or "Fewer than two Ω have both families at S ≈ C yet.\n")
+    plot_omega(omegas, out)
     unfinished = [r for r in runs if r["final"] is None and r["epochs"]]
     print(markdown(claims))
     print(markdown(sevens))
