@@ -76,7 +76,7 @@ def test_hub_shards_by_folder_or_brace_pattern_indexed_once(tmp_path: Path) -> N
     """The hub's layout (imagenet1k-train-0000.tar, imagenet1k-validation-00.tar): by folder, splits by
     name; by a brace pattern, a subset of the training shards (validation still found beside them). The
     index is cached beside the shards and made again when a shard changes."""
-    assert expand_braces("a-{00..02}-{x,y}.tar") == [f"a-{i:02d}-{c}.tar" for i in range(3) for c in "xy"]
+    assert list(expand_braces("a-{00..02}-{x,y}.tar")) == [f"a-{i:02d}-{c}.tar" for i in range(3) for c in "xy"]
     root = write_wds(tmp_path / "in1k", train=32, val=8, per_shard=8)
     whole = ImageDataModule("wds", root=str(root), num_workers=0, image_size=32, batch_size=4)
     assert whole.num_classes == 4 and whole.source.has_val

@@ -3,8 +3,9 @@
     mixer data pack SOURCE OUT     an image folder (root/train/<class>/*, root/val/<class>/*) or a Hugging
                                    Face dataset → WebDataset tar shards in the hub's layout and
                                    OUT/manifest.json (classes, counts, bytes, SHA-256 per shard); resumable
-    mixer data check ROOT          index and check shards as `mixer fit --data.dataset wds` reads them;
-                                   with a manifest, also verify every shard's SHA-256
+    mixer data check ROOT          scan and check every shard as `mixer fit --data.dataset wds` reads them
+                                   (the shard index cache made again); with a manifest, also verify every
+                                   shard's SHA-256
 
 Examples:
     mixer data pack /datasets/imagenet /scratch/imagenet-wds --shard_size 1250
@@ -19,9 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
-from jsonargparse.typing import PositiveInt, restricted_number_type
+from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type, restricted_string_type
 
 from mixer_lightning.errors import ConfigError
+
+# A shard prefix is one file name inside OUT (no folder, no "..": pack writes only into OUT).
+ONE_NAME = restricted_string_type("ShardPrefix", r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 def add_arguments(parser: ArgumentParser) -> None:
@@ -35,9 +39,13 @@ def run(args: Namespace) -> None:
 def add_pack_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("source", type=str, help="an image folder, or a Hugging Face hub id / local dataset folder")
     parser.add_argument("out", type=str, help="the folder the shards and manifest.json are written into")
-    parser.add_argument("--prefix", type=str, default=None, help="shard names PREFIX-train-0000.tar (default: OUT's)")
+    parser.add_argument(
+        "--prefix", type=ONE_NAME, default=None, help="shard names PREFIX-train-0000.tar (default: OUT's)"
+    )
     parser.add_argument("--shard_size", type=PositiveInt, default=1000, help="samples per shard (hub ImageNet: 1,250)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the order of the samples across the shards")
+    parser.add_argument(
+        "--seed", type=NonNegativeInt, default=0, help="seed of the order of the samples across the shards"
+    )
     parser.add_argument("--no_shuffle", action="store_true", help="keep the source's order (sorted by class)")
     parser.add_argument("--image_column", type=str, default=None, help="Hugging Face: the image column")
     parser.add_argument("--label_column", type=str, default=None, help="Hugging Face: the label column")
@@ -78,7 +86,9 @@ def run_check(args: Namespace) -> None:
     from mixer_lightning.data.sources.webdataset import WebDataset
 
     with renamed({"data.root": "root", "data.num_classes": "num_classes"}):
-        source = WebDataset(args.root, download=False, num_classes=args.num_classes, cache_dir=args.cache_dir)
+        source = WebDataset(
+            args.root, download=False, num_classes=args.num_classes, cache_dir=args.cache_dir, rescan=True
+        )
     for split, index in source.indices.items():
         classes = len(set(index.label.tolist()))
         print(

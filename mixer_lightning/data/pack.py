@@ -25,13 +25,13 @@ from typing import Any
 
 import numpy as np
 
-from mixer_lightning.data.shards import MANIFEST
+from mixer_lightning.data.cache import CACHE_FOLDER
+from mixer_lightning.data.pil_path import UNREADABLE
+from mixer_lightning.data.shards import MANIFEST, SHARD_SPLITS, read_manifest
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.atomic import atomic_write, remove_orphans, sha256_file, write_text
 
 PACK_VERSION = 1
-# Our split names → the hub's in shard names.
-SHARD_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 FOLDER_SPLITS = {"train": ("train",), "val": ("val", "validation"), "test": ("test",)}
 
 
@@ -48,7 +48,7 @@ def as_shard_image(data: bytes, where: str) -> tuple[bytes, str]:
             out = io.BytesIO()
             image.save(out, format="PNG")
             return out.getvalue(), "png"
-    except (OSError, SyntaxError, ValueError) as error:
+    except UNREADABLE as error:  # a decompression bomb too (PIL.Image.MAX_IMAGE_PIXELS)
         raise ConfigError("source", f"cannot read the image {where} ({error})", "delete or replace that file") from None
 
 
@@ -106,6 +106,7 @@ def hf_source(root: str, image_column: str | None, label_column: str | None) -> 
 
     source = HuggingFace(root, download=True, image_column=image_column, label_column=label_column)
     classes = source.classes or [str(i) for i in range(source.info.num_classes)]
+    folders = dataset_folders(root)
     plans = []
     roles = [("train", source.split_names["train"]), ("val", source.split_names["val"])]
     if source.split_names["test"] not in (source.split_names["val"], None):
@@ -117,11 +118,36 @@ def hf_source(root: str, image_column: str | None, label_column: str | None) -> 
         labels = [int(v) for v in data.with_format("arrow")[source.label_column].to_pylist()]
 
         def read(indices: Sequence[int], data: Any = data, column: str = source.image_column) -> list[bytes]:
-            rows = data[list(indices)][column]
-            return [row["bytes"] if row.get("bytes") is not None else Path(row["path"]).read_bytes() for row in rows]
+            return [row_image(row, folders, root) for row in data[list(indices)][column]]
 
         plans.append(SplitPlan(role, labels, [f"{name}/{i}" for i in range(len(labels))], read))
     return classes, plans
+
+
+def dataset_folders(root: str) -> list[Path]:
+    """Where the image files of the Hugging Face dataset `root` may lie: inside its folder (a local dataset),
+    or its download in huggingface_hub's and datasets' caches (a hub id)."""
+    import datasets
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    if Path(root).is_dir():
+        return [Path(root).resolve()]
+    return [
+        Path(HF_HUB_CACHE, f"datasets--{root.replace('/', '--')}").resolve(),
+        Path(datasets.config.DOWNLOADED_DATASETS_PATH).resolve(),
+    ]
+
+
+def row_image(row: dict, folders: list[Path], root: str) -> bytes:
+    """A row's image (``{"bytes", "path"}``): its bytes, else the file at its path inside `folders`, never
+    another file (a row's path is data: it could name any file of the machine, or a FIFO that never ends)."""
+    if row.get("bytes") is not None:
+        return row["bytes"]
+    path = Path(folders[0], row.get("path") or "").resolve()  # a relative path: inside the dataset
+    inside = row.get("path") and any(path.is_relative_to(folder) for folder in folders) and path.is_file()
+    problem = f"a row's image is no bytes and its path {row.get('path')!r} is no file inside {str(folders[0])!r}"
+    require(bool(inside), "source", problem, f"embed the images' bytes in {root!r}")
+    return path.read_bytes()
 
 
 def _key(position: int, name: str) -> str:
@@ -172,14 +198,21 @@ def pack(
     fingerprint = _fingerprint(str(Path(source).resolve()) if kind == "folder" else source, classes, plans, settings)
     manifest_path = target / MANIFEST
     manifest: dict[str, Any]
-    if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
+    found = read_manifest(target, field="out")
+    if found is not None:
+        manifest = found
         require(
             manifest.get("fingerprint") == fingerprint,
             "out",
             f"{str(target)!r} holds shards packed from another source or with other settings",
             "give an empty folder, or the same source and settings to finish that packing",
         )
+        # Only what this packing wrote is replaced: a file it did not record (a shard copied in) stays.
+        recorded = {MANIFEST, CACHE_FOLDER} | {s["name"] for e in manifest["splits"].values() for s in e["shards"]}
+        remove_orphans(target)
+        foreign = sorted(p.name for p in target.iterdir() if p.name not in recorded)
+        problem = f"{str(target / foreign[0])!r} is not a file of the packing in {str(target)!r}" if foreign else ""
+        require(not foreign, "out", problem, "move it out of the folder")
         log(f"pack   resuming into {target} ({sum(len(s['shards']) for s in manifest['splits'].values())} shards done)")
     else:
         require(
@@ -274,7 +307,7 @@ def verify(folder: Path, log: Callable[[str], None] = _say) -> int:
     """Check every shard the manifest in `folder` lists against its size and SHA-256 (a missing, changed or
     damaged shard: one line naming it); the number checked."""
     manifest_path = folder / MANIFEST
-    shards = [shard for entry in json.loads(manifest_path.read_text())["splits"].values() for shard in entry["shards"]]
+    shards = [shard for entry in read_manifest(folder, "root")["splits"].values() for shard in entry["shards"]]
     for shard in shards:
         path = folder / shard["name"]
         whole = path.is_file() and path.stat().st_size == shard["bytes"] and sha256_file(path) == shard["sha256"]

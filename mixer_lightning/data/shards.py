@@ -5,11 +5,15 @@
 A tar shard is uncompressed, so every member lies at a byte offset that one scan of its headers finds.
 `index_split` scans each shard once, checks it (a truncated tar, a sample without an image or a label,
 a label out of range: one line naming the shard and the sample, so that no run trains on a damaged or
-wrong shard) and caches the index, keyed by the shards' names, sizes and modification times.
+wrong shard) and caches the index, keyed by the shards' names, sizes and modification times; a cache
+that does not load or does not agree with its shards is made again.
 
-``data.root`` is a folder (its ``*.tar`` files, each split by a word of its name: ``train``;
-``validation``, ``valid``, ``val``; ``test``), or a brace pattern (``imagenet1k-train-{0000..0099}.tar``)
-or one ``.tar`` file: the training shards, the other splits' being those of its folder.
+``data.root`` is a folder, or a brace pattern (``imagenet1k-train-{0000..0099}.tar``) or one ``.tar``
+file of training shards, the other splits' being those of its folder. A folder with `mixer data pack`'s
+``manifest.json`` holds exactly the shards it lists, split as it lists them, and a finished pack only;
+without one, a shard's split is the word just before its number (``PREFIX-train-0000.tar``,
+``PREFIX-validation-00.tar``; ``train``, ``validation``/``valid``/``val``, ``test``), never a word of
+its prefix; a folder of shards none of whose names say a split is all training shards.
 """
 
 from __future__ import annotations
@@ -18,9 +22,11 @@ import hashlib
 import json
 import re
 import tarfile
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -30,38 +36,59 @@ from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.atomic import atomic_write
 
-# Words in a shard's name that say its split (the hub's imagenet1k-{train,validation}-NNNN.tar).
-SPLIT_WORDS = {"train": ("train",), "val": ("validation", "valid", "val"), "test": ("test",)}
+# Our split → the word `mixer data pack` writes in a shard's name (the hub's imagenet1k-validation-00.tar).
+SHARD_SPLITS = {"train": "train", "val": "validation", "test": "test"}
+SPLIT_WORDS = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
+# PREFIX-SPLIT-NNNN.tar: the split is the word just before the number, whatever words the prefix holds.
+SHARD_NAME = re.compile(
+    r"(?:(?P<prefix>.*)[-_.])?(?P<split>train|validation|valid|val|test)(?:[-_](?P<index>\d+))?\.tar"
+)
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 MANIFEST = "manifest.json"  # what `mixer data pack` writes beside its shards: classes and counts
-INDEX_VERSION = 2  # bump when the index format changes: older index files are ignored
+INDEX_VERSION = 3  # bump when the index format changes: older index files are ignored
+LABEL = re.compile(rb"\s*(-?[0-9]{1,18})\s*")  # a class number in ASCII digits (int() also takes "0_1", "٣")
 
 
-def expand_braces(pattern: str) -> list[str]:
+def expand_braces(pattern: str) -> Iterator[str]:
     """``a-{000..002}.tar`` → ``a-000.tar, a-001.tar, a-002.tar`` (zero-padded to the width of the
-    bounds), ``{x,y}`` → both; several groups multiply, left to right (webdataset's brace notation)."""
-    found = re.search(r"\{([^{}]*)\}", pattern)
-    if found is None:
-        return [pattern]
-    head, body, tail = pattern[: found.start()], found.group(1), pattern[found.end() :]
+    bounds), ``{x,{y,z}}`` → x, y, z; several groups multiply, left to right (webdataset's brace
+    notation). Lazily: a caller takes as many names as it will accept."""
+    start, end, depth = pattern.find("{"), -1, 0
+    for i in range(max(start, 0), len(pattern) if start >= 0 else 0):
+        depth += {"{": 1, "}": -1}.get(pattern[i], 0)
+        if depth == 0:
+            end = i
+            break
+    if end < 0:  # no group (or an unclosed one): the name itself
+        yield pattern
+        return
+    head, body, tail = pattern[:start], pattern[start + 1 : end], pattern[end + 1 :]
     span = re.fullmatch(r"(\d+)\.\.(\d+)", body)
     if span:
         low, high = span.group(1), span.group(2)
         width = len(low) if low.startswith("0") or len(low) == len(high) else 0
-        items = [f"{i:0{width}d}" for i in range(int(low), int(high) + 1)]
+        items: Iterator[str] = (f"{i:0{width}d}" for i in range(int(low), int(high) + 1))
     else:
-        items = body.split(",")
-    return [expanded for item in items for expanded in expand_braces(head + item + tail)]
+        parts, depth, last = [], 0, 0
+        for i, char in enumerate(body):
+            depth += (char == "{") - (char == "}")
+            if char == "," and depth == 0:
+                parts.append(body[last:i])
+                last = i + 1
+        items = (name for item in [*parts, body[last:]] for name in expand_braces(item))
+    for item in items:
+        for rest in expand_braces(tail):
+            yield head + item + rest
 
 
 def split_of(name: str) -> str | None:
-    """The split a shard's file name says (``imagenet1k-validation-07.tar`` → ``val``), or None."""
-    words = set(re.split(r"[-_.]", name.lower()))
-    return next((split for split, names in SPLIT_WORDS.items() if words & set(names)), None)
+    """The split a shard's file name says (``imagenet_train-validation-07.tar`` → ``val``), or None."""
+    found = SHARD_NAME.fullmatch(name.lower())
+    return SPLIT_WORDS[found["split"]] if found else None
 
 
-def _natural(path: Path) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+def _natural(name: str) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def find_shards(root: str) -> dict[str, list[Path]]:
@@ -69,26 +96,32 @@ def find_shards(root: str) -> dict[str, list[Path]]:
     is_pattern = "{" in root or root.endswith(".tar")
     folder = Path(root).parent if is_pattern else Path(root)
     require(folder.is_dir(), "data.root", f"{str(folder)!r} is not a folder", "give the folder of the .tar shards")
-    listed = sorted((p for p in folder.iterdir() if p.suffix == ".tar" and p.is_file()), key=_natural)
-    splits: dict[str, list[Path]] = {split: [] for split in SPLIT_WORDS}
-    for path in listed:
-        if split_of(path.name) is not None:
-            splits[split_of(path.name)].append(path)
+    listed = sorted((p.name for p in folder.iterdir() if p.suffix == ".tar" and p.is_file()), key=_natural)
+    manifest = read_manifest(folder)
+    if manifest is not None:
+        splits = manifest_shards(folder, manifest, listed)
+    else:
+        splits = {split: [name for name in listed if split_of(name) == split] for split in SHARD_SPLITS}
+        unsplit = [name for name in listed if split_of(name) is None]
+        problem = f"{str(folder / unsplit[0])!r} names no split, beside shards that do" if unsplit else ""
+        require(not (unsplit and any(splits.values())), "data.root", problem, "move it out of the folder")
+        splits["train"] = splits["train"] or unsplit  # shards named without a split: all of them train
     if is_pattern:
-        splits["train"] = [Path(name) for name in expand_braces(root)]
-        missing = [str(path) for path in splits["train"] if not path.is_file()]
+        # Never more names than the folder has shards: each must be one of them (a pattern of a billion names
+        # is refused before it is written out).
+        named = list(islice(expand_braces(Path(root).name), len(listed) + 1))
+        many = f"{root!r} names more shards than the {len(listed)} in {str(folder)!r}"
+        require(len(named) <= len(listed), "data.root", many, "give a pattern of the training shards")
+        twice = [name for name, count in Counter(named).items() if count > 1]
+        require(not twice, "data.root", f"{root!r} names the shard {twice[:1]} twice", "name each shard once")
+        missing = [name for name in named if name not in listed]
         require(not missing, "data.root", f"{len(missing)} shards of {root!r} are missing (the first: {missing[:1]})")
-    elif not any(splits.values()):
-        splits["train"] = listed  # shards named without a split: all of them train
-    require(bool(splits["train"]), "data.root", f"{str(folder)!r} holds no training shards (*train*.tar)")
-    return {split: [path.resolve() for path in files] for split, files in splits.items()}
-
-
-def bad_shard(shard: Path | str, sample: str | None, problem: str) -> ConfigError:
-    """A shard that cannot be read as it should: one line naming the shard and the sample."""
-    where = f"shard {str(shard)!r}" + (f", sample {sample!r}" if sample is not None else "")
-    fix = "re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
-    return ConfigError("data.root", f"{where}: {problem}", fix)
+        others = [name for name in named if name not in splits["train"]]
+        problem = f"{root!r} names {others[:1]}, not a training shard"
+        require(not others, "data.root", problem, "give training shards (the other splits are found beside them)")
+        splits["train"] = named
+    require(bool(splits["train"]), "data.root", f"{str(folder)!r} holds no training shards (*-train-*.tar)")
+    return {split: [(folder / name).resolve() for name in names] for split, names in splits.items()}
 
 
 @dataclass
@@ -96,33 +129,50 @@ class ShardSample:
     key: str
     image: tuple[int, int] | None = None  # (offset, size) in the shard
     ext: str = ""
-    label: str | None = None
+    label: int | None = None
 
 
 def scan_shard(path: Path, labelled: bool = True) -> list[ShardSample]:
     """The samples of one shard in their order (tar headers and ``.cls`` labels only); an error for a
-    truncated tar, a sample without an image or (when `labelled`) a label, or a label that is not a
-    whole number. Not `labelled`: a sample without a label has label -1."""
+    truncated tar, a key met twice, a sample without an image or (when `labelled`) a label, or a label
+    that is not a class number. Not `labelled`: a sample without a label has label -1."""
     size = path.stat().st_size
     samples: dict[str, ShardSample] = {}
-    last, end = None, 0
+    last, end, types = None, 0, set()
     try:
         with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r:") as tar:
             for member in tar:
-                if not member.isfile():
-                    continue
                 # webdataset's sample key: the path up to the first dot of the file name; the rest is the type.
+                # A sample's members come together: a key met again after another is a second sample of that
+                # key, which webdataset reads as another sample and an index keyed by it would merge.
                 directory, _, name = member.name.rpartition("/")
                 stem, _, ext = name.partition(".")
-                last, ext = (f"{directory}/{stem}" if directory else stem), ext.lower()
-                end = member.offset_data + member.size
+                key, ext = (f"{directory}/{stem}" if directory else stem), ext.lower()
+                end = member.offset_data + member.size  # of any member: a folder or a link may come last
                 if end > size:
-                    raise bad_shard(path, last, f"truncated: {member.name} runs past the end of the file")
-                sample = samples.setdefault(last, ShardSample(last))
+                    where = key if member.isfile() else last
+                    raise bad_shard(path, where, f"truncated: {member.name} runs past the end of the file")
+                if not member.isfile():
+                    continue
+                if member.issparse():  # its bytes are not one run of the file
+                    raise bad_shard(path, key, "is a sparse file")
+                if key != last and key in samples:
+                    raise bad_shard(path, key, "its key comes twice in the shard (two samples of one key)")
+                if key != last:
+                    last, types = key, set()
+                if ext in types:
+                    raise bad_shard(path, key, f"has two .{ext} members")
+                types.add(ext)
+                sample = samples.setdefault(key, ShardSample(key))
                 if ext in IMAGE_EXTENSIONS and sample.image is None:
                     sample.image, sample.ext = (member.offset_data, member.size), ext
                 elif ext == "cls":
-                    sample.label = tar.extractfile(member).read(64).decode("utf-8", "replace").strip()
+                    data = tar.extractfile(member).read(64) if member.size <= 64 else b"(a long text)"
+                    found = LABEL.fullmatch(data)
+                    if found is None:
+                        text = data[:24].decode("utf-8", "replace")
+                        raise bad_shard(path, key, f"its label {text!r} is not a class number")
+                    sample.label = int(found.group(1))
     except tarfile.ReadError as error:
         after = f" (after sample {last!r})" if last is not None else ""
         raise bad_shard(path, None, f"not a readable tar{after}: {error}") from None
@@ -137,9 +187,10 @@ def scan_shard(path: Path, labelled: bool = True) -> list[ShardSample]:
             raise bad_shard(path, sample.key, f"has no image ({'/'.join(IMAGE_EXTENSIONS)})")
         if sample.label is None and labelled:
             raise bad_shard(path, sample.key, "has no label (.cls)")
-        if not re.fullmatch(r"-?\d+", sample.label or "-1"):
-            raise bad_shard(path, sample.key, f"its label {sample.label!r} is not a class number")
     return list(samples.values())
+
+
+INDEX_ARRAYS = ("shard", "offset", "size", "ext", "label", "key_start", "keys")
 
 
 @dataclass
@@ -152,7 +203,8 @@ class ShardIndex:
     size: np.ndarray  # (N,) int64
     ext: np.ndarray  # (N,) uint8: position in IMAGE_EXTENSIONS
     label: np.ndarray  # (N,) int64
-    key: np.ndarray  # (N,) bytes (UTF-8): for messages only
+    key_start: np.ndarray  # (N + 1,) int64: sample i's key is keys[key_start[i]:key_start[i + 1]]
+    keys: np.ndarray  # uint8: the keys (UTF-8) one after another, for messages only (not padded to the longest)
 
     def __len__(self) -> int:
         return len(self.label)
@@ -160,18 +212,20 @@ class ShardIndex:
     @classmethod
     def from_samples(cls, shards: Sequence[Path], per_shard: list[list[ShardSample]]) -> ShardIndex:
         rows = [(i, s) for i, samples in enumerate(per_shard) for s in samples]
+        keys = [s.key.encode("utf-8", "surrogateescape") for _, s in rows]  # a tar name need not be UTF-8
         return cls(
             shards=[str(path) for path in shards],
             shard=np.array([i for i, _ in rows], dtype=np.int32),
             offset=np.array([s.image[0] for _, s in rows], dtype=np.int64),
             size=np.array([s.image[1] for _, s in rows], dtype=np.int64),
             ext=np.array([IMAGE_EXTENSIONS.index(s.ext) for _, s in rows], dtype=np.uint8),
-            label=np.array([int(s.label or -1) for _, s in rows], dtype=np.int64),
-            key=np.array([s.key.encode() for _, s in rows], dtype=bytes),
+            label=np.array([-1 if s.label is None else s.label for _, s in rows], dtype=np.int64),
+            key_start=np.cumsum([0] + [len(k) for k in keys], dtype=np.int64),
+            keys=np.frombuffer(b"".join(keys), dtype=np.uint8),
         )
 
     def key_of(self, i: int) -> str:
-        return bytes(self.key[i]).decode("utf-8", "replace")
+        return self.keys[self.key_start[i] : self.key_start[i + 1]].tobytes().decode("utf-8", "replace")
 
     def check_labels(self, num_classes: int) -> None:
         """Every label is a class number 0..num_classes-1; else one line naming the shard and sample."""
@@ -181,21 +235,40 @@ class ShardIndex:
             problem = f"its label {int(self.label[i])} is out of range: there are {num_classes} classes"
             raise bad_shard(self.shards[self.shard[i]], self.key_of(i), problem)
 
+    def agrees_with(self, files: Sequence[Path]) -> bool:
+        """The index is of `files` and every image it points to lies inside its shard."""
+        n, sizes = len(self.label), np.array([path.stat().st_size for path in files], dtype=np.int64)
+        arrays = [getattr(self, name) for name in INDEX_ARRAYS]
+        return bool(
+            self.shards == [str(path) for path in files]
+            and all(a.ndim == 1 and a.dtype.kind in "iu" for a in arrays)
+            and all(len(a) == n for a in (self.shard, self.offset, self.size, self.ext))
+            and len(self.key_start) == n + 1
+            and self.key_start[0] == 0
+            and self.key_start[-1] == len(self.keys)
+            and (np.diff(self.key_start) >= 0).all()
+            and ((self.shard >= 0) & (self.shard < len(files))).all()
+            and ((self.offset >= 0) & (self.size >= 0) & (self.ext < len(IMAGE_EXTENSIONS))).all()
+            and (self.offset + self.size <= sizes[self.shard]).all()
+        )
+
     def save(self, path: Path) -> None:
-        arrays = {name: getattr(self, name) for name in ("shard", "offset", "size", "ext", "label", "key")}
+        arrays = {name: getattr(self, name) for name in INDEX_ARRAYS}
         with atomic_write(path, "wb", field="data.cache_dir") as f:
             np.savez(f, version=np.array(INDEX_VERSION), shards=np.array(self.shards, dtype=str), **arrays)
 
     @classmethod
-    def load(cls, path: Path) -> ShardIndex | None:
+    def load(cls, path: Path, files: Sequence[Path]) -> ShardIndex | None:
+        """The index cached at `path`, or None where it is absent, of another version, does not load or
+        does not agree with `files`: it is then made again (a cache is only ever a copy)."""
         try:
             with np.load(path, allow_pickle=False) as saved:
                 if int(saved["version"]) != INDEX_VERSION:
                     return None
-                names = ("shard", "offset", "size", "ext", "label", "key")
-                return cls(shards=[str(s) for s in saved["shards"]], **{name: saved[name] for name in names})
-        except (OSError, ValueError, KeyError):
-            return None  # unreadable: index again and replace it
+                index = cls(shards=[str(s) for s in saved["shards"]], **{name: saved[name] for name in INDEX_ARRAYS})
+            return index if index.agrees_with(files) else None
+        except Exception:  # a damaged file fails in zipfile, numpy's header parser or the arrays: any of them
+            return None
 
 
 def index_key(files: Sequence[Path]) -> str:
@@ -207,14 +280,17 @@ def index_key(files: Sequence[Path]) -> str:
     return digest.hexdigest()[:20]
 
 
-def index_split(files: Sequence[Path], cache_dir: Path | None, split: str, labelled: bool = True) -> ShardIndex:
-    """The index of the shards `files`, read from `cache_dir` when it is there, else built (threads: one
-    shard each) and written there atomically. While one process builds it, the others wait for it (a
-    file lock) instead of scanning too. Not `labelled`: samples may lack their ``.cls`` (label -1)."""
+def index_split(
+    files: Sequence[Path], cache_dir: Path | None, split: str, labelled: bool = True, rescan: bool = False
+) -> ShardIndex:
+    """The index of the shards `files`, read from `cache_dir` when it is there (unless `rescan`: then the
+    shards are scanned and the cache replaced), else built (threads: one shard each) and written there
+    atomically. While one process builds it, the others wait for it (a file lock) instead of scanning too.
+    Not `labelled`: samples may lack their ``.cls`` (label -1)."""
     from filelock import FileLock
 
     path = cache_dir / f"wds-{split}-{index_key(files)}.npz" if cache_dir is not None else None
-    found = ShardIndex.load(path) if path is not None and path.is_file() else None
+    found = ShardIndex.load(path, files) if path is not None and path.is_file() and not rescan else None
     if found is not None:  # (without the lock: a read-only cache folder is read too)
         return found
     lock = None
@@ -226,7 +302,7 @@ def index_split(files: Sequence[Path], cache_dir: Path | None, split: str, label
         except OSError:  # a cache folder that cannot be written: index without it
             path, lock = None, None
     try:
-        found = ShardIndex.load(path) if path is not None and path.is_file() else None
+        found = ShardIndex.load(path, files) if path is not None and path.is_file() and not rescan else None
         if found is not None:
             return found
         if len(files) > 8:
@@ -246,7 +322,89 @@ def index_split(files: Sequence[Path], cache_dir: Path | None, split: str, label
             lock.release()
 
 
-def read_manifest(folder: Path) -> dict | None:
-    """`mixer data pack`'s manifest beside the shards (classes, counts, checksums), if there is one."""
+def bad_shard(shard: Path | str, sample: str | None, problem: str) -> ConfigError:
+    """A shard that cannot be read as it should: one line naming the shard and the sample."""
+    where = f"shard {str(shard)!r}" + (f", sample {sample!r}" if sample is not None else "")
+    fix = "re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
+    return ConfigError("data.root", f"{where}: {problem}", fix)
+
+
+# The manifest `mixer data pack` writes (what `read_manifest` accepts): {key: type}, [type] a list of it,
+# {str: schema} a mapping of any names.
+SHARD_RECORD = {"name": str, "samples": int, "bytes": int, "sha256": str}
+SPLIT_RECORD = {"samples": int, "bytes": int, "counts_per_class": [int], "shards": [SHARD_RECORD]}
+MANIFEST_SCHEMA = {"complete": bool, "classes": [str], "num_classes": int, "splits": {str: SPLIT_RECORD}}
+
+
+def schema_problem(value: Any, schema: Any, where: str) -> str | None:
+    """Where `value` departs from `schema` (above), or None."""
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return f"{where} is not a list"
+        return next((p for i, v in enumerate(value) if (p := schema_problem(v, schema[0], f"{where}[{i}]"))), None)
+    if isinstance(schema, dict) and list(schema) == [str]:
+        if not isinstance(value, dict):
+            return f"{where} is not an object"
+        return next((p for k, v in value.items() if (p := schema_problem(v, schema[str], f"{where}.{k}"))), None)
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return f"{where} is not an object"
+        missing = [key for key in schema if key not in value]
+        if missing:
+            return f"{where} has no {missing[0]!r}"
+        return next((p for k, s in schema.items() if (p := schema_problem(value[k], s, f"{where}.{k}"))), None)
+    if not isinstance(value, schema) or (schema is int and isinstance(value, bool)):
+        return f"{where} is not {'a whole number' if schema is int else schema.__name__}"
+    return None
+
+
+def read_manifest(folder: Path, field: str = "data.root") -> dict | None:
+    """`mixer data pack`'s manifest beside the shards (classes, counts, checksums), if there is one; one line
+    naming `field` where it is not one (the schema above; the class count; each shard a file name of its
+    split, listed once)."""
     path = folder / MANIFEST
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    fix = f"re-run mixer data pack, or move {MANIFEST} out of the folder"
+    try:
+        manifest = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError(field, f"{str(path)!r} is not JSON ({error})", fix) from None
+    problem = schema_problem(manifest, MANIFEST_SCHEMA, "manifest")
+    if problem is None and manifest["num_classes"] != len(manifest["classes"]):
+        problem = f"num_classes {manifest['num_classes']} differs from its {len(manifest['classes'])} classes"
+    names = [
+        (split, s["name"]) for split, e in (manifest["splits"] if problem is None else {}).items() for s in e["shards"]
+    ]
+    for split, name in names:
+        if split not in SHARD_SPLITS.values():
+            problem = f"its split {split!r} is none of {', '.join(SHARD_SPLITS.values())}"
+        elif split_of(name) != SPLIT_WORDS[split] or Path(name).name != name:
+            problem = f"{name!r} is not the name of a {split} shard in its folder"
+        if problem is not None:
+            break
+    twice = [name for name, count in Counter(name for _, name in names).items() if count > 1]
+    problem = problem or (f"it lists the shard {twice[0]!r} twice" if twice else None)
+    require(problem is None, field, f"{str(path)!r}: {problem}", fix)
+    return manifest
+
+
+def manifest_shards(folder: Path, manifest: dict, listed: Sequence[str]) -> dict[str, list[str]]:
+    """The shards of each split a manifest lists, once each is checked to be in `folder` at its recorded size;
+    a pack stopped before its end, or a ``.tar`` in the folder that the manifest does not list, is refused."""
+    path = folder / MANIFEST
+    fix = "run the same mixer data pack again: it finishes the pack"
+    require(manifest["complete"], "data.root", f"{str(path)!r} is of an unfinished pack (complete: false)", fix)
+    records = {s["name"]: s for entry in manifest["splits"].values() for s in entry["shards"]}
+    for name, record in records.items():
+        shard = folder / name
+        whole = shard.is_file() and shard.stat().st_size == record["bytes"]
+        fix = "re-run mixer data pack (it rewrites the shard), or restore the file"
+        require(whole, "data.root", f"shard {str(shard)!r} is missing or differs from its size in {MANIFEST}", fix)
+    foreign = [name for name in listed if name not in records]
+    problem = f"{str(folder / foreign[0])!r} is not a shard of {str(path)!r}" if foreign else ""
+    require(not foreign, "data.root", problem, "move it out of the folder, or pack it with the others")
+    return {
+        split: sorted((s["name"] for s in manifest["splits"].get(word, {"shards": []})["shards"]), key=_natural)
+        for split, word in SHARD_SPLITS.items()
+    }

@@ -86,14 +86,22 @@ class WebDataset(DatasetSource):
     """WebDataset tar shards (`mixer_lightning.data.shards`): ImageNet-like images (224 px, ImageNet's
     mean/std). The classes: ``data.num_classes`` when given (the hub's ImageNet: 1000), else the manifest
     of `mixer data pack` (with the class names), else one more than the largest label. Every split is
-    indexed and its labels checked at construction (once; the index is cached)."""
+    indexed and its labels checked at construction (once; the index is cached; `rescan`: every shard
+    scanned again, as ``mixer data check`` does, and the cache replaced)."""
 
     name = "wds"
     default_size: ClassVar[int] = 224
     sharded = True
     options = ("num_classes", "cache_dir")
 
-    def __init__(self, root: str, download: bool, num_classes: int | None = None, cache_dir: str | None = None):
+    def __init__(
+        self,
+        root: str,
+        download: bool,
+        num_classes: int | None = None,
+        cache_dir: str | None = None,
+        rescan: bool = False,
+    ):
         super().__init__(root, download)
         from mixer_lightning.data.cache import default_cache_dir
 
@@ -101,7 +109,7 @@ class WebDataset(DatasetSource):
         folder = self.files["train"][0].parent
         cache = Path(cache_dir) if cache_dir else default_cache_dir(str(folder))
         self.indices = {
-            split: index_split(files, cache, split, labelled=split != "test")
+            split: index_split(files, cache, split, labelled=split != "test", rescan=rescan)
             for split, files in self.files.items()
             if files
         }
@@ -109,7 +117,7 @@ class WebDataset(DatasetSource):
             del self.indices["test"]  # ImageNet's test labels are not public: the hub's test shards have none
             say("data   wds: the test shards have no labels; the validation shards are the test split")
         manifest = read_manifest(folder) or {}
-        self.classes = [str(name) for name in manifest["classes"]] if manifest.get("classes") else None
+        self.classes = manifest.get("classes") or None
         num_classes = num_classes or (len(self.classes) if self.classes else int(self.indices["train"].label.max()) + 1)
         if self.classes is not None and len(self.classes) != num_classes:
             self.classes = None
