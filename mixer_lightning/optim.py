@@ -106,16 +106,17 @@ def param_groups(model: nn.Module, weight_decay: float | None = None) -> list[di
     """Two parameter groups: weights with decay, biases and norm parameters without.
 
     The first group keeps the optimiser's own weight decay (or `weight_decay` if given); the second
-    sets it to 0.
+    sets it to 0. Their ``name`` (``decay``, ``no_decay``) names their learning rates in the loggers
+    (Lightning's `LearningRateMonitor`: ``lr-AdamW/decay``).
     """
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if param.requires_grad:
             (no_decay if is_no_decay(name, param) else decay).append(param)
-    first: dict = {"params": decay}
+    first: dict = {"name": "decay", "params": decay}
     if weight_decay is not None:
         first["weight_decay"] = weight_decay
-    groups: Iterable[dict] = [first, {"params": no_decay, "weight_decay": 0.0}]
+    groups: Iterable[dict] = [first, {"name": "no_decay", "params": no_decay, "weight_decay": 0.0}]
     return [g for g in groups if g["params"]]
 
 
@@ -124,7 +125,9 @@ def layer_decay_groups(net: nn.Module, layer_decay: float, weight_decay: float) 
     timm's `param_groups_layer_decay`, with the layers named by the network's ``group_matcher`` (stem
     first, then each block, the final norm with the last block, the head last). Each group has
     ``lr_scale`` = layer_decay^(layers above it), for the caller to multiply into its lr, and the
-    weight decay split of `param_groups` (every 1-D parameter without)."""
+    weight decay split of `param_groups` (every 1-D parameter without); its ``name`` is timm's key of it,
+    ``layer_<i>_decay`` or ``layer_<i>_no_decay`` (the loggers' ``lr-AdamW/layer_0_decay``)."""
+    from timm.models import group_parameters
     from timm.optim import param_groups_layer_decay
 
     require(
@@ -133,4 +136,12 @@ def layer_decay_groups(net: nn.Module, layer_decay: float, weight_decay: float) 
         f"{type(net).__name__} does not name its layers (no group_matcher)",
         "drop model.layer_decay for this family",
     )
-    return param_groups_layer_decay(net, weight_decay=weight_decay, layer_decay=layer_decay)
+    groups = param_groups_layer_decay(net, weight_decay=weight_decay, layer_decay=layer_decay)
+    # timm keys its groups by these names but returns the groups alone: named again from a member, as timm does
+    layers = group_parameters(net, net.group_matcher(coarse=False), reverse=True)
+    names = {id(param): name for name, param in net.named_parameters()}
+    for group in groups:
+        first = group["params"][0]
+        layer = layers.get(names[id(first)], max(layers.values()))
+        group["name"] = f"layer_{layer}_{'no_decay' if first.ndim <= 1 else 'decay'}"
+    return groups

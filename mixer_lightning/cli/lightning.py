@@ -49,7 +49,7 @@ LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")  # what the network
 TRAINER_DEFAULTS = {
     "logger": {
         "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-        "init_args": {"save_dir": "runs", "name": "mixer"},
+        "init_args": {"save_dir": "runs", "name": "mixer", "default_hp_metric": False},
     },
     "enable_model_summary": False,  # the run header names the model and its parameter count
 }
@@ -115,8 +115,14 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         evaluated = runs.run_dir_of_checkpoint(ckpt) if ckpt and command in EVALUATIONS else None
         if command in EVALUATIONS:  # weights only: the callbacks that wrote the checkpoint are a fit's business
             warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint need to be provided")
-        if evaluated is not None:  # the results go into the checkpoint's own run
-            config.trainer.logger, config.trainer.default_root_dir = False, str(evaluated)
+        if evaluated is not None:  # the results go into the checkpoint's own run; test/* to its logger too
+            logger = logger_args(config) if command == "test" else None  # (val/* would join the fit's curves)
+            experiment = Path(logger.save_dir, str(logger.get("name") or "")) if logger is not None else None
+            if experiment is not None and experiment.resolve() == evaluated.resolve().parent:
+                logger.version = evaluated.name
+            else:
+                config.trainer.logger = False
+            config.trainer.default_root_dir = str(evaluated)
             self.save_config_kwargs["config_filename"] = runs.config_name(evaluated, command)
         elif command == "fit" and ckpt and runs.run_dir_of_checkpoint(ckpt) is not None:
             run = runs.run_dir_of_checkpoint(ckpt)  # a resumed run goes on in its own directory

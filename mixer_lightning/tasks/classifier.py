@@ -25,7 +25,7 @@ from mixer_lightning.errors import TrainingError, require
 from mixer_lightning.models.layers import Fraction, Rate
 from mixer_lightning.models.registry import DATA_FACTS, class_path
 from mixer_lightning.optim import WarmupDecayLR, layer_decay_groups, param_groups
-from mixer_lightning.tasks.initialise import build_network, network_class
+from mixer_lightning.tasks.initialise import build_network, import_network, network_class
 
 # Module state that is not the network: the training metrics' accumulators (filled in when absent).
 NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")
@@ -46,6 +46,15 @@ def spec(factory: Any) -> dict[str, Any] | None:
     return {"class_path": class_path(cls), "init_args": dict(keywords)}
 
 
+def recorded(value: Any, key: str) -> Any:
+    """The callable a checkpoint's ``{class_path, init_args}`` of `key` records (what Lightning's
+    `load_from_checkpoint` passes), its class imported from a trusted package only; anything else as it is."""
+    if not isinstance(value, dict):
+        return value
+    cls = import_network(value["class_path"], f"model.{key}", "the checkpoint", nn.Module if key == "net" else object)
+    return functools.partial(cls, **(value.get("init_args") or {}))
+
+
 def optimizer_argument(factory: Any, name: str) -> Any:
     """The value the optimiser callable uses for `name` (``lr``, ``weight_decay``): bound, else its class's default."""
     parameter = inspect.signature(network_class(factory) or factory).parameters.get(name)
@@ -58,7 +67,8 @@ class ClassifierModule(LightningModule):
 
     Args:
         net: called as ``net(num_classes, image_size, in_chans)`` (a config's ``net: {class_path, init_args}``),
-            or in Python a built ``nn.Module``.
+            or in Python a built ``nn.Module`` (``net``, ``optimizer``, ``lr_scheduler``: also the
+            ``{class_path, init_args}`` a checkpoint records, `recorded`).
         num_classes, image_size, in_chans: the data's (linked by the CLI; in Python, else taken at `setup`).
         optimizer: called with the parameter groups (no weight decay on biases and norms); None: AdamW.
         lr_scheduler: called with the optimiser; `WarmupDecayLR` is told the training length.
@@ -93,6 +103,11 @@ class ClassifierModule(LightningModule):
                 self.hparams[key] = spec(value)
                 if self.hparams[key] is None:
                     del self.hparams[key]
+        net, optimizer, lr_scheduler = (
+            recorded(net, "net"),
+            recorded(optimizer, "optimizer"),
+            recorded(lr_scheduler, "lr_scheduler"),
+        )
         self.factory, self.num_classes, self.image_size, self.in_chans = net, num_classes, image_size, in_chans
         self.optimizer_factory = optimizer or torch.optim.AdamW  # jsonargparse#460: the default chosen here
         self.lr_scheduler_factory, self.scheduler_interval = lr_scheduler, scheduler_interval

@@ -31,13 +31,13 @@ def network_class(net: Any) -> type | None:
     return net if inspect.isclass(net) else None
 
 
-def import_network(path: str, field: str, source: str) -> type:
-    """The network class at `path`, imported only from a trusted package (`safety.trust`)."""
-    fix = "if you trust it, add its package to MIXER_TRUSTED_MODULES"
-    require(is_trusted(path), field, f"{source} names the network {path!r}, outside the trusted packages", fix)
+def import_network(path: str, field: str, source: str, base: type = nn.Module) -> type:
+    """The network class (or other `base`) at `path`, imported only from a trusted package (`safety.trust`)."""
+    fix, what = "if you trust it, add its package to MIXER_TRUSTED_MODULES", "network" if base is nn.Module else "class"
+    require(is_trusted(path), field, f"{source} names the {what} {path!r}, outside the trusted packages", fix)
     module, _, name = path.rpartition(".")
     cls = getattr(importlib.import_module(module), name, None)
-    require(inspect.isclass(cls) and issubclass(cls, nn.Module), field, f"{source}: {path!r} is no network class")
+    require(inspect.isclass(cls) and issubclass(cls, base), field, f"{source}: {path!r} is no {what} class")
     return cls
 
 
