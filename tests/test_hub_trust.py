@@ -101,3 +101,15 @@ def test_every_denied_object_is_denied_where_it_is_defined() -> None:
             continue  # a module: every object defined in it lies under the entry
         real = f"{obj.__module__}.{obj.__qualname__}"
         assert any(real == d or real.startswith(d + ".") for d in DENIED_INSIDE_TRUSTED), (entry, real)
+
+
+def test_the_model_card_names_a_partial_test_and_skips_a_damaged_record(trained, capsys) -> None:
+    run = Path(shutil.copytree(Path(trained("mixer")).parent.parent, "runs/x/version_0"))
+    ckpt = str(run / "checkpoints" / "last.ckpt")
+    main(["test", "--ckpt_path", ckpt, "--trainer.limit_test_batches", "1"])
+    Path("runs/x/version_1").mkdir()
+    Path("runs/x/version_1/test_metrics.json").write_text('{"test/acc1": 0.9, "checkpoint": {"sha2')  # cut short
+    capsys.readouterr()
+    main(["push", "--ckpt_path", ckpt, "--out", "repo"])
+    card = Path("repo/README.md").read_text()
+    assert "Test metrics (version_0/test_metrics" in card and "partial: 32 of" in card and "version_1" not in card

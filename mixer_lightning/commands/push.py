@@ -89,15 +89,22 @@ def timm_model_of(net: Any, cfg: dict[str, Any]) -> tuple[Any, dict[str, Any], f
 
 def run_records(ckpt: Path, sha256: str) -> tuple[str | None, dict[str, dict]]:
     """The run's config.yaml and the test results (``test_metrics*.json`` of the run's versions) that
-    name this checkpoint by its sha256."""
+    name this checkpoint by its sha256, a partial one named so; a damaged file is none."""
     run = ckpt.parent.parent
     if ckpt.parent.name != "checkpoints" or not (run / "config.yaml").is_file():
         return None, {}
     results = {}
     for path in sorted(run.parent.glob("version_*/test_metrics*.json")):
-        record = json.loads(path.read_text())
-        if (record.get("checkpoint") or {}).get("sha256") == sha256:
-            results[f"{path.parent.name}/{path.name}"] = {k: v for k, v in record.items() if k.startswith("test/")}
+        try:
+            record = json.loads(path.read_bytes())
+        except ValueError:  # a damaged record is no result (docs/reliability.md)
+            continue
+        checkpoint = record.get("checkpoint") if isinstance(record, dict) else None
+        if isinstance(checkpoint, dict) and checkpoint.get("sha256") == sha256:
+            name = f"{path.parent.name}/{path.name}"
+            if record.get("partial") is True:  # a test cut by limit_test_batches
+                name += f", partial: {record.get('images')} of {record.get('of')} images"
+            results[name] = {k: v for k, v in record.items() if k.startswith("test/")}
     return (run / "config.yaml").read_text(), results
 
 
