@@ -204,7 +204,11 @@ def test_what_push_refuses_and_the_upload(trained, tmp_path: Path, monkeypatch, 
     # Online (HfApi replaced): the repo is created and only the three files uploaded.
     monkeypatch.setattr(hub, "HF_HUB_OFFLINE", False)
     calls = fake_hub(monkeypatch)
-    Path("off", "notes.txt").write_text("mine, not the hub's")
+    Path("off", "notes.txt").write_text("mine, not the hub's")  # --out is the repo: nothing else in it
+    assert (
+        error_field(capsys, ["push", "--ckpt_path", ckpt, "--out", "off", "--overwrite", "--repo_id", "lab/x"]) == "out"
+    )
+    Path("off", "notes.txt").unlink()
     main(["push", "--ckpt_path", ckpt, "--out", "off", "--overwrite", "--repo_id", "lab/x", "--private"])
     assert calls == [
         ("create_repo", "lab/x", {"private": True, "exist_ok": True}),

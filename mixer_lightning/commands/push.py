@@ -6,7 +6,8 @@ A plain MLP-Mixer of timm's shapes (Mixer-S/B/L, patch 16 or 32; S = S0, no RP, 
 ``hf-hub:ORG/NAME``. Other families keep this project's names (``mixer_lightning:<network>``). config.json
 has timm's ``pretrained_cfg`` (the checkpoint's preprocessing) and, under ``mixer_lightning``, its
 hyper-parameters, which ``mixer convert --from`` and ``model.init_from`` read back. The model card holds
-the run's config.yaml and the test metrics recorded for this checkpoint. Only these files are uploaded.
+the run's config.yaml and the test metrics recorded for this checkpoint. Only these files are uploaded, and
+--out holds nothing else: a new or empty folder (--overwrite: one holding an earlier push's files).
 
 Examples:
     mixer push --ckpt_path runs/x/version_0/checkpoints/best.ckpt --out hub/x
@@ -35,10 +36,10 @@ FILES = ("model.safetensors", "config.json", "README.md")
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint of `mixer fit` (or `mixer average`)")
-    parser.add_argument("--out", default=None, help="the folder to write the repo's files into")
+    parser.add_argument("--out", default=None, help="a new or empty folder to write the repo's files into")
     parser.add_argument("--repo_id", default=None, help="ORG/NAME on the Hugging Face Hub to upload to")
     parser.add_argument("--private", action="store_true", help="create the hub repo private")
-    parser.add_argument("--overwrite", action="store_true", help="replace the repo files in a non-empty --out")
+    parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier push in --out")
     parser.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -88,15 +89,22 @@ def timm_model_of(net: Any, cfg: dict[str, Any]) -> tuple[Any, dict[str, Any], f
 
 def run_records(ckpt: Path, sha256: str) -> tuple[str | None, dict[str, dict]]:
     """The run's config.yaml and the test results (``test_metrics*.json`` of the run's versions) that
-    name this checkpoint by its sha256."""
+    name this checkpoint by its sha256, a partial one named so; a damaged file is none."""
     run = ckpt.parent.parent
     if ckpt.parent.name != "checkpoints" or not (run / "config.yaml").is_file():
         return None, {}
     results = {}
     for path in sorted(run.parent.glob("version_*/test_metrics*.json")):
-        record = json.loads(path.read_text())
-        if (record.get("checkpoint") or {}).get("sha256") == sha256:
-            results[f"{path.parent.name}/{path.name}"] = {k: v for k, v in record.items() if k.startswith("test/")}
+        try:
+            record = json.loads(path.read_bytes())
+        except ValueError:  # a damaged record is no result (docs/reliability.md)
+            continue
+        checkpoint = record.get("checkpoint") if isinstance(record, dict) else None
+        if isinstance(checkpoint, dict) and checkpoint.get("sha256") == sha256:
+            name = f"{path.parent.name}/{path.name}"
+            if record.get("partial") is True:  # a test cut by limit_test_batches
+                name += f", partial: {record.get('images')} of {record.get('of')} images"
+            results[name] = {k: v for k, v in record.items() if k.startswith("test/")}
     return (run / "config.yaml").read_text(), results
 
 
@@ -208,15 +216,24 @@ def upload(parts: dict[str, Any], folder: Path, repo_id: str, private: bool, out
 
 
 def run(args: Namespace) -> None:
-    from mixer_lightning.safety.atomic import atomic_write, check_output_dir
+    from mixer_lightning.safety.atomic import atomic_write, check_output_dir, remove_orphans
 
     require(args.out is not None or args.repo_id is not None, "--out", "none given", "give --out and/or --repo_id")
     out = None
     if args.out is not None:
+        # --out is the repo as uploaded (`hf upload REPO OUT`): nothing in it but push's files.
         out = check_output_dir(args.out, "--out", "the hub repo's files")
-        present = [name for name in FILES if (out / name).exists()]
-        if present and not args.overwrite:
-            raise ConfigError("--out", f"{out} holds {', '.join(present)}", "pass --overwrite or another folder")
+        for name in FILES:  # what a killed push left
+            remove_orphans(out, only=name)
+        held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        others = [name for name in held if name not in FILES]
+        if others:
+            listed = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            raise ConfigError(
+                "--out", f"{out} holds files push does not write ({listed})", "give a new or empty folder"
+            )
+        if held and not args.overwrite:
+            raise ConfigError("--out", f"{out} holds {', '.join(held)}", "pass --overwrite or another folder")
     parts = prepare(args.ckpt_path, f"hf-hub:{args.repo_id}" if args.repo_id else str(out))
     report = {"out": str(out) if out else None, **parts["report"]}
     log = sys.stderr if args.json else sys.stdout

@@ -23,8 +23,12 @@ TRUSTED_PACKAGES = ("mixer_lightning", "torch", "torchvision", "lightning", "pyt
 TRUSTED_ENV = "MIXER_TRUSTED_MODULES"
 # The keys under which Lightning, jsonargparse and this project write class names into files.
 CLASS_KEYS = ("class_path", "_class_path", "_instantiator")
-# Inside the trusted packages, what loads code or pickles by name stays denied (jsonargparse's most specific
-# entry wins, and it compares the object's real module, so `torch.serialization.load` is caught as well).
+# Inside the trusted packages, what loads code or pickles by name stays denied. jsonargparse checks a name as
+# written and as the real location of the object it resolves to (``__module__.__qualname__``), and its most
+# specific entry wins: so each object is listed where it is defined, which denies it under every alias
+# (`timm.models.load_checkpoint` is defined in timm.models._helpers and also reached as
+# timm.models._factory.load_checkpoint). tests/test_hub_trust.py resolves every entry and checks that its
+# real location is denied, so a library moving one fails there, not silently.
 DENIED_INSIDE_TRUSTED = (
     "torch.hub",
     "torch.package",
@@ -32,8 +36,10 @@ DENIED_INSIDE_TRUSTED = (
     "torch.serialization",
     "torch.utils.cpp_extension",
     "torch.jit.load",
+    "torch.jit._serialization",
     "torch.export.load",
     "timm.models.load_checkpoint",
+    "timm.models._helpers",  # load_checkpoint, load_state_dict, resume_checkpoint: torch.load of a named file
     "lightning.fabric.utilities.cloud_io",
 )
 

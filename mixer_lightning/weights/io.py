@@ -27,7 +27,18 @@ FIX = "give a checkpoint (.ckpt), timm weights (.pth/.safetensors), an official 
 
 
 def read_weights(path: str | Path, field: str = "init_from") -> WeightsFile:
-    """The weights of `path` in this project's key layout; errors name `field` (``model.init_from``)."""
+    """The weights of `path` in this project's key layout; errors name `field` (``model.init_from``), and
+    a NaN or infinite value is one (it would train or convert into NaN figures)."""
+    weights = _read(path, field)
+    for key, tensor in weights.state_dict.items():
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            nan, inf = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+            problem = f"{weights.file_key(key)} in {weights.path} holds non-finite values ({nan:,} NaN, {inf:,} inf)"
+            raise ConfigError(field, problem, "give weights of a run that did not diverge")
+    return weights
+
+
+def _read(path: str | Path, field: str) -> WeightsFile:
     text = str(path)
     if text.startswith("hf-hub:") or Path(text).is_dir():
         return read_hub_folder(text, field)

@@ -4,12 +4,14 @@ half a minute; ``HF_HUB_OFFLINE=1`` reads its cache at once."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.sources.base import DatasetInfo, DatasetSource, first_image_info
+from mixer_lightning.data.sources.base import DatasetInfo, DatasetSource, first_image_info, say
 from mixer_lightning.data.sources.builtin import CIFAR10, CIFAR100
 from mixer_lightning.errors import ConfigError, require
 
@@ -42,9 +44,12 @@ def hub_statistics(root: str, class_names: Any, info: DatasetInfo) -> tuple[Data
 
 
 def load_hf(root: str, streaming: bool = False) -> Any:
-    """`datasets.load_dataset(root)` (streamed: `streaming`) as a dict of splits."""
+    """`datasets.load_dataset(root)` (streamed: `streaming`) as a dict of splits. Its progress bars are off
+    (their carriage returns garble a run's log); a copy in Arrow files, which it writes unless streaming, is
+    said in one line: where it is and how large."""
     import datasets
 
+    datasets.disable_progress_bars()
     try:
         splits = datasets.load_dataset(root, streaming=streaming)
     except Exception as error:  # a missing folder or hub id, no network, no data files
@@ -56,6 +61,13 @@ def load_hf(root: str, streaming: bool = False) -> Any:
         ) from None
     if isinstance(splits, (datasets.Dataset, datasets.IterableDataset)):  # one split: the training images
         splits = (datasets.IterableDatasetDict if streaming else datasets.DatasetDict)(train=splits)
+    files = [Path(f["filename"]) for split in splits.values() for f in getattr(split, "cache_files", [])]
+    if files:
+        size = sum(f.stat().st_size for f in files if f.is_file()) / 2**20
+        say(
+            f"data   hf: datasets' Arrow copy of {root!r} ({size:,.1f} MiB) is in {os.path.commonpath(files)} "
+            "(HF_DATASETS_CACHE moves it)"
+        )
     return splits
 
 

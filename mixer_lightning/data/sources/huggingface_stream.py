@@ -1,12 +1,13 @@
 """A Hugging Face dataset read as a stream (``data.dataset: hf``, ``data.streaming: true``): its facts from
-the features, the first training example and the split sizes of its card, without downloading it; its
-splits are `mixer_lightning.data.streaming.StreamImages` (the order, the loader, exact resume)."""
+the features, the first training example and the split sizes (local parquet files: their footers; else
+its card), without downloading it; its splits are `mixer_lightning.data.streaming.StreamImages` (the order,
+the loader, exact resume)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from mixer_lightning.data.sources.base import DatasetSource, first_image_info
+from mixer_lightning.data.sources.base import DatasetSource, first_image_info, say
 from mixer_lightning.data.sources.huggingface import (
     HF_IMAGE_COLUMNS,
     HF_LABEL_COLUMNS,
@@ -23,8 +24,8 @@ from mixer_lightning.errors import require
 class HuggingFaceStream(DatasetSource):
     """A Hugging Face dataset read as a stream (hub id or local folder, as `HuggingFace`). The classes
     come from the label's ClassLabel feature (or ``data.num_classes``); the image size and channels from
-    the first training example; each split's size from the dataset card (``dataset_info``) or, for
-    local parquet files, their footers (no image is read)."""
+    the first training example; each split's size from the footers of local parquet files (no image
+    is read), else from the dataset card (``dataset_info``)."""
 
     name = "hf"
     streaming = True
@@ -92,19 +93,22 @@ class HuggingFaceStream(DatasetSource):
 
 
 def _split_size(root: str, split: str) -> int | None:
-    """`split`'s number of examples: from the dataset card, else the row counts in local parquet footers."""
+    """`split`'s number of examples: for local parquet files the row counts in their footers (what the stream
+    will read; a card that says otherwise is said), else the dataset card's ``dataset_info``."""
     import datasets
 
     try:
         builder = datasets.load_dataset_builder(root)
     except Exception:  # noqa: BLE001 - no card: the size is unknown
         return None
-    splits = builder.info.splits or {}
-    if split in splits and splits[split].num_examples:
-        return int(splits[split].num_examples)
-    files = (builder.config.data_files or {}).get(split) or []
-    if not files or not all(str(f).endswith(".parquet") and Path(str(f)).is_file() for f in files):
-        return None
+    card = (builder.info.splits or {}).get(split)
+    card = int(card.num_examples) if card is not None and card.num_examples else None
+    files = [str(f) for f in (builder.config.data_files or {}).get(split) or []]
+    if not files or not all(f.endswith(".parquet") and Path(f).is_file() for f in files):
+        return card
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(str(f)).metadata.num_rows for f in files)
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    if card is not None and card != rows:
+        say(f"data   {root!r}: its card gives the {split!r} split {card:,} examples, its parquet files hold {rows:,}")
+    return rows
