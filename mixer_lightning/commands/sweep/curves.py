@@ -26,14 +26,11 @@ from pathlib import Path
 
 from mixer_lightning.analysis.curves import epoch_curves, has_logs, spread
 from mixer_lightning.commands.sweep.manifest import MANIFEST, read_manifest
-from mixer_lightning.commands.sweep.report import series_names
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import check_output_dir, pyplot, save_figure, write_csv
 from mixer_lightning.safety.config_files import load_configs
 
-# What never names a run: where it went and how it was shown; and what differs between the seeds of one setting.
-UNNAMED = ("ckpt_path", "trainer.logger.", "trainer.enable_progress_bar", "progress.")
-RUN_ONLY = (*UNNAMED, "seed_everything")
+UNNAMED = ("ckpt_path", "trainer.logger.", "trainer.enable_progress_bar", "progress.")  # where a run went, how shown
 NETWORK = ("model.net.class_path", "model.net.init_args.permute")  # said by the network's name
 
 
@@ -51,6 +48,12 @@ def _flatten(config, prefix: str = "") -> dict[str, str]:
     if isinstance(config, dict) and config:
         return {k: v for key, value in config.items() for k, v in _flatten(value, f"{prefix}{key}.").items()}
     return {prefix[:-1]: json.dumps(config, sort_keys=True, default=str)}
+
+
+def series_names(directories: list[str]) -> list[str]:
+    """Each sweep directory's name in a report: its last part, the whole path where two share it."""
+    names = [Path(d).name or str(d) for d in directories]
+    return [str(d) if names.count(n) > 1 else n for d, n in zip(directories, names, strict=True)]
 
 
 def run_config(run_dir: str | Path) -> dict[str, str] | None:

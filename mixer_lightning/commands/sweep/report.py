@@ -14,18 +14,13 @@ from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
 
+from mixer_lightning.commands.sweep.curves import series_names
 from mixer_lightning.commands.sweep.manifest import MANIFEST, METRICS, REFERENCE, load_metrics, read_manifest
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import check_output_dir, write_csv
 
 DENSITY_KINDS = ("densities_at_omega", "densities_at_width")
 FIGURES = ("C", "S", "P", "m", "p", "gamma")
-
-
-def series_names(directories: list[str]) -> list[str]:
-    """Each sweep directory's name in the report: its last part, the whole path where two share it."""
-    names = [Path(d).name or str(d) for d in directories]
-    return [str(d) if names.count(n) > 1 else n for d, n in zip(directories, names, strict=True)]
 
 
 def _final_train_loss(run_dir: str) -> float | None:
@@ -181,7 +176,13 @@ def _error(row: dict, cell: bool = True) -> str:
 
 def run_report(args) -> None:
     """Gather finished sweep runs into report.csv / summary.csv and plot them (test error against the width,
-    C, γ, the sparsity, each generic axis; average diagonal CKA against the density)."""
+    C, γ, the sparsity, each generic axis; average diagonal CKA against the density); or set ordinary runs
+    side by side (runs.csv and their curves).
+
+    Examples:
+        mixer sweep report sweeps/fig5_c10 sweeps/fig5_c10_rp
+        mixer sweep report runs/cifar10_s_mixer/version_3 runs/cifar10_rp_s_mixer/version_1 --out compare
+    """
     cka_options = {"batches": args.cka_batches, "batch_size": args.cka_batch_size, "accelerator": args.accelerator}
     result = report_directories(args.directories, out=args.out, cka_options=cka_options)
     if args.json:
