@@ -50,9 +50,12 @@ def test_status_and_report_print_the_test_error_alike(capsys: pytest.CaptureFixt
 
 
 @pytest.mark.parametrize("kind, name", [("rp_s_mixer", "RP S-Mixer"), ("sw_mlp", "SW-MLP")])
-def test_cka_and_visualize_name_the_network_as_the_paper(trained, capsys, kind: str, name: str) -> None:
-    ckpt = trained(kind)
-    assert _json(capsys, "visualize", "--ckpt", ckpt, "--out", "pictures")["network"] == name
-    cka = ["cka", "--ckpt", ckpt, "--ckpt", ckpt, "--config", DATA_CONFIG, "--accelerator", "cpu", "--batches", "1"]
+def test_visualize_names_the_network_as_the_paper(trained, capsys, kind: str, name: str) -> None:
+    assert _json(capsys, "visualize", "--ckpt", trained(kind), "--out", "pictures")["network"] == name
+
+
+def test_cka_names_the_network_as_the_paper(trained, capsys) -> None:
+    rp, sw_mlp = trained("rp_s_mixer"), trained("sw_mlp")
+    cka = ["cka", "--ckpt", rp, "--ckpt", sw_mlp, "--config", DATA_CONFIG, "--accelerator", "cpu", "--batches", "1"]
     result = _json(capsys, *cka)
-    assert result["model_a"] == result["model_b"] == name
+    assert (result["model_a"], result["model_b"]) == ("RP S-Mixer", "SW-MLP")  # not "SMixer", "SWMLP"

@@ -36,7 +36,7 @@ def compare_runs(directories: list[str], out: Path, draw: bool = True) -> dict:
         "give sweep directories or run directories (runs/NAME/version_N)",
     )
     configs = [run_config(run) for run in runs]
-    names = run_names(configs, [str(Path(run).relative_to(Path(run).parent.parent)) for run in runs])
+    names = run_names(configs, ["/".join(Path(run).parts[-2:]) for run in runs])
     known = [c for c in configs if c is not None]
     differ = [k for k in sorted({k for c in known for k in c}) if len({c.get(k) for c in known}) > 1]
     rows, curves = [], []
