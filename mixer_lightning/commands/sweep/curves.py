@@ -293,6 +293,6 @@ def run_curves(args) -> None:
             epochs = f"cut to the {len(c['rows'])} epochs all reached (the longest: {c['longest']})"
         seeds = "1 seed" if c["runs"] == 1 else f"{c['runs']} seeds"
         print(
-            f"{c['series']:<24} {c['point']:<16} {c['metric']:<18} {seeds}, {epochs}; last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]"
+            f"{c['series']:<24} {'' if c['point'] == c['series'] else c['point']:<16} {c['metric']:<18} {seeds}, {epochs}; last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]"
         )
     print(f"written: {out / 'curves.csv'}, " + ", ".join(plots))
