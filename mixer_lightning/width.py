@@ -22,6 +22,9 @@ from dataclasses import asdict, dataclass
 
 from mixer_lightning.errors import ConfigError, require
 
+# The default γ of `mixer width` and `mixer spectrum`: the S-Mixer's (γ = 1), that of the paper's Ω experiments
+# (Figs. 3, 5-7, App. D.1); Figure 4 alone takes γ = 2.
+GAMMA = 1.0
 MAX_EXPRESSION_BITS = 1024  # an expression's value (and every step of it) stays below 2**1024
 
 
@@ -218,12 +221,13 @@ PAPER_CHANNELS: dict[tuple[int, float], list[int]] = {
 
 def default_channels(omega_: float, gamma: float = 1.0) -> list[int]:
     """The C values of a sweep at fixed Ω: the paper's where it gives them (Fig. 4, 5), else powers
-    of two from 16 up to C*; with every C's S added, so that (C, S) and (S, C) both appear."""
+    of two from 16 up to C* and C* itself rounded (the widest point, S ≈ C: eq. 15); with every C's S
+    added, so that (C, S) and (S, C) both appear."""
     below = PAPER_CHANNELS.get((int(omega_), float(gamma)))
     mirror = below is None or gamma == 1.0
     if below is None:
         c_star = optimum(omega_, gamma)["C"]
-        below = [c for c in (2**k for k in range(4, 40)) if c <= c_star * 1.0001] or [max(1, round(c_star))]
+        below = [c for c in (2**k for k in range(4, 40)) if c <= c_star * 1.0001] + [max(1, round(c_star))]
     channels = set(below)
     if mirror:
         channels |= {solve_tokens(omega_, c, gamma) for c in below}

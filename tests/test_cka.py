@@ -37,7 +37,7 @@ def test_a_network_against_itself_has_ones_on_the_diagonal(trained, capsys) -> N
 def test_a_mixer_against_an_sw_mlp_with_a_heat_map(trained, capsys) -> None:
     mixer, sw_mlp = trained("mixer"), trained("sw_mlp")
     result = cka(capsys, "--ckpt", mixer, "--ckpt", sw_mlp, "--batches", "4", "--batch_size", "40", "--plot", "cka.png")
-    assert (result["model_a"], result["model_b"]) == ("MLPMixer", "SWMLP")
+    assert (result["model_a"], result["model_b"]) == ("MLP-Mixer", "SW-MLP")
     assert result["layers_b"] == ["1", "2"] and (result["batches"], result["examples"]) == (4, 160)
     assert result["mixing_a"] == {"S": 16, "C": 16} and "mixing_b" not in result  # the Mixer's p = (1/S + 1/C)/2
     matrix = torch.tensor(result["cka"], dtype=torch.float64)
@@ -45,7 +45,7 @@ def test_a_mixer_against_an_sw_mlp_with_a_heat_map(trained, capsys) -> None:
     assert Path("cka.png").stat().st_size > 10_000
     main(["cka", "--ckpt", mixer, "--ckpt", sw_mlp, "--config", DATA_CONFIG, "--accelerator", "cpu", "--batches", "4"])
     out = capsys.readouterr().out
-    assert "CKA of MLPMixer" in out and "1.channel" in out and "mean of the diagonal" in out
+    assert "CKA of MLP-Mixer" in out and "1.channel" in out and "mean of the diagonal" in out
 
 
 @pytest.mark.slow

@@ -190,7 +190,7 @@ def test_curves_figure(drawn, trained) -> None:
     check_readable(fig)
     (ax,) = plot_axes(fig)
     assert "cross-entropy" in ax.get_ylabel() and ax.get_xlabel().startswith("epoch")
-    assert ax.get_legend_handles_labels()[1] == ["mixer (1 seed)"]
+    assert ax.get_legend_handles_labels()[1] == ["MLP-Mixer (1 seed)"]  # what was trained, not the directory
 
 
 def test_cka_figure_names_both_networks(drawn, trained, capsys: pytest.CaptureFixture) -> None:

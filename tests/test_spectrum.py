@@ -69,7 +69,7 @@ def test_mixer_sigma_max_stays_at_the_marchenko_pastur_edge(capsys: pytest.Captu
     result = spectrum(capsys, "--omega", "2**17", "--gamma", "2", "--seeds", "0,1")
     edge = result["mixer"]["mp_edge"]
     points = result["mixer"]["points"]
-    assert [(p["S"], p["C"]) for p in points] == [(83, 16), (50, 32)]  # the default C = 16, 32 up to C* ≈ 40
+    assert [(p["S"], p["C"]) for p in points] == [(83, 16), (50, 32), (41, 40)]  # C = 16, 32 and C* ≈ 40
     for p in points:  # n = 16 … 83: within 10% (a finite n's σ_max sits a little below the n → ∞ edge)
         assert p["sigma_max_token"] == pytest.approx(edge, rel=0.1)
         assert p["sigma_max_channel"] == pytest.approx(edge, rel=0.1)

@@ -34,6 +34,7 @@ def visualize(capsys: pytest.CaptureFixture, *args: str) -> dict:
 def test_a_mixer_gets_all_three_pictures(trained, capsys) -> None:
     result = visualize(capsys, "--ckpt", trained("mixer"), "--out", "pictures")
     assert result == {
+        "network": "MLP-Mixer",
         "written": ["pictures/token_mixing_units.png", "pictures/stem_units.png", "pictures/sparsity_patterns.png"],
         "skipped": [],
     }
@@ -51,7 +52,7 @@ def test_an_rp_mixer_has_no_spatial_token_units(trained, capsys) -> None:
 def test_an_sw_mlp_and_a_shallow_mlp(trained, capsys) -> None:
     result = visualize(capsys, "--ckpt", trained("sw_mlp"), "--out", "sw")
     assert result["written"] == ["sw/stem_units.png", "sw/sparsity_patterns.png"]
-    assert result["skipped"] == ["token_units: a SWMLP has no token-mixing layers"]
+    assert result["skipped"] == ["token_units: the SW-MLP has no token-mixing layers"]
     assert error_field(capsys, ["visualize", "--ckpt", trained("kron"), "--out", "kron"]) == "ckpt"  # none applies
 
 

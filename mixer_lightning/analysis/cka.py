@@ -29,6 +29,7 @@ from torchmetrics import Metric
 
 from mixer_lightning.errors import require
 from mixer_lightning.models.protocols import SkipInputs
+from mixer_lightning.models.registry import paper_name
 
 
 def gram_linear(features: torch.Tensor) -> torch.Tensor:
@@ -200,7 +201,8 @@ def compute_matrix(
         results = trainer.test(evaluation, verbose=False)[0]
     matrix = [[float(results[f"cka/{i}/{j}"]) for j in range(len(names[1]))] for i in range(len(names[0]))]
     result = {"cka": matrix, "layers_a": names[0], "layers_b": names[1], "ckpt_a": ckpt_a, "ckpt_b": ckpt_b}
-    result |= {"model_a": type(nets[0]).__name__, "model_b": type(nets[1]).__name__, "split": split}
+    named = [paper_name(type(net).__name__, getattr(net, "permute", False)) for net in nets]
+    result |= {"model_a": named[0], "model_b": named[1], "split": split}
     result |= {
         "batch_size": batch_size,
         "batches": int(results["cka/batches"]),

@@ -5,7 +5,9 @@ A run directory's scalars are read from its TensorBoard event files (the default
 CSVLogger's ``metrics.csv``. A resumed run has several event files, and the killed process may have
 logged past its last checkpoint: for every step the value written last (by wall time) wins, so the
 curve is the one the finished run stands for. Lightning logs ``epoch`` beside every metric, so each
-value is placed at its epoch; metrics logged per step (``train/loss``) are averaged per epoch.
+value is placed at its epoch. A metric logged per step has an epoch figure beside it (``train/loss`` and
+``train/loss_epoch``, the mean over every batch of the epoch): that is the one read, not the few steps the
+logger sampled (every ``log_every_n_steps``); a metric logged per step only is averaged over its steps.
 """
 
 from __future__ import annotations
@@ -77,13 +79,14 @@ def epoch_log(run_dir: str | Path, metric: str) -> dict[int, tuple[float | None,
 
 
 def epoch_curves(run_dir: str | Path, metrics: list[str]) -> dict[str, dict[int, float]]:
-    """metric -> epoch -> value for one run (an empty curve where the metric was never logged)."""
+    """metric -> epoch -> value for one run (an empty curve where the metric was never logged); a metric with
+    an epoch figure (``train/loss``: ``train/loss_epoch``) is read from it (module docstring)."""
     scalars, _ = _scalars(Path(run_dir))
     epoch_of = _epochs(scalars)
     curves: dict[str, dict[int, float]] = {}
     for metric in metrics:
         per_epoch: dict[int, list[float]] = defaultdict(list)
-        for step, (_, value) in sorted(scalars.get(metric, {}).items()):
+        for step, (_, value) in sorted(scalars.get(f"{metric}_epoch", scalars.get(metric, {})).items()):
             if step in epoch_of and math.isfinite(value):
                 per_epoch[epoch_of[step]].append(value)
         curves[metric] = {epoch: statistics.fmean(values) for epoch, values in sorted(per_epoch.items())}

@@ -18,6 +18,7 @@ from torch import nn
 
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.models.protocols import MixingNetwork
+from mixer_lightning.models.registry import paper_name
 
 
 def token_positions(stem: nn.Module) -> torch.Tensor:
@@ -89,7 +90,7 @@ def spatial_token_blocks(net: nn.Module, blocks: list[int] | None = None) -> tup
     randomly permuted (RP) layer reads permuted entries of the S·C features: no grid at all.
     """
     if not isinstance(net, MixingNetwork):
-        return [], [f"a {type(net).__name__} has no token-mixing layers"]
+        return [], [f"the {paper_name(type(net).__name__)} has no token-mixing layers"]
     token_layers = [layer for layer in net.mixing_layers() if layer.axis == "token"]
     wanted = blocks or list(range(1, min(3, len(token_layers)) + 1))  # Mixer Figure 5: the first three
     has_skip = token_layers[0].skip is not None

@@ -33,7 +33,7 @@ from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.commands.lists import seeds as parse_seeds
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure
-from mixer_lightning.width import check_omega, parse_int_expression
+from mixer_lightning.width import GAMMA, check_omega, parse_int_expression
 
 DEFAULT_SEEDS = "0,1,2,3,4"  # Figure 4's caption: five trials (App. C.2 says ten)
 GammaAtLeastOne = restricted_number_type(None, float, (">=", 1.0))  # a γm×m hidden layer
@@ -41,7 +41,12 @@ GammaAtLeastOne = restricted_number_type(None, float, (">=", 1.0))  # a γm×m h
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**19")
-    parser.add_argument("--gamma", type=GammaAtLeastOne | None, default=None, help="γ (default 2, Figure 4; --a: 1)")
+    parser.add_argument(
+        "--gamma",
+        type=GammaAtLeastOne,
+        default=GAMMA,
+        help="expansion factor γ (default 1, the S-Mixer's of Figs. 3, 5-7 at fixed Ω; Figure 4: 2)",
+    )
     parser.add_argument("--widths", type=str, default=None, help="comma-separated SW-MLP widths m (default: see above)")
     parser.add_argument("--seeds", type=str, default=None, help=f"comma-separated seeds (default {DEFAULT_SEEDS})")
     parser.add_argument("--trials", type=PositiveInt | None, default=None, help="or seeds 0, 1, … (Fig. S.1: 50)")
@@ -122,7 +127,7 @@ def plot_d1(result: dict, path: str) -> None:
 
 
 def run_d1(args: Namespace, omega: int, seeds: list[int]) -> None:
-    require(args.gamma in (None, 1.0), "gamma", "App. D.1's scaling is for square m×m weights (γ = 1)", "drop --gamma")
+    require(args.gamma == 1.0, "gamma", "App. D.1's scaling is for square m×m weights (γ = 1)", "drop --gamma")
     require(not args.widths and not args.all, "a", "sets the widths itself (m = Ω^((1+a)/2))", "drop --widths / --all")
     scalings = reals(args.a, "a", lambda v: v >= 0, "scaling indices a >= 0", "0,0.5,1,1.5")
     result = compute_d1(omega, scalings, seeds, args.bins, args.max_entries)
@@ -152,7 +157,7 @@ def run(args: Namespace) -> None:
     if args.a is not None:
         run_d1(args, omega, seeds)
         return
-    gamma = args.gamma = args.gamma or 2.0
+    gamma = args.gamma
     widths = integers(args.widths, "widths", example="512,1024,2048") if args.widths else None
     points = user_grid(omega, gamma, widths) if widths else default_grid(omega, gamma)
     result = compute(omega, gamma, points, seeds, full=args.all, max_entries=args.max_entries)

@@ -28,6 +28,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_t
 
 from mixer_lightning.commands import lists
 from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.models.registry import paper_name
 from mixer_lightning.safety.atomic import pyplot, save_figure
 
 PICTURES = ("token_units", "stem_units", "sparsity")
@@ -184,7 +185,7 @@ def network_patterns(net: torch.nn.Module, max_width: int) -> tuple[list[tuple[s
             else:
                 panels.append((f"SW-MLP {name}: M ⊙ W (p = {layer.density:.3g})", layer.effective_weight().detach()))
     else:
-        notes.append(f"a {type(net).__name__} has no mixing or static sparse layers")
+        notes.append(f"the {paper_name(type(net).__name__)} has no mixing or static sparse layers")
     return panels, notes
 
 
@@ -211,15 +212,17 @@ def demo_patterns(tokens: int, channels: int, seed: int) -> list[tuple[str, torc
     ]
 
 
-def checkpoint_pictures(args: Namespace, out: Path) -> tuple[list[str], list[str]]:
-    """The pictures of ``--what`` that apply to the checkpoint's network (written) and why others not."""
+def checkpoint_pictures(args: Namespace, out: Path) -> tuple[list[str], list[str], str]:
+    """The pictures of ``--what`` that apply to the checkpoint's network (written), why others not, and the
+    network's name in the papers (``RP S-Mixer``)."""
     from mixer_lightning.analysis import visualize as vis
     from mixer_lightning.tasks.loading import load_classifier
 
     wanted = PICTURES if args.what is None else lists.comma_list(args.what, "what", str, "pictures", "stem_units")
     require(set(wanted) <= set(PICTURES), "what", f"unknown picture in {args.what!r}", f"choose from {PICTURES}")
     net = load_classifier(args.ckpt, field="ckpt").net
-    title, written, notes = f"{type(net).__name__} ({Path(args.ckpt).name})", [], []
+    name = paper_name(type(net).__name__, getattr(net, "permute", False))
+    title, written, notes = f"{name} ({Path(args.ckpt).name})", [], []
 
     def skipped(picture: str, reasons: list[str], drawn: bool) -> None:
         if not drawn and args.what is not None:  # asked for by name: an error
@@ -240,7 +243,7 @@ def checkpoint_pictures(args: Namespace, out: Path) -> tuple[list[str], list[str
             written.append(str(out / FILES["token_units"]))
     if "stem_units" in wanted:
         if not hasattr(getattr(net, "stem", None), "proj"):
-            skipped("stem_units", [f"a {type(net).__name__} has no per-patch FC"], False)
+            skipped("stem_units", [f"the {name} has no per-patch FC"], False)
         else:
             units = vis.stem_units(net)
             draw_stem_units(
@@ -253,7 +256,7 @@ def checkpoint_pictures(args: Namespace, out: Path) -> tuple[list[str], list[str
         if panels:
             draw_patterns(panels, f"Effective weights of {title}", out / FILES["sparsity"])
             written.append(str(out / FILES["sparsity"]))
-    return written, notes
+    return written, notes, name
 
 
 def run(args: Namespace) -> None:
@@ -268,13 +271,13 @@ def run(args: Namespace) -> None:
         draw_patterns(
             demo_patterns(args.tokens, args.channels, args.seed), f"{title} (Fig. S.9)", out / FILES["sparsity"]
         )
-        written, notes = [str(out / FILES["sparsity"])], []
+        written, notes, name = [str(out / FILES["sparsity"])], [], None
     else:
         require(args.ckpt is not None, "ckpt", "no checkpoint given", "give --ckpt CKPT, or --demo")
-        written, notes = checkpoint_pictures(args, out)
+        written, notes, name = checkpoint_pictures(args, out)
         require(bool(written), "ckpt", f"no picture applies: {'; '.join(notes)}", "visualise a Mixer or an SW-MLP")
     if args.json:
-        print(json.dumps({"written": written, "skipped": notes}, indent=2))
+        print(json.dumps({"network": name, "written": written, "skipped": notes}, indent=2))
         return
     for line in [f"skipped {note}" for note in notes] + [f"written: {path}" for path in written]:
         print(line)

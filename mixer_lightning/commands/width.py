@@ -30,6 +30,7 @@ from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import pyplot, save_figure
 from mixer_lightning.width import (
+    GAMMA,
     check_omega,
     default_channels,
     gamma_at_width,
@@ -47,7 +48,12 @@ PAPER_SPARSITIES = [0.1, 0.3, 0.5, 0.7, 0.9]  # App. C.4: 1 - p for the SW-MLPs 
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--omega", type=str, required=True, help="connections per layer Ω, e.g. 2**18 or 262144")
-    parser.add_argument("--gamma", type=PositiveFloat, default=1.0, help="expansion factor γ (1 for the S-Mixer)")
+    parser.add_argument(
+        "--gamma",
+        type=PositiveFloat,
+        default=GAMMA,
+        help="expansion factor γ (default 1, the S-Mixer's of Figs. 3, 5-7 at fixed Ω; Figure 4: 2)",
+    )
     parser.add_argument("--channels", type=str, default=None, help="comma-separated C values (default: the paper's)")
     parser.add_argument("--sparsity", type=str, default=None, help="comma-separated SW-MLP sparsities 1-p")
     parser.add_argument("--width", type=str, default=None, help="fix the width m = S·C and vary γ (eq. S.46)")

@@ -136,3 +136,17 @@ def upgrade_config(config: dict[str, Any]) -> dict[str, Any] | None:
         return None
     hparams = upgrade_hparams({"_class_path": model["class_path"], **(model.get("init_args") or {})})
     return None if "net" not in hparams else {**config, "model": hparams}
+
+
+PAPER_NAMES = {"SMixer": "S-Mixer", "MLPMixer": "MLP-Mixer", "SWMLP": "SW-MLP"}  # Hayase & Karakida 2024's words
+
+
+def paper_name(class_name: str, permute: bool | list[bool] = False) -> str:
+    """A network's name in the papers: ``RP S-Mixer`` for an SMixer whose mixing layers are randomly permuted
+    (Sec. 5.2), ``S-Mixer (RP blocks 2)`` where only some are (App. D.5)."""
+    name = PAPER_NAMES.get(class_name, class_name)
+    flags = permute if isinstance(permute, list) else [bool(permute)]
+    if flags and all(flags):
+        return f"RP {name}"
+    blocks = [str(i + 1) for i, flag in enumerate(flags) if flag]
+    return f"{name} (RP blocks {', '.join(blocks)})" if blocks else name

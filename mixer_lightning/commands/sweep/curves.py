@@ -2,16 +2,20 @@
 (Figs. S.6-S.8: the test loss of normal and RP Mixers over the epochs, the mean over seeds with the range
 between the minimum and the maximum shaded).
 
-Each directory is one series: a sweep directory (one curve per grid point) or a directory of runs
-(``runs/NAME`` with ``version_0`` …): runs whose configs agree but for the seed are one curve, runs that
-differ are separate curves named by what differs. Curves come from the runs' logs (TensorBoard event files
-or a CSVLogger's metrics.csv), averaged over the epochs every seed reached. The configs validate on the
-test split (``val_split: 0``), so ``val/loss`` is the paper's test loss. Writes ``curves.csv`` and one
-``curves_<metric>.png`` per metric.
+Each directory is one series: a sweep directory (one curve per grid point, named by the directory), a
+run directory or a directory of runs (``runs/NAME`` with ``version_0`` …), named by what was trained: the
+network in the paper's words and what else differs in the series' configs (``RP S-Mixer``, ``S-Mixer,
+channels=32``, ``seed=1``). Inside a directory of runs, runs whose configs agree but for the seed are one
+curve, runs that differ are separate curves named by what differs. Curves come from the runs' logs
+(TensorBoard event files or a CSVLogger's metrics.csv), averaged over the epochs every seed reached;
+``train/loss`` is the epoch's mean over every batch (``train/loss_epoch``). ``val/`` is what the run's data
+config validated on: the test split (``val_split: 0``, the paper's test loss) or images held out from the
+training set. Writes ``curves.csv`` and one ``curves_<metric>.png`` per metric.
 
 Examples:
     mixer sweep curves sweeps/d7_normal sweeps/d7_rp                          Fig. S.6 (left): val/loss
-    mixer sweep curves sweeps/d7_normal sweeps/d7_rp --points C173_S16 --metric val/loss --metric train/loss_epoch
+    mixer sweep curves sweeps/d7_normal sweeps/d7_rp --points C173_S16 --metric val/loss --metric train/loss
+    mixer sweep curves runs/cifar10_s_mixer/version_3 runs/cifar10_rp_s_mixer/version_1 --metric train/loss
     mixer sweep curves runs/cifar10_d7_mlp_mixer runs/cifar10_d7_rp_mlp_mixer --metric val/acc1   Fig. S.8
 """
 
@@ -22,13 +26,12 @@ from pathlib import Path
 
 from mixer_lightning.analysis.curves import epoch_curves, has_logs, spread
 from mixer_lightning.commands.sweep.manifest import MANIFEST, read_manifest
-from mixer_lightning.commands.sweep.report import series_names
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import check_output_dir, pyplot, save_figure, write_csv
 from mixer_lightning.safety.config_files import load_configs
 
-# What differs between the seeds of one setting: the seed, where the run went, how it was shown.
-RUN_ONLY = ("seed_everything", "ckpt_path", "trainer.logger.init_args.version", "trainer.enable_progress_bar")
+UNNAMED = ("ckpt_path", "trainer.logger.", "trainer.enable_progress_bar", "progress.")  # where a run went, how shown
+NETWORK = ("model.net.class_path", "model.net.init_args.permute")  # said by the network's name
 
 
 def add_curves_arguments(parser) -> None:
@@ -47,15 +50,74 @@ def _flatten(config, prefix: str = "") -> dict[str, str]:
     return {prefix[:-1]: json.dumps(config, sort_keys=True, default=str)}
 
 
-def _setting(run_dir: str) -> tuple[tuple | None, str | None]:
-    """A run's config (flattened) without what differs between seeds of one setting, and its seed; (None,
-    None) without a config.yaml."""
+def series_names(directories: list[str]) -> list[str]:
+    """Each sweep directory's name in a report: its last part, the whole path where two share it."""
+    names = [Path(d).name or str(d) for d in directories]
+    return [str(d) if names.count(n) > 1 else n for d, n in zip(directories, names, strict=True)]
+
+
+def run_config(run_dir: str | Path) -> dict[str, str] | None:
+    """A run's config.yaml flattened (``model.net.init_args.channels``: its value as JSON), without what never
+    names a run; None without one."""
     path = Path(run_dir, "config.yaml")
     if not path.is_file():
-        return None, None
+        return None
     flat = _flatten(load_configs([str(path)], "directories"))
-    kept = tuple(sorted((k, v) for k, v in flat.items() if k not in RUN_ONLY and k.split(".")[0] != "progress"))
-    return kept, flat.get("seed_everything")
+    return {k: v for k, v in flat.items() if not k.startswith(UNNAMED)}
+
+
+def _setting(run_dir: str) -> tuple[tuple | None, str | None]:
+    """A run's config without its seed, and its seed; (None, None) without a config.yaml."""
+    flat = run_config(run_dir)
+    if flat is None:
+        return None, None
+    return tuple(sorted((k, v) for k, v in flat.items() if k != "seed_everything")), flat.get("seed_everything")
+
+
+def network_name(config: dict[str, str]) -> str:
+    """The network of a flattened config in the papers' words: ``RP S-Mixer``."""
+    from mixer_lightning.models.registry import paper_name
+
+    class_path, permute = (json.loads(config.get(k, "null")) for k in NETWORK)
+    return paper_name(str(class_path or "?").rsplit(".", 1)[-1], permute or False)
+
+
+def run_names(configs: list[dict | None], defaults: list[str]) -> list[str]:
+    """A name per run (or series) by what was trained: the network and up to three keys in which the configs
+    differ (``RP S-Mixer, channels=32``; ``seed=1``); the default (the directory's name) without a config, or
+    where two would be named alike."""
+    known = [c for c in configs if c is not None]
+    keys = sorted({k for c in known for k in c} - set(NETWORK))
+    differ = [k for k in keys if len({c.get(k) for c in known}) > 1]
+    names = []
+    for config, default in zip(configs, defaults, strict=True):
+        if config is None:
+            names.append(default)
+            continue
+        short = {"seed_everything": "seed"}
+        parts = [f"{short.get(k, k.rsplit('.', 1)[-1])}={json.loads(config.get(k, 'null'))}" for k in differ[:3]]
+        names.append(", ".join([network_name(config), *parts, *(["…"] if len(differ) > 3 else [])]))
+    return [f"{n} ({d})" if names.count(n) > 1 else n for n, d in zip(names, defaults, strict=True)]
+
+
+def run_directories(directory: str) -> list[str]:
+    """The runs of a directory: itself where it is a run (logs), else its sub-directories with logs."""
+    root = Path(directory)
+    if has_logs(root):
+        return [str(root)]
+    return [str(p) for p in sorted(root.iterdir()) if p.is_dir() and has_logs(p)] if root.is_dir() else []
+
+
+def validation_of(configs: list[dict | None]) -> str:
+    """What ``val/`` measured, by the runs' data configs (`ImageDataModule.setup`): an image folder's own val
+    split; else with ``val_split: 0`` the test split (the paper's test figures), else images held out from
+    the training set."""
+    kinds = set()
+    for config in (c for c in configs if c is not None):
+        dataset = json.loads(config.get("data.init_args.dataset", "null"))
+        held_out = json.loads(config.get("data.init_args.val_split", "0.1"))
+        kinds.add("validation" if dataset == "folder" else "held-out validation" if held_out else "test")
+    return kinds.pop() if len(kinds) == 1 else "validation"
 
 
 def _names(default: str, settings: list[tuple | None]) -> list[str]:
@@ -69,8 +131,8 @@ def _names(default: str, settings: list[tuple | None]) -> list[str]:
     return names
 
 
-def groups(directory: str) -> dict[str, list[str]]:
-    """point -> the run directories (seeds) of one series."""
+def groups(directory: str, series: str) -> dict[str, list[str]]:
+    """point -> the run directories (seeds) of one series (a series of one setting: its one point is the series)."""
     root = Path(directory)
     found: dict[str, list[str]] = {}
     if (root / MANIFEST).is_file():
@@ -84,12 +146,10 @@ def groups(directory: str) -> dict[str, list[str]]:
         f"{directory!r} is not a directory",
         "give sweep directories or directories of runs",
     )
-    runs = [str(p) for p in sorted(root.iterdir()) if p.is_dir() and has_logs(p)] or (
-        [str(root)] if has_logs(root) else []
-    )
+    runs = run_directories(directory)
     read = [_setting(run) for run in runs]
     distinct = list(dict.fromkeys(setting for setting, _ in read))
-    names = _names(root.name, distinct) if len(distinct) > 1 else [root.name]
+    names = _names(root.name, distinct) if len(distinct) > 1 else [series]
     if len(set(names)) < len(names):  # not told apart by three keys: by the first run of each
         names = [
             f"{n} ({Path(runs[[s for s, _ in read].index(d)]).name})" for n, d in zip(names, distinct, strict=True)
@@ -109,14 +169,30 @@ def groups(directory: str) -> dict[str, list[str]]:
     return found
 
 
+def names_of(directories: list[str]) -> list[str]:
+    """A series name per directory: a sweep's name; runs by what was trained (`run_names` of the settings
+    the series' runs share)."""
+    by_name = series_names(directories)
+    configs = []
+    for directory in directories:
+        read = (
+            [run_config(run) for run in run_directories(directory)] if not Path(directory, MANIFEST).is_file() else []
+        )
+        shared = dict(set.intersection(*(set(c.items()) for c in read))) if read and None not in read else None
+        configs.append(shared)
+    names = run_names(configs, by_name)
+    return [b if Path(d, MANIFEST).is_file() else n for d, b, n in zip(directories, by_name, names, strict=True)]
+
+
 def compute(directories: list[str], metrics: list[str], points: list[str] | None) -> list[dict]:
     """One entry per (series, point, metric): the curve's rows (epoch, mean, min, max) over its runs."""
     curves = []
-    for directory, series in zip(directories, series_names(directories), strict=True):
-        found = groups(directory)
+    for directory, series in zip(directories, names_of(directories), strict=True):
+        found = groups(directory, series)
         require(bool(found), "directories", f"{directory!r} holds no runs with logs yet", "run the sweep first")
         for point, run_dirs in sorted(found.items()):
             per_run = [epoch_curves(run_dir, metrics) for run_dir in run_dirs] if not points or point in points else []
+            validation = validation_of([run_config(run_dir) for run_dir in run_dirs])
             for metric in metrics:
                 logged = [c[metric] for c in per_run if c[metric]]
                 if logged:  # "longest" beside the rows: the curve is cut to the epochs all seeds reached
@@ -128,6 +204,7 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
                             "runs": len(logged),
                             "rows": spread(logged),
                             "longest": max(map(len, logged)),
+                            "validation": validation,
                         }
                     )
     for metric in metrics:
@@ -140,13 +217,15 @@ def compute(directories: list[str], metrics: list[str], points: list[str] | None
     return curves
 
 
-def metric_label(metric: str) -> str:
-    """``val/loss`` → "test loss (cross-entropy), val/loss" (the configs validate on the test split)."""
+def metric_label(metric: str, validation: str = "validation") -> str:
+    """``val/loss`` → "test loss (cross-entropy), val/loss" where the runs validated on the test split
+    (`validation_of`); ``train/loss`` → "training loss (cross-entropy, epoch mean), train/loss"."""
     stage, _, name = metric.partition("/")
     name = name.removesuffix("_epoch").removesuffix("_step")
     what = {"loss": "loss (cross-entropy)", "acc1": "top-1 accuracy (fraction)", "acc5": "top-5 accuracy (fraction)"}
-    split = {"val": "test", "train": "training"}.get(stage, stage)
-    return f"{split} {what[name]}, {metric}" if name in what else metric
+    split = {"val": validation, "train": "training"}.get(stage, stage)
+    mean = ", epoch mean)" if stage == "train" else ")"
+    return f"{split} {what[name].replace(')', mean)}, {metric}" if name in what else metric
 
 
 def plot(curves: list[dict], metric: str, path: Path) -> Path:
@@ -176,13 +255,13 @@ def plot(curves: list[dict], metric: str, path: Path) -> Path:
         ax.set_xticks(epochs)
     else:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    what = metric_label(metric)
+    kinds = {c["validation"] for c in drawn}
+    what = metric_label(metric, kinds.pop() if len(kinds) == 1 else "validation")
     names = ", ".join(dict.fromkeys(c["series"] for c in drawn))
-    ax.set(
-        xlabel="epoch (from 0)",
-        ylabel=what,
-        title=f"{names}: {what.split(',')[0]} per epoch\nmean over seeds, min–max shaded (App. D.7)",
+    spread_of = (
+        "mean over seeds, min–max shaded (App. D.7)" if any(c["runs"] > 1 for c in drawn) else "one run per curve"
     )
+    ax.set(xlabel="epoch (from 0)", ylabel=what, title=f"{names}: {what.rsplit(', ', 1)[0]} per epoch\n{spread_of}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
@@ -214,6 +293,6 @@ def run_curves(args) -> None:
             epochs = f"cut to the {len(c['rows'])} epochs all reached (the longest: {c['longest']})"
         seeds = "1 seed" if c["runs"] == 1 else f"{c['runs']} seeds"
         print(
-            f"{c['series']:<24} {c['point']:<16} {c['metric']:<18} {seeds}, {epochs}; last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]"
+            f"{c['series']:<24} {'' if c['point'] == c['series'] else c['point']:<16} {c['metric']:<18} {seeds}, {epochs}; last epoch {last['epoch']}: {last['mean']:.4f} [{last['min']:.4f}, {last['max']:.4f}]"
         )
     print(f"written: {out / 'curves.csv'}, " + ", ".join(plots))

@@ -3,7 +3,8 @@
 point, one column per generic axis), and the paper's plots of them (`plots`). With generic axes the summary
 names, per series and width point, the axis values of the lowest mean error (Table 1's choice of learning
 rate: "the highest accuracy, averaged over the seeds"). With a CKA reference (``--cka_reference``):
-``cka.csv`` and ``cka_vs_density.png`` (Fig. 2(a), `cka`)."""
+``cka.csv`` and ``cka_vs_density.png`` (Fig. 2(a), `cka`). Ordinary runs (no sweep.json) are set side by
+side instead (`compare`)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,13 @@ from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
 
-from mixer_lightning.commands.sweep.manifest import METRICS, REFERENCE, load_metrics, read_manifest
+from mixer_lightning.commands.sweep.curves import series_names
+from mixer_lightning.commands.sweep.manifest import MANIFEST, METRICS, REFERENCE, load_metrics, read_manifest
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import check_output_dir, write_csv
 
 DENSITY_KINDS = ("densities_at_omega", "densities_at_width")
 FIGURES = ("C", "S", "P", "m", "p", "gamma")
-
-
-def series_names(directories: list[str]) -> list[str]:
-    """Each sweep directory's name in the report: its last part, the whole path where two share it."""
-    names = [Path(d).name or str(d) for d in directories]
-    return [str(d) if names.count(n) > 1 else n for d, n in zip(directories, names, strict=True)]
 
 
 def _final_train_loss(run_dir: str) -> float | None:
@@ -122,6 +118,10 @@ def report_directories(
     """Collect, summarise, write the CSVs and plots; the CKA diagonals where a sweep has a reference. Returns
     what `mixer sweep report --json` prints."""
     out_dir = check_output_dir(out or directories[0], "out")
+    if not any(Path(d, MANIFEST).is_file() for d in directories):  # ordinary runs, side by side
+        from mixer_lightning.commands.sweep.compare import compare_runs
+
+        return compare_runs(directories, out_dir, plot)
     rows, manifests, names = [], [], series_names(directories)
     for directory, series in zip(directories, names, strict=True):
         manifest, found = collect(directory, series)
@@ -153,7 +153,9 @@ def report_directories(
 
 
 def add_report_arguments(parser) -> None:
-    parser.add_argument("directories", nargs="+", help="sweep directories (one series each: e.g. normal and RP)")
+    parser.add_argument(
+        "directories", nargs="+", help="sweep directories (one series each: e.g. normal and RP), or runs side by side"
+    )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--out", type=str, default=None, help="where to write the CSVs and plots (default: the first)")
     parser.add_argument(
@@ -174,12 +176,22 @@ def _error(row: dict, cell: bool = True) -> str:
 
 def run_report(args) -> None:
     """Gather finished sweep runs into report.csv / summary.csv and plot them (test error against the width,
-    C, γ, the sparsity, each generic axis; average diagonal CKA against the density)."""
+    C, γ, the sparsity, each generic axis; average diagonal CKA against the density); or set ordinary runs
+    side by side (runs.csv and their curves).
+
+    Examples:
+        mixer sweep report sweeps/fig5_c10 sweeps/fig5_c10_rp
+        mixer sweep report runs/cifar10_s_mixer/version_3 runs/cifar10_rp_s_mixer/version_1 --out compare
+    """
     cka_options = {"batches": args.cka_batches, "batch_size": args.cka_batch_size, "accelerator": args.accelerator}
     result = report_directories(args.directories, out=args.out, cka_options=cka_options)
     if args.json:
         print(json.dumps(result, indent=2))
         return
+    if "runs" in result:
+        from mixer_lightning.commands.sweep.compare import print_runs
+
+        return print_runs(result)
     if result["summary"]:
         print(
             f"{'series':<20} {'point':<24} {'C':>6} {'S':>6} {'γ':>7} {'p':>8} {'m':>8} {'seeds':>5} {'test error':>16}"

@@ -134,7 +134,7 @@ def _print(status: dict) -> None:
     )
     for r in runs:
         state = "running" if r["running"] else STATE_WORDS[r["state"]]
-        errors = ["–" if e is None else f"{100 * e:.2f} %" for e in (r["val_error"], r["test_error"])]
+        errors = ["–" if e is None else f"{e:.4f}" for e in (r["val_error"], r["test_error"])]
         pace = "–" if r["seconds_per_epoch"] is None else f"{r['seconds_per_epoch']:.1f}"
         print(
             f"  {r['name']:<{width}}  {state:<17}  {r['epochs']:>4}/{r['max_epochs'] or '?':<4} {errors[0]:>10} "
