@@ -7,8 +7,8 @@ Python 3.13's ``os.process_cpu_count`` does; none reads a quota.
 
 Torch's default, one thread per core, is right on an idle machine and a collapse on a busy one: its
 threads wait for each other at every parallel region, and one of them waiting for a core stalls the rest
-(a 2-core machine running other work: one step 1,974 ms with two threads, 60 ms with one, the same
-numbers out; benchmarks/RESULTS.md, "Threads on a busy CPU"). So a run takes the usable CPUs shared
+(a 2-core machine running other work: a step of Fig. 5's S-Mixer at Ω = 2^14 took 2,289 ms with two
+threads, 106 ms with one, the same gradients; benchmarks/RESULTS.md, "Threads on a busy CPU"). So a run takes the usable CPUs shared
 among the processes on them, less the cores other work keeps busy when it starts (`busy_cores`).
 """
 
