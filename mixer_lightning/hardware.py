@@ -63,9 +63,14 @@ def _cgroup_quota() -> float | None:
     return min(quotas) if quotas else None
 
 
+def _affinity() -> int:
+    """The CPUs this process may run on (taskset, a cpuset, SLURM's binding), before any quota."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def usable_cpus() -> int:
     """The CPUs this process may use (module docstring), at least 1."""
-    count = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    count = _affinity()
     quota = _cgroup_quota()
     if quota is not None:
         count = min(count, math.ceil(quota))
@@ -106,32 +111,34 @@ def busy_cores(seconds: float = SAMPLE_S) -> float:
 
 
 def default_threads(processes: int = 1, busy: float = 0.0) -> int:
-    """Threads for one of `processes` sharing this process's CPUs: its share of `usable_cpus`, but no more
-    than the cores `busy` leaves free (rounded), and at least one."""
-    usable = usable_cpus()
-    return max(1, min(usable // max(1, processes), round(usable - busy)))
+    """Threads for each of `processes` sharing this process's CPUs: the usable CPUs, or the cores `busy`
+    leaves free of those it may run on (rounded) if fewer, shared among them; at least one. (A quota of 2
+    CPUs on a host whose other cores are busy still has its 2: the free cores, not the quota, are reduced.)"""
+    return max(1, min(usable_cpus(), round(_affinity() - busy)) // max(1, processes))
 
 
 def set_threads(threads: int | None, processes: int = 1, report=print) -> int:
     """Give torch `threads` intra-op threads (the ``--threads`` flag) or, without one, ``$OMP_NUM_THREADS``
     when set, else `default_threads`; $OMP_NUM_THREADS is set to it too, for the processes this one starts.
-    `report` (None: silent) gets one line when other work is running and so the count is below one per
-    usable core, or a count given exceeds the cores left free: a run that will crawl. Returns the count."""
+    `report` (None: silent) gets one line when other work is running and so the count is below this
+    process's share of the usable CPUs, or when a count given is above what the CPUs, less the cores other
+    work keeps busy, hold: a run that will crawl. Returns the count."""
     import torch
 
     env = os.environ.get("OMP_NUM_THREADS", "")
     given = threads or (int(env) if env.isdigit() and int(env) > 0 else None)
     # one thread waits for no other: with one given there is nothing to measure
     busy = busy_cores() if given is None or (given > 1 and report is not None) else 0.0
-    usable = usable_cpus()
-    share = max(1, usable // max(1, processes))
-    count = given or default_threads(processes, busy)
+    fit, share = default_threads(processes, busy), max(1, usable_cpus() // max(1, processes))
+    count = given or fit
     torch.set_num_threads(count)
     os.environ["OMP_NUM_THREADS"] = str(count)
-    if report is not None and busy >= 0.5:
-        other = f"other work keeps {busy:.1f} of the {usable} usable cores busy"
-        if given is None and count < share:
-            report(f"cpu: {count} torch thread(s), not {share}: {other} (--threads N to choose)")
-        elif given is not None and given > round(usable - busy):
-            report(f"cpu: {given} torch threads while {other}: expect training many times slower than with --threads 1")
+    if report is None:
+        return count
+    other = f"other work keeps {busy:.1f} of the {_affinity()} cores this process may run on busy"
+    if given is None and count < share:
+        report(f"cpu: {count} torch thread(s), not {share}: {other} (--threads N to choose)")
+    elif given is not None and given > fit:
+        why = other if busy >= 0.5 else f"this process may use {usable_cpus()} CPUs"
+        report(f"cpu: {given} torch threads while {why}: training may run many times slower than with --threads {fit}")
     return count

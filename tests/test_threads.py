@@ -90,10 +90,14 @@ def test_default_threads_share_the_usable_cpus_and_leave_the_busy_ones(machine) 
     machine(4, [(".", "cpu.max", "200000 100000\n")])
     assert hardware.default_threads() == 2  # the quota, not the 4 cores of the affinity
     assert hardware.default_threads(processes=2) == 1
-    assert hardware.default_threads(busy=1.3) == 1
-    assert hardware.default_threads(busy=2.0) == 1  # at least one
+    assert hardware.default_threads(busy=1.3) == 2  # 2.7 of the 4 cores free: the quota's 2
+    assert hardware.default_threads(busy=2.6) == 1
+    assert hardware.default_threads(busy=4.0) == 1  # at least one
     machine(4)
     assert hardware.default_threads(busy=0.4) == 4
+    assert hardware.default_threads(processes=2, busy=1.2) == 1  # 3 free cores, 2 processes
+    machine(64, [(".", "cpu.max", "200000 100000\n")])
+    assert hardware.default_threads(busy=40.0) == 2  # a quota on a host whose other cores are busy
 
 
 def fit_threads(args: list[str], capsys) -> tuple[list[str], list[str]]:
@@ -119,7 +123,8 @@ def test_threads_of_mixer_fit(machine, monkeypatch, capsys) -> None:
     busy["cores"] = 2.6
     threads, said = fit_threads([], capsys)
     assert threads == ["fit", "1", "1"] and len(said) == 1 and "--threads" in said[0]
-    assert fit_threads(["--threads", "3"], capsys)[0] == ["fit", "3", "3"]
+    threads, said = fit_threads(["--threads", "3"], capsys)
+    assert threads == ["fit", "3", "3"] and len(said) == 1
     assert torch.get_num_threads() == before and "OMP_NUM_THREADS" not in os.environ
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     threads, said = fit_threads([], capsys)
@@ -129,7 +134,9 @@ def test_threads_of_mixer_fit(machine, monkeypatch, capsys) -> None:
     busy["cores"] = 0.0
     machine(4, slurm="2")
     monkeypatch.delenv("OMP_NUM_THREADS")
-    assert fit_threads([], capsys)[0] == ["fit", "2", "2"]  # SLURM's --cpus-per-task
+    assert fit_threads([], capsys) == (["fit", "2", "2"], [])  # SLURM's --cpus-per-task
+    threads, said = fit_threads(["--threads", "4"], capsys)  # more than the 2 CPUs it may use: said
+    assert threads == ["fit", "4", "4"] and len(said) == 1
     # an evaluation takes the flag too
     best = run_dirs("digits_mixer")[-1] / "checkpoints" / "best.ckpt"
     main(["test", "--ckpt_path", str(best), "--threads", "3", "--trainer.callbacks+=helpers.threads.ThreadCount"])
