@@ -580,7 +580,7 @@ def test_points_side_by_side_through_the_sweep_and_its_script(
     `mixer sweep point` process with one thread (the CPUs split between them), then the report."""
     monkeypatch.setenv("MIXER_ARGS", SHORT)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
     sweep = ["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8"]
     main([*sweep, "--run", "together", "--parallel", "2"])
     assert "sweep: 2 runs, 2 at a time, 1 thread(s) each" in capsys.readouterr().out

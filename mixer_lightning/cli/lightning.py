@@ -13,17 +13,20 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
+import os
 import sys
 import warnings
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from jsonargparse.typing import PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.plugins.environments import SLURMEnvironment
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.callbacks.checkpoints import BEST_NAME, AtomicCheckpointIO, BestCheckpoint, ResumeCheckpoint
@@ -37,6 +40,7 @@ from mixer_lightning.commands.quiet import quiet_libraries
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (the data module's short class name)
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
+from mixer_lightning.hardware import set_threads
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.atomic import check_output_file, remove_orphans
@@ -77,6 +81,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         parser.add_argument("--progress.mode", type=Literal["auto", "bar", "lines"], default="auto",
                             help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe")  # fmt: skip
         parser.add_argument("--progress.every_n_steps", type=PositiveInt, default=50, help="lines: one every N steps")
+        parser.add_argument("--threads", type=PositiveInt | None, default=None,
+                            help="torch's CPU threads per process (default: $OMP_NUM_THREADS if set, else the usable "
+                            "CPUs shared among this machine's processes, less the cores other work keeps busy)")  # fmt: skip
         for name in LINKED_FROM_DATA:
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
@@ -155,6 +162,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             )
         except (ValueError, MisconfigurationException) as error:  # FSDP on a CPU, a GPU that is not there
             raise ConfigError("trainer", str(error).strip().splitlines()[0], "see `mixer fit --help`") from None
+        # SLURM gives each task its own CPUs (--cpus-per-task); Lightning's launcher and torchrun share the machine's
+        shared = 1 if isinstance(getattr(trainer.strategy, "cluster_environment", None), SLURMEnvironment) else None
+        set_threads(config.get("threads"), shared or trainer.num_devices, print if rank_zero_only.rank == 0 else None)
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not FSDP's sharded IO, nor a user's own
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         return trainer
@@ -320,6 +330,7 @@ def run(argv: list[str]) -> None:
     """``mixer fit|validate|test|predict`` with `argv`. LightningCLI reads sys.argv, where Lightning's DDP launcher
     also finds the arguments to start the other processes with: they are put there."""
     saved, sys.argv = sys.argv, [sys.argv[0], *completed_arguments(argv)]
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")  # `--threads` ends with the command
     held: list = []
     try:
         with warnings.catch_warnings():  # the filters a run adds end with it
@@ -348,3 +359,8 @@ def run(argv: list[str]) -> None:
         for lock in held:
             lock.release()
         sys.argv = saved
+        torch.set_num_threads(threads)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp

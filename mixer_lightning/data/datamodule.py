@@ -12,7 +12,6 @@ the training device).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import fields
 from types import SimpleNamespace
@@ -58,6 +57,7 @@ from mixer_lightning.data.transforms import (
     train_transform,
 )
 from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.hardware import usable_cpus
 
 
 def plain(value: Any) -> Any:
@@ -210,7 +210,7 @@ class ImageDataModule(LightningDataModule):
         self.num_workers_given, self.prefetch_factor = a.num_workers, a.prefetch_factor
         self.persistent_workers = persistent_workers
         self.shuffle_window, self.shuffle_buffer = a.shuffle_window, a.shuffle_buffer
-        default_workers = 0 if self.source.in_memory else min(8, os.cpu_count() or 1)
+        default_workers = 0 if self.source.in_memory else min(8, usable_cpus())
         self.num_workers = a.num_workers if num_workers is not None else default_workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         # Augmentation of the training images, evaluation, and the input permutation of every image.

@@ -20,6 +20,7 @@ from mixer_lightning.data.pil_path import UNREADABLE, to_mode
 from mixer_lightning.data.sampling import worker_options
 from mixer_lightning.data.transforms import EvalCrop, InputPermutation, Interpolation, PermutationMode, eval_transform
 from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.hardware import usable_cpus
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # The facts a checkpoint carries about its data (the checkpoint's ``data`` entry), all plain values.
@@ -208,7 +209,7 @@ class PredictionData(LightningDataModule):
         require(names is None or len(names) == num_classes, "data.class_names", f"are not {num_classes} names")
         self.predict_root, self.dataset, self.class_names = predict_root, dataset, names
         self.batch_size = self.eval_batch_size = int(batch_size)
-        self.num_workers = min(8, os.cpu_count() or 1) if num_workers is None else num_workers
+        self.num_workers = min(8, usable_cpus()) if num_workers is None else num_workers
         self.facts = {
             "dataset": dataset,
             "num_classes": int(num_classes),

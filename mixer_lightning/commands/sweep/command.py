@@ -36,6 +36,7 @@ Examples:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from jsonargparse import ArgumentParser, Namespace
@@ -96,6 +97,9 @@ def run(args: Namespace) -> None:
 def add_point_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("directory", help="the sweep directory")
     parser.add_argument("name", help="the run's name (e.g. C48_S83_seed2: its config's file name)")
+    parser.add_argument(
+        "--parallel", type=PositiveInt, default=1, help="runs side by side with N-1 others: its share of the CPUs"
+    )
 
 
 def run_point_command(args: Namespace) -> None:
@@ -103,6 +107,10 @@ def run_point_command(args: Namespace) -> None:
     checkpoints/last.ckpt if killed, else fit it; then test. What run_all.sh and slurm_array.sh call."""
     runs = {entry["name"]: entry for entry in read_manifest(args.directory, "directory")["runs"]}
     require(args.name in runs, "name", f"{args.name!r} is not a run of {args.directory!r}", f"e.g. {next(iter(runs))}")
+    if args.parallel > 1:  # PARALLEL=N run_all.sh
+        from mixer_lightning.commands.sweep.parallel import threads_per_run
+
+        os.environ["OMP_NUM_THREADS"] = threads_per_run(args.parallel)
     run_point(runs[args.name])
 
 

@@ -140,27 +140,28 @@ def plan(args, directory: str, field: str) -> tuple[dict, dict[Path, str]]:
 
 def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
     """run_all.sh (every run in turn, or PARALLEL=N at a time, then the report) and slurm_array.sh (one array
-    task per run); both call `mixer sweep point`, so that a re-run continues where the last one stopped."""
+    task per run, requeued on its time limit); both call `mixer sweep point`, so that a re-run continues where
+    the last one stopped. Both run in the directory the sweep was emitted from (its paths are relative to it),
+    found from where the script lies (run_all.sh) or where sbatch was called (slurm_array.sh), not spelt."""
     names = " ".join(shlex.quote(r["name"]) for r in runs)
     sweep, logs = shlex.quote(str(root)), shlex.quote(str(root / LOGS))
+    back = shlex.quote(os.path.relpath(Path.cwd(), root.resolve()))
     # PARALLEL=N: each point's output to <sweep>/logs/NAME.log, one line per start and end here; a failed
     # point still fails the script (xargs passes its status on)
     point_to_log = (
         'log="$0/logs/$1.log"; echo "sweep: $1: started (log: $log)"; '
-        'if mixer sweep point "$0" "$1" >> "$log" 2>&1; then echo "sweep: $1: done (log: $log)"; '
+        'if mixer sweep point "$0" "$1" --parallel "$PARALLEL" >> "$log" 2>&1; then echo "sweep: $1: done (log: $log)"; '
         'else status=$?; echo "sweep: $1: failed (exit $status; log: $log)"; exit $status; fi'
     )
-    common = f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-{shlex.quote(os.getcwd())}}}"\nRUNS=({names})\n'
     shell = (
         "#!/usr/bin/env bash\n"
         "# Every run of this sweep: `mixer sweep point` skips a finished run, resumes a killed one from its own\n"
         "# last.ckpt, fits a new one, then tests it; run it again after a kill and it continues.\n"
         "# MIXER_ARGS='--config configs/trainer/gpu.yaml': extra flags for every fit and test.\n"
-        "# PARALLEL=N: N at a time (the CPUs split between them unless OMP_NUM_THREADS is set), output in logs/.\n"
-        + common
-        + "PARALLEL=${PARALLEL:-1}\n"
+        "# PARALLEL=N: N at a time (the usable CPUs split between them unless OMP_NUM_THREADS is set), output in logs/.\n"
+        f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-$(dirname "$0")/{back}}}"\nRUNS=({names})\n'
+        + "export PARALLEL=${PARALLEL:-1}\n"
         + 'if [ "$PARALLEL" -gt 1 ]; then\n'
-        + "  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( $(nproc) / PARALLEL > 0 ? $(nproc) / PARALLEL : 1 ))}\n"
         + f"  mkdir -p {logs}\n"
         + f'  printf \'%s\\n\' "${{RUNS[@]}}" | xargs -P "$PARALLEL" -I{{}} sh -c {shlex.quote(point_to_log)} {sweep} {{}}\n'
         + "else\n"
@@ -170,11 +171,25 @@ def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
     )
     slurm = (
         f"#!/usr/bin/env bash\n#SBATCH --job-name=mixer-sweep\n#SBATCH --array=0-{len(runs) - 1}\n"
-        "#SBATCH --gres=gpu:1\n#SBATCH --cpus-per-task=8\n#SBATCH --output=%x-%A_%a.out\n"
-        "# Submit: sbatch slurm_array.sh; then: mixer sweep report <this directory>. Submit it again after a\n"
-        "# pre-emption or a time-out: finished runs are skipped, killed ones resume from their last.ckpt.\n"
-        + common
-        + f'mixer sweep point {sweep} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"\n'
+        "#SBATCH --gres=gpu:1\n#SBATCH --cpus-per-task=8\n"
+        "#SBATCH --time=24:00:00\n"
+        "#SBATCH --signal=USR1@90\n"
+        "#SBATCH --requeue\n"
+        "#SBATCH --output=%x-%A_%a.out\n"
+        "# Submit from the directory the sweep was emitted in: sbatch "
+        + shlex.quote(str(root / "slurm_array.sh"))
+        + "\n# (or set MIXER_WORKDIR); then: mixer sweep report "
+        + sweep
+        + ".\n# 90 s before --time ends SLURM sends SIGUSR1: the run stops at a step it resumes from exactly, saves\n"
+        "# last.ckpt and requeues its task, which resumes it (configs/trainer/slurm.yaml, docs/usage.md). A finished\n"
+        "# run is skipped: submit the array again after a failure and only the unfinished runs train.\n"
+        "# MIXER_VENV: the environment with `mixer` (default .venv; or activate yours below).\n"
+        "# MIXER_ARGS: flags for every fit and test (default: the one-GPU and SLURM overlays).\n"
+        f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-$SLURM_SUBMIT_DIR}}"\n'
+        'if [ -f "${MIXER_VENV:-.venv}/bin/activate" ]; then source "${MIXER_VENV:-.venv}/bin/activate"; fi\n'
+        'export MIXER_ARGS="${MIXER_ARGS---config configs/trainer/gpu.yaml --config configs/trainer/slurm.yaml}"\n'
+        f"RUNS=({names})\n"
+        f'srun mixer sweep point {sweep} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"\n'
     )
     return {"run_all.sh": shell, "slurm_array.sh": slurm}
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from mixer_lightning.commands.sweep.emit import LOGS
 from mixer_lightning.commands.sweep.manifest import load_metrics
 from mixer_lightning.errors import Stopped
+from mixer_lightning.hardware import usable_cpus
 
 # A point starts as the `mixer` console script does: without the working directory on sys.path (`-c`
 # puts it first), so that a `datasets.py` or `yaml.py` lying there is not imported in place of the package.
@@ -20,10 +21,10 @@ CHILD = "import sys\nif sys.path and sys.path[0] in ('', '.'):\n    del sys.path
 
 
 def threads_per_run(parallel: int) -> str:
-    """OMP threads for each of `parallel` runs: the CPUs split between them, unless ``$OMP_NUM_THREADS`` is
-    set. On a 2-core CPU two one-thread runs side by side take what two two-thread runs in turn take
+    """OMP threads for each of `parallel` runs: the usable CPUs (`hardware.usable_cpus`: affinity, cgroup
+    and SLURM quota) split between them, unless ``$OMP_NUM_THREADS`` is set. On a 2-core CPU two one-thread runs side by side take what two two-thread runs in turn take
     (1.02×, benchmarks/sweep_lanes.sh), and a one-thread run does not stall when a core is taken."""
-    return os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // parallel))
+    return os.environ.get("OMP_NUM_THREADS") or str(max(1, usable_cpus() // parallel))
 
 
 def _last_line(path: Path) -> str:
