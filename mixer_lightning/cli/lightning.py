@@ -26,7 +26,14 @@ from lightning.pytorch.callbacks import LearningRateMonitor
 from lightning.pytorch.utilities import rank_zero_info
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
-from mixer_lightning.callbacks.checkpoints import BEST_NAME, AtomicCheckpointIO, BestCheckpoint, ResumeCheckpoint
+from mixer_lightning.callbacks.checkpoints import (
+    BEST_NAME,
+    RUN_KEY,
+    AtomicCheckpointIO,
+    BestCheckpoint,
+    ResumeCheckpoint,
+    RunFingerprint,
+)
 from mixer_lightning.callbacks.console import RunHeader, line_progress
 from mixer_lightning.callbacks.slurm import SlurmRequeue, job_id, mark_run, requeued_run
 from mixer_lightning.callbacks.throughput import SpeedMonitor
@@ -88,6 +95,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         config = self.config[self.config.subcommand]
         if self.config.subcommand == "fit" and config.get("ckpt_path") in (None, "last"):
             resume_requeued_run(config)
+        # Lightning parses the checkpoint's hyper-parameters over the model next, the optimiser's included: a
+        # resume would drop a changed --model.optimizer.lr unseen. The config's are kept to be compared.
+        self.given_optimiser = {key: config.model.get(key) for key in ("optimizer", "lr_scheduler")}
         if config.get("ckpt_path") == "last":
             logger = logger_args(config, "'last' needs a logger with a save_dir to find the run in")
             experiment = Path(logger.save_dir) / str(logger.get("name") or "")
@@ -96,7 +106,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             config.ckpt_path = str(runs.find_last_run(experiment, version))
         if config.get("ckpt_path"):
             # Missing, damaged or untrusted: one line before Lightning reads it; kept until the model exists.
-            self.checkpoint_weights = (config.ckpt_path, read_checkpoint(config.ckpt_path)["state_dict"])
+            checkpoint = read_checkpoint(config.ckpt_path)
+            self.checkpoint_weights = (config.ckpt_path, checkpoint["state_dict"])
+            self.resumed_run = checkpoint.get(RUN_KEY)  # what a resumed fit must give again (`RunFingerprint`)
 
     def check_checkpoint_fits(self) -> None:
         """A checkpoint of another model or data (10 classes tested on 3) is one line, not torch's size table."""
@@ -109,6 +121,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
 
     def before_instantiate_classes(self) -> None:
         command, config = self.config.subcommand, self.config[self.config.subcommand]
+        if command == "fit" and config.get("ckpt_path"):  # built as given; `RunFingerprint` compares them
+            for key, given in self.given_optimiser.items():
+                config.model[key] = given
         if config.get("weights_only") is None:
             config.weights_only = True  # a checkpoint is data: tensors and plain containers, never code
         ckpt = config.get("ckpt_path")
@@ -139,7 +154,15 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         if config.trainer.get("enable_progress_bar") is not False:
             ours += line_progress(config.progress)
         if command == "fit":
-            ours += [config.checkpoint, config.step_checkpoint, config.throughput, DataFacts(), SlurmRequeue()]
+            fingerprint = RunFingerprint(getattr(self, "resumed_run", None), config.get("ckpt_path"))
+            ours += [
+                fingerprint,
+                config.checkpoint,
+                config.step_checkpoint,
+                config.throughput,
+                DataFacts(),
+                SlurmRequeue(),
+            ]
             ours += [config.lr_monitor] if config.trainer.get("logger") not in (False, None, []) else []
         elif command == "predict":
             ours.append(config.prediction_writer)
