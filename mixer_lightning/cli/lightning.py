@@ -15,6 +15,7 @@ import difflib
 import inspect
 import sys
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,7 +36,14 @@ from mixer_lightning.callbacks.checkpoints import (
     RunFingerprint,
 )
 from mixer_lightning.callbacks.console import RunHeader, line_progress
-from mixer_lightning.callbacks.slurm import SlurmRequeue, job_id, mark_run, requeued_run
+from mixer_lightning.callbacks.slurm import (
+    SlurmRequeue,
+    command_key,
+    job_id,
+    mark_run,
+    requeue_on_signal,
+    requeued_run,
+)
 from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import runs
 from mixer_lightning.cli.defaults import EVALUATIONS, completed_arguments, pretrained_data_defaults
@@ -68,6 +76,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
 
     def __init__(self, *args: Any, held: list, **kwargs: Any) -> None:
         self.held, self.evaluated, self.record, self.limited = held, None, None, False
+        self.command_key = ""  # `slurm.command_key` of a fit's config as given (before a resume changes it)
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -93,8 +102,10 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         except argparse.ArgumentError as error:
             raise argument_error(error, self, (sys.argv[1:] if args is None else args)[:1]) from None
         config = self.config[self.config.subcommand]
-        if self.config.subcommand == "fit" and config.get("ckpt_path") in (None, "last"):
-            resume_requeued_run(config)
+        if self.config.subcommand == "fit":
+            self.command_key = command_key(config)
+            if config.get("ckpt_path") in (None, "last"):
+                resume_requeued_run(config, self.command_key)
         # Lightning parses the checkpoint's hyper-parameters over the model next, the optimiser's included: a
         # resume would drop a changed --model.optimizer.lr unseen. The config's are kept to be compared.
         self.given_optimiser = {key: config.model.get(key) for key in ("optimizer", "lr_scheduler")}
@@ -198,7 +209,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             self.held.append(runs.lock_run(run_dir))
             for folder in (run_dir, run_dir / "checkpoints"):
                 remove_orphans(folder)
-        mark_run(run_dir)  # under SLURM: the job id, by which a requeued job finds this run
+        mark_run(run_dir, self.command_key)  # under SLURM: by which the requeued job's same command finds this run
         if resuming:
             warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
 
@@ -278,10 +289,11 @@ def logger_args(config: Any, problem: str | None = None) -> Any:
     return None
 
 
-def resume_requeued_run(config: Any) -> None:
-    """A SLURM job requeued after a preemption resumes the run its first start made, from its last.ckpt."""
+def resume_requeued_run(config: Any, key: str) -> None:
+    """A SLURM job requeued after a preemption resumes the run this command (its config's digest `key`) made in
+    the job's first start, from its last.ckpt."""
     logger = logger_args(config)
-    run = requeued_run(Path(logger.save_dir) / str(logger.get("name") or "")) if logger is not None else None
+    run = requeued_run(Path(logger.save_dir) / str(logger.get("name") or ""), key) if logger is not None else None
     if run is not None and (run / "checkpoints" / "last.ckpt").is_file():
         logger.version, config.ckpt_path = run.name, str(run / "checkpoints" / "last.ckpt")
         rank_zero_info(f"SLURM job {job_id()} requeued: resuming {run}")
@@ -339,7 +351,8 @@ def run(argv: list[str]) -> None:
     saved, sys.argv = sys.argv, [sys.argv[0], *completed_arguments(argv)]
     held: list = []
     try:
-        with warnings.catch_warnings():  # the filters a run adds end with it
+        # Under SLURM, the requeue signal outside training (data being indexed, the fit's files written) too.
+        with warnings.catch_warnings(), requeue_on_signal() if argv[:1] == ["fit"] else nullcontext():
             quiet_libraries()
             MixerCLI(
                 ClassifierModule,
