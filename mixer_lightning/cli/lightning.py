@@ -150,6 +150,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             if logger is not None and Path(logger.save_dir) / str(logger.get("name") or "") == run.parent:
                 logger.version = run.name
                 self.save_config_kwargs["config_filename"] = runs.config_name(run, command)
+        elif command in EVALUATIONS and config.trainer.get("logger") in (False, None, []):
+            self.save_config_callback = None  # no run to record it in: not a config.yaml in the working directory
         self.evaluated = evaluated
         best = config.checkpoint  # top-k under one fixed name: each file would replace the one before
         if best.save_top_k not in (0, 1) and "{" not in (best.filename or "{") and best.filename != BEST_NAME:
