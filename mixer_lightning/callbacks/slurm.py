@@ -85,21 +85,23 @@ def requeue_on_signal(signum: int = signal.SIGUSR1) -> Iterator[None]:
     if job_id() is None or threading.current_thread() is not threading.main_thread():
         yield
         return
+    raised: list[Stopped] = []
 
-    raised: list[Stopped] = []  # in training, `SlurmRequeue` stops the run and requeues
-
-    def on_signal(received: int, frame: Any) -> None:
+    def on_signal(received: int, frame: Any) -> None:  # in training, `SlurmRequeue` stops the run and requeues
+        if raised:  # the same stop again (srun forwards the signal too)
+            return
         raised.append(Stopped(received, f"stopped by {signal.Signals(received).name} outside training"))
-        raise raised[-1]
+        raised[0].outside_training = True
+        raise raised[0]
 
     previous = signal.signal(signum, on_signal)
     try:
         yield
-    except Stopped as stop:
+    except BaseException:  # the stop, or what a library made of it (the entry point finds it in the chain)
         from lightning.pytorch.utilities import rank_zero_only
 
-        if stop in raised and rank_zero_only.rank == 0:
-            stop.args = (f"{stop}; {requeue(job_id())}",)
+        if raised and rank_zero_only.rank == 0:
+            raised[0].args = (f"{raised[0]}; {requeue(job_id())}",)
         raise
     finally:
         signal.signal(signum, previous)
@@ -151,7 +153,8 @@ class SlurmRequeue(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self.restore()
-        if isinstance(exception, Stopped) and exception.signum == self.signum and trainer.is_global_zero:
+        ours = isinstance(exception, Stopped) and not getattr(exception, "outside_training", False)
+        if ours and exception.signum == self.signum and trainer.is_global_zero:
             stopped = str(exception).replace("; continue with the same command and --ckpt_path last", "")
             exception.args = (f"{stopped}; {requeue(job_id())}",)
 
