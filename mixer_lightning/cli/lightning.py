@@ -77,6 +77,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     def __init__(self, *args: Any, held: list, **kwargs: Any) -> None:
         self.held, self.evaluated, self.record, self.limited = held, None, None, False
         self.command_key = ""  # `slurm.command_key` of a fit's config as given (before a resume changes it)
+        self.given_optimiser: dict = {}  # the config's optimiser and schedule, before the checkpoint's replace them
+        self.resumed_run = None  # the fingerprint of the checkpoint a fit resumes (`RunFingerprint`)
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -119,7 +121,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             # Missing, damaged or untrusted: one line before Lightning reads it; kept until the model exists.
             checkpoint = read_checkpoint(config.ckpt_path)
             self.checkpoint_weights = (config.ckpt_path, checkpoint["state_dict"])
-            self.resumed_run = checkpoint.get(RUN_KEY)  # what a resumed fit must give again (`RunFingerprint`)
+            self.resumed_run = checkpoint.get(RUN_KEY)
 
     def check_checkpoint_fits(self) -> None:
         """A checkpoint of another model or data (10 classes tested on 3) is one line, not torch's size table."""
@@ -167,7 +169,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         if config.trainer.get("enable_progress_bar") is not False:
             ours += line_progress(config.progress)
         if command == "fit":
-            fingerprint = RunFingerprint(getattr(self, "resumed_run", None), config.get("ckpt_path"))
+            fingerprint = RunFingerprint(self.resumed_run, config.get("ckpt_path"))
             ours += [
                 fingerprint,
                 config.checkpoint,
