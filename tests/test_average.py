@@ -127,3 +127,15 @@ def test_checkpoints_of_other_models_are_refused_in_one_line(
     assert error_field(capsys, ["average", "--ckpt_path", a, "--out", "avg.ckpt"]) == "ckpt_path"
     assert error_field(capsys, ["average", "--ckpt_path", a, a, "--out", "avg.ckpt"]) == "ckpt_path"
     assert not Path("avg.ckpt").exists()
+
+
+def test_the_last_epoch_given_twice_as_its_top_k_file_and_last_ckpt_is_refused(
+    top_k, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """last.ckpt and the top-k file of the last epoch differ in their bytes (loop and callback state), not in
+    their weights: averaging both would weigh that epoch twice."""
+    run, files = top_k
+    last = str(run / "checkpoints" / "last.ckpt")
+    assert Path(last).read_bytes() != Path(files[-1]).read_bytes()
+    assert error_field(capsys, ["average", "--ckpt_path", *files, last, "--out", "avg.ckpt"]) == "ckpt_path"
+    assert not Path("avg.ckpt").exists()

@@ -7,16 +7,23 @@ Lightning's own requeue handler saves an ``hpc_ckpt_N.ckpt`` from inside the sig
 of whatever step runs, and its requeued job starts a new run directory. Here the settings of Lightning's
 ``SLURMEnvironment`` are kept (``auto_requeue``, ``requeue_signal``) and its handler replaced: `SlurmRequeue`
 passes the signal to `ResumeCheckpoint.request_stop`, and once the run has stopped global rank 0 runs
-``scontrol requeue``. Every ``mixer fit`` under SLURM writes its job id into its run directory
-(`mark_run`); a requeued start of the same job finds that run (`requeued_run`) and resumes its last.ckpt.
+``scontrol requeue``. Outside training (its data being indexed, its files written after the fit) the signal
+stops ``mixer fit`` at once and requeues the job the same way (`requeue_on_signal`): nothing trained is lost.
+Every ``mixer fit`` under SLURM writes its job id and a digest of its config into its run directory
+(`mark_run`); a requeued start of the same command finds that run (`requeued_run`) and resumes its last.ckpt,
+also in a job script that runs several fits (a seed or lr loop).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +33,7 @@ from lightning.pytorch.callbacks import Callback
 
 from mixer_lightning import seam
 from mixer_lightning.callbacks.checkpoints import ResumeCheckpoint
-from mixer_lightning.errors import Stopped
+from mixer_lightning.errors import ConfigError, Stopped
 from mixer_lightning.safety.atomic import write_text
 
 MARKER = "slurm_job"
@@ -40,23 +47,64 @@ def job_id() -> str | None:
 
 def restart_count() -> int:
     """How many times SLURM has requeued this job (``SLURM_RESTART_COUNT``; 0 at the first start)."""
-    return int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    count = os.environ.get("SLURM_RESTART_COUNT") or "0"
+    if not count.strip().isdigit():  # no way to tell a requeued start from a first one
+        raise ConfigError("SLURM_RESTART_COUNT", f"{count!r} is not a number", "unset it, or set SLURM's own count")
+    return int(count)
 
 
-def mark_run(run_dir: Path) -> None:
-    """Record this job's id in its run directory (nothing outside SLURM)."""
+def command_key(config: Any) -> str:
+    """A digest of a command's parsed config, which tells the fits of one job script apart (a seed or lr loop)."""
+    text = json.dumps(config.as_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def mark_run(run_dir: Path, key: str) -> None:
+    """Record this job's id and the digest of the command's config (`command_key`) in its run directory
+    (nothing outside SLURM)."""
     job = job_id()
     if job is not None:
-        write_text(Path(run_dir) / MARKER, job + "\n", field="trainer.logger")
+        write_text(Path(run_dir) / MARKER, f"{job}\n{key}\n", field="trainer.logger")
 
 
-def requeued_run(experiment_dir: Path) -> Path | None:
-    """The run directory of this job under `experiment_dir` when the job was requeued, else None."""
+def requeued_run(experiment_dir: Path, key: str) -> Path | None:
+    """The run directory under `experiment_dir` that this command (its config's digest `key`) made in this job,
+    when the job was requeued, else None."""
     job = job_id()
     if job is None or restart_count() < 1 or not experiment_dir.is_dir():
         return None
-    runs = [p.parent for p in experiment_dir.glob(f"*/{MARKER}") if p.read_text().strip() == job]
+    runs = [p.parent for p in experiment_dir.glob(f"*/{MARKER}") if p.read_text().split() == [job, key]]
     return max(runs, key=lambda p: p.stat().st_mtime_ns) if runs else None
+
+
+@contextmanager
+def requeue_on_signal(signum: int = signal.SIGUSR1) -> Iterator[None]:
+    """Under SLURM, for a whole ``mixer fit``: SLURM's requeue signal outside training (`SlurmRequeue` takes it
+    inside) stops the command at once, with nothing trained lost, and requeues the job; without this the signal's
+    default action ended the job unrequeued while its data were indexed or after its fit."""
+    if job_id() is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    raised: list[Stopped] = []
+
+    def on_signal(received: int, frame: Any) -> None:  # in training, `SlurmRequeue` stops the run and requeues
+        if raised:  # the same stop again (srun forwards the signal too)
+            return
+        raised.append(Stopped(received, f"stopped by {signal.Signals(received).name} outside training"))
+        raised[0].outside_training = True
+        raise raised[0]
+
+    previous = signal.signal(signum, on_signal)
+    try:
+        yield
+    except BaseException:  # the stop, or what a library made of it (the entry point finds it in the chain)
+        from lightning.pytorch.utilities import rank_zero_only
+
+        if raised and rank_zero_only.rank == 0:
+            raised[0].args = (f"{raised[0]}; {requeue(job_id())}",)
+        raise
+    finally:
+        signal.signal(signum, previous)
 
 
 def requeue(job: str) -> str:
@@ -105,9 +153,15 @@ class SlurmRequeue(Callback):
 
     def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         self.restore()
-        if isinstance(exception, Stopped) and exception.signum == self.signum and trainer.is_global_zero:
+        ours = isinstance(exception, Stopped) and not getattr(exception, "outside_training", False)
+        if ours and exception.signum == self.signum and trainer.is_global_zero:
             stopped = str(exception).replace("; continue with the same command and --ckpt_path last", "")
             exception.args = (f"{stopped}; {requeue(job_id())}",)
+
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.restore()  # `requeue_on_signal`'s again
+        if self.signum is not None and self.resume is not None and self.resume.stop_signal == self.signum:
+            self.resume.stop(trainer, "after training")  # a signal after the last resumable point: requeue now
 
     def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self.restore()

@@ -16,6 +16,7 @@ import inspect
 import os
 import sys
 import warnings
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,9 +30,23 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
-from mixer_lightning.callbacks.checkpoints import BEST_NAME, AtomicCheckpointIO, BestCheckpoint, ResumeCheckpoint
+from mixer_lightning.callbacks.checkpoints import (
+    BEST_NAME,
+    RUN_KEY,
+    AtomicCheckpointIO,
+    BestCheckpoint,
+    ResumeCheckpoint,
+    RunFingerprint,
+)
 from mixer_lightning.callbacks.console import RunHeader, line_progress
-from mixer_lightning.callbacks.slurm import SlurmRequeue, job_id, mark_run, requeued_run
+from mixer_lightning.callbacks.slurm import (
+    SlurmRequeue,
+    command_key,
+    job_id,
+    mark_run,
+    requeue_on_signal,
+    requeued_run,
+)
 from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import runs
 from mixer_lightning.cli.defaults import EVALUATIONS, completed_arguments, pretrained_data_defaults
@@ -65,6 +80,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
 
     def __init__(self, *args: Any, held: list, **kwargs: Any) -> None:
         self.held, self.evaluated, self.record, self.limited = held, None, None, False
+        self.command_key = ""  # `slurm.command_key` of a fit's config as given (before a resume changes it)
+        self.given_optimiser: dict = {}  # the config's optimiser and schedule, before the checkpoint's replace them
+        self.resumed_run = None  # the fingerprint of the checkpoint a fit resumes (`RunFingerprint`)
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -93,8 +111,13 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         except argparse.ArgumentError as error:
             raise argument_error(error, self, (sys.argv[1:] if args is None else args)[:1]) from None
         config = self.config[self.config.subcommand]
-        if self.config.subcommand == "fit" and config.get("ckpt_path") in (None, "last"):
-            resume_requeued_run(config)
+        if self.config.subcommand == "fit":
+            self.command_key = command_key(config)
+            if config.get("ckpt_path") in (None, "last"):
+                resume_requeued_run(config, self.command_key)
+        # Lightning parses the checkpoint's hyper-parameters over the model next, the optimiser's included: a
+        # resume would drop a changed --model.optimizer.lr unseen. The config's are kept to be compared.
+        self.given_optimiser = {key: config.model.get(key) for key in ("optimizer", "lr_scheduler")}
         if config.get("ckpt_path") == "last":
             logger = logger_args(config, "'last' needs a logger with a save_dir to find the run in")
             experiment = Path(logger.save_dir) / str(logger.get("name") or "")
@@ -103,7 +126,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             config.ckpt_path = str(runs.find_last_run(experiment, version))
         if config.get("ckpt_path"):
             # Missing, damaged or untrusted: one line before Lightning reads it; kept until the model exists.
-            self.checkpoint_weights = (config.ckpt_path, read_checkpoint(config.ckpt_path)["state_dict"])
+            checkpoint = read_checkpoint(config.ckpt_path)
+            self.checkpoint_weights = (config.ckpt_path, checkpoint["state_dict"])
+            self.resumed_run = checkpoint.get(RUN_KEY)
 
     def check_checkpoint_fits(self) -> None:
         """A checkpoint of another model or data (10 classes tested on 3) is one line, not torch's size table."""
@@ -116,6 +141,9 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
 
     def before_instantiate_classes(self) -> None:
         command, config = self.config.subcommand, self.config[self.config.subcommand]
+        if command == "fit" and config.get("ckpt_path"):  # built as given; `RunFingerprint` compares them
+            for key, given in self.given_optimiser.items():
+                config.model[key] = given
         if config.get("weights_only") is None:
             config.weights_only = True  # a checkpoint is data: tensors and plain containers, never code
         ckpt = config.get("ckpt_path")
@@ -137,6 +165,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             if logger is not None and Path(logger.save_dir) / str(logger.get("name") or "") == run.parent:
                 logger.version = run.name
                 self.save_config_kwargs["config_filename"] = runs.config_name(run, command)
+        elif command in EVALUATIONS and config.trainer.get("logger") in (False, None, []):
+            self.save_config_callback = None  # no run to record it in: not a config.yaml in the working directory
         self.evaluated = evaluated
         best = config.checkpoint  # top-k under one fixed name: each file would replace the one before
         if best.save_top_k not in (0, 1) and "{" not in (best.filename or "{") and best.filename != BEST_NAME:
@@ -152,7 +182,15 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         if config.trainer.get("enable_progress_bar") is not False:
             ours += line_progress(config.progress)
         if command == "fit":
-            ours += [config.checkpoint, config.step_checkpoint, config.throughput, DataFacts(), SlurmRequeue()]
+            fingerprint = RunFingerprint(self.resumed_run, config.get("ckpt_path"))
+            ours += [
+                fingerprint,
+                config.checkpoint,
+                config.step_checkpoint,
+                config.throughput,
+                DataFacts(),
+                SlurmRequeue(),
+            ]
             ours += [config.lr_monitor] if config.trainer.get("logger") not in (False, None, []) else []
         elif command == "predict":
             ours.append(config.prediction_writer)
@@ -191,7 +229,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             self.held.append(runs.lock_run(run_dir))
             for folder in (run_dir, run_dir / "checkpoints"):
                 remove_orphans(folder)
-        mark_run(run_dir)  # under SLURM: the job id, by which a requeued job finds this run
+        mark_run(run_dir, self.command_key)  # under SLURM: by which the requeued job's same command finds this run
         if resuming:
             warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
 
@@ -271,10 +309,11 @@ def logger_args(config: Any, problem: str | None = None) -> Any:
     return None
 
 
-def resume_requeued_run(config: Any) -> None:
-    """A SLURM job requeued after a preemption resumes the run its first start made, from its last.ckpt."""
+def resume_requeued_run(config: Any, key: str) -> None:
+    """A SLURM job requeued after a preemption resumes the run this command (its config's digest `key`) made in
+    the job's first start, from its last.ckpt."""
     logger = logger_args(config)
-    run = requeued_run(Path(logger.save_dir) / str(logger.get("name") or "")) if logger is not None else None
+    run = requeued_run(Path(logger.save_dir) / str(logger.get("name") or ""), key) if logger is not None else None
     if run is not None and (run / "checkpoints" / "last.ckpt").is_file():
         logger.version, config.ckpt_path = run.name, str(run / "checkpoints" / "last.ckpt")
         rank_zero_info(f"SLURM job {job_id()} requeued: resuming {run}")
@@ -333,7 +372,8 @@ def run(argv: list[str]) -> None:
     threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")  # `--threads` ends with the command
     held: list = []
     try:
-        with warnings.catch_warnings():  # the filters a run adds end with it
+        # Under SLURM, the requeue signal outside training (data being indexed, the fit's files written) too.
+        with warnings.catch_warnings(), requeue_on_signal() if argv[:1] == ["fit"] else nullcontext():
             quiet_libraries()
             MixerCLI(
                 ClassifierModule,

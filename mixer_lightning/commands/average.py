@@ -75,6 +75,14 @@ def check_same_model(first: tuple[str, dict], other: tuple[str, dict]) -> None:
             raise ConfigError("--ckpt_path", problem, "average checkpoints of one run")
 
 
+def same_tensors(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether checkpoints `a` and `b` hold the same network tensors, bit for bit."""
+    import torch
+
+    (_, state_a), (_, state_b) = network(a), network(b)
+    return state_a.keys() == state_b.keys() and all(torch.equal(state_a[k], state_b[k]) for k in state_a)
+
+
 def average_state(states: list[dict[str, Any]]) -> dict[str, Any]:
     """The mean of every floating tensor over `states` (summed in float64, clamped to the dtype's range
     as timm does, cast back); every other tensor from the first (`check_same_model` found them equal)."""
@@ -106,13 +114,17 @@ def run(args: Namespace) -> None:
     checkpoints, records = [], []
     for path in paths:
         checkpoint = read_checkpoint(path, "--ckpt_path")  # trusted names only, finite weights
-        digest = sha256_file(path)
-        twice = [r["path"] for r in records if r["sha256"] == digest]
-        require(not twice, "--ckpt_path", f"the same checkpoint twice ({twice[0] if twice else ''}, {path})")
+        # The same weights twice would weigh them double: last.ckpt and the top-k file of the last epoch differ
+        # in bytes (loop and callback state), not in the network's tensors.
+        twice = [r["path"] for r, c in zip(records, checkpoints, strict=True) if same_tensors(c, checkpoint)]
+        fix = "give each checkpoint once (last.ckpt holds the last epoch's weights: leave it or that epoch's file out)"
+        require(not twice, "--ckpt_path", f"{path} holds the same weights as {twice[0] if twice else ''}", fix)
         if checkpoints:
             check_same_model((paths[0], checkpoints[0]), (path, checkpoint))
         checkpoints.append(checkpoint)
-        records.append({"path": path, "sha256": digest} | {k: checkpoint.get(k) for k in ("epoch", "global_step")})
+        records.append(
+            {"path": path, "sha256": sha256_file(path)} | {k: checkpoint.get(k) for k in ("epoch", "global_step")}
+        )
     state = average_state([network(checkpoint)[1] for checkpoint in checkpoints])
     facts = [checkpoint.get("data") for checkpoint in checkpoints]
     same_facts = facts[0] if facts[0] and all(fact == facts[0] for fact in facts) else None

@@ -60,6 +60,10 @@ def _read(path: str | Path, field: str) -> WeightsFile:
     hparams, fmt, data = {}, "mixer", None
     if isinstance(raw.get("state_dict"), Mapping):
         if "pytorch-lightning_version" in raw:
+            from mixer_lightning.tasks.loading import schema_problem  # the one schema of checkpoints
+
+            problem = schema_problem(dict(raw))
+            require(problem is None, field, f"{str(path)!r} is damaged: {problem}", "give a `mixer fit` checkpoint")
             fmt, hparams, data = "lightning", dict(raw.get("hyper_parameters") or {}), raw.get("data")
         raw = raw["state_dict"]
     elif isinstance(raw.get("model"), Mapping):  # {"model": state_dict}, as DeiT/ResMLP files
