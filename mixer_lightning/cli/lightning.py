@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Literal
 
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule
@@ -77,6 +77,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         parser.add_argument("--progress.mode", type=Literal["auto", "bar", "lines"], default="auto",
                             help="auto: the progress bar in a terminal, plain lines when stdout is a file or pipe")  # fmt: skip
         parser.add_argument("--progress.every_n_steps", type=PositiveInt, default=50, help="lines: one every N steps")
+        parser.add_argument("--progress.every_n_seconds", type=PositiveFloat, default=60.0,
+                            help="lines: one as soon as this long has passed since the last (a slow epoch)")  # fmt: skip
         for name in LINKED_FROM_DATA:
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
@@ -191,11 +193,19 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             )
             if len(best.best_k_models) > 1:
                 summary["best_k"] = {path: float(score) for path, score in best.best_k_models.items()}
+        # The checkpoint whose test is the run's figure: last.ckpt where best.ckpt was chosen on the test images.
+        on_test = getattr(trainer.datamodule, "validates_on_test", None)
+        last = next((c.last_model_path for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), "")
+        tested = last if on_test else summary.get("best_checkpoint")
+        summary.update({"test_checkpoint": tested} if tested else {}, validated_on="test" if on_test else "val")
         log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
         if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
             runs.write_json(Path(log_dir) / "fit_summary.json", summary)
             if best is not None and best.best_model_path:
                 print(f"Best checkpoint ({best.monitor} = {summary['best_score']:.4f}): {best.best_model_path}")
+            if tested:
+                why = " (best.ckpt was chosen on the test split)" if on_test else ""
+                print(f"Test it: mixer test --ckpt_path {tested}{why}", flush=True)
 
     def _evaluation(self, command: str) -> None:
         """Choose the results file: in the evaluated run, this checkpoint's (`runs.results_name`)."""
