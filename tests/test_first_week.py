@@ -80,9 +80,9 @@ def test_a_run_validated_on_the_test_split_says_so_and_names_last_ckpt(tmp_path:
     assert any(line.startswith("val    ") for line in out.splitlines())
     (run,) = run_dirs("digits_mixer")
     summary = read_json(run / "fit_summary.json")
-    assert summary["validated_on"] == "test" and Path(summary["test_checkpoint"]).name == "last.ckpt"
-    assert f"mixer test --ckpt_path {summary['test_checkpoint']}" in out
-    main(["test", "--ckpt_path", summary["test_checkpoint"]])
+    assert summary["validated_on"] == "test" and summary["test_checkpoint"] == "checkpoints/last.ckpt"
+    assert f"mixer test --ckpt_path {run / 'checkpoints' / 'last.ckpt'}" in out
+    main(["test", "--ckpt_path", str(run / summary["test_checkpoint"])])
     assert read_json(run / "test_metrics.json")["checkpoint"]["path"] == "checkpoints/last.ckpt"
 
 
@@ -91,7 +91,7 @@ def test_a_run_with_a_held_out_validation_split_tests_best_ckpt(tmp_path: Path, 
     out = capsys.readouterr().out
     assert not any(line.startswith("val    ") for line in out.splitlines())
     summary = read_json(run_dirs("digits_mixer")[0] / "fit_summary.json")
-    assert summary["validated_on"] == "val" and Path(summary["test_checkpoint"]).name == "best.ckpt"
+    assert summary["validated_on"] == "val" and summary["test_checkpoint"] == "checkpoints/best.ckpt"
 
 
 def test_plain_progress_lines_come_by_time_in_a_slow_epoch(tmp_path: Path, capsys) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
+import os
 import sys
 import warnings
 from pathlib import Path
@@ -197,9 +198,11 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         on_test = getattr(trainer.datamodule, "validates_on_test", None)
         last = next((c.last_model_path for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), "")
         tested = last if on_test else summary.get("best_checkpoint")
-        summary.update({"test_checkpoint": tested} if tested else {}, validated_on="test" if on_test else "val")
         log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
         if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
+            # In the run, as test_metrics.json names its checkpoint (`runs.checkpoint_record`).
+            summary.update({"test_checkpoint": os.path.relpath(tested, log_dir)} if tested else {})
+            summary["validated_on"] = "test" if on_test else "val"
             runs.write_json(Path(log_dir) / "fit_summary.json", summary)
             if best is not None and best.best_model_path:
                 print(f"Best checkpoint ({best.monitor} = {summary['best_score']:.4f}): {best.best_model_path}")
