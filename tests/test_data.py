@@ -101,7 +101,7 @@ FORMATS = {  # dataset: (num_classes, image_size, in_chans, train, val, test) of
     "stl10": (10, 96, 3, 27, 3, 20),
     "mnist": (10, 28, 1, 54, 6, 20),
     "imagenet": (3, 224, 3, 12, 12, 12),
-    "folder": (3, 224, 3, 12, 12, 12),
+    "folder": (3, 48, 3, 12, 12, 12),  # its images' side (48 × 40: given, as they are not square)
     "hf": (10, 32, 3, 36, 4, 20),
 }
 
@@ -110,8 +110,9 @@ FORMATS = {  # dataset: (num_classes, image_size, in_chans, train, val, test) of
 def test_every_dataset_reads_its_on_disk_format(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     patch_torchvision_checks(monkeypatch)
     root = WRITERS[name](tmp_path / name)
-    data = ImageDataModule(name, root=str(root), download=False, batch_size=4, num_workers=0)
     classes, size, chans, *lengths = FORMATS[name]
+    given = {"image_size": size} if name == "folder" else {}
+    data = ImageDataModule(name, root=str(root), download=False, batch_size=4, num_workers=0, **given)
     assert (data.num_classes, data.image_size, data.in_chans) == (classes, size, chans)
     data.setup()
     assert [len(data.train_set), len(data.val_set), len(data.test_set)] == lengths

@@ -1,10 +1,11 @@
 """What ``mixer fit|validate|test|predict`` prints, in a terminal and in a batch log (SLURM, ``nohup``) alike.
 
 - `RunHeader`: the first lines say what runs: the model and its widths (S, C, m, Ω, p: Hayase & Karakida
-  Sec. 4.1), the data and its sizes, the hardware, the run directory; an evaluation also counts the images
-  it evaluated (``evaluated``: what the results file records).
-- `LineProgress`: when stdout is not a terminal, a plain line every N optimiser steps (epoch, step/total,
-  loss, accuracy, learning rate, images/s, ETA) and one per validation, instead of a progress bar.
+  Sec. 4.1), the data, its sizes and crops, whether validation is on the test split, the hardware, the run
+  directory; an evaluation also counts the images it evaluated (``evaluated``: what the results file records).
+- `LineProgress`: when stdout is not a terminal, a plain line every N optimiser steps, or sooner when a
+  minute has passed since the last (a slow first epoch says how it goes: epoch, step/total, loss, accuracy,
+  learning rate, images/s, ETA), and one per validation, instead of a progress bar.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def describe_model(module: LightningModule) -> str:
 
 
 def describe_data(datamodule: Any, stage: str) -> str | None:
-    """``cifar10 (10 classes, 32×32×3): 50,000 train, 10,000 val images, batch 128``."""
+    """``cifar10 (10 classes, 32×32×3): 50,000 train, 10,000 val images, batch 128; crops: train random_crop,
+    eval resize``."""
     if datamodule is None:
         return None
     facts = [f"{datamodule.num_classes} classes"] if getattr(datamodule, "num_classes", None) else []
@@ -44,7 +46,11 @@ def describe_data(datamodule: Any, stage: str) -> str | None:
         f" ({', '.join(facts)})" * bool(facts)
     )
     text += f": {', '.join(sizes)} images" if sizes else ""
-    return text + (f", batch {datamodule.batch_size}" if getattr(datamodule, "batch_size", None) else "")
+    text += f", batch {datamodule.batch_size}" if getattr(datamodule, "batch_size", None) else ""
+    augmentation, eval_crop = getattr(datamodule, "augmentation", None), getattr(datamodule, "eval_crop", None)
+    crops = [f"train {augmentation.train_crop}"] if augmentation is not None and stage == "fit" else []
+    crops += [f"eval {eval_crop}"] if eval_crop else []
+    return text + (f"; crops: {', '.join(crops)}" if crops else "")
 
 
 class RunHeader(Callback):
@@ -67,6 +73,9 @@ class RunHeader(Callback):
             lines.append(f"ckpt   {self.ckpt_path}")
         data = describe_data(trainer.datamodule, stage)
         lines += [f"data   {data}"] if data else []
+        on_test = getattr(trainer.datamodule, "validates_on_test", None) if stage == "fit" else None
+        if on_test:  # a best.ckpt chosen on the test images reports a figure selected on them
+            lines.append(f"val    the test split ({on_test}): best.ckpt is chosen on test images; test last.ckpt")
         devices = trainer.num_devices * trainer.num_nodes
         kind = type(trainer.accelerator).__name__.removesuffix("Accelerator").lower()
         seed = f", seed {os.environ.get('PL_GLOBAL_SEED', 'none')}" if stage == "fit" else ""
@@ -120,7 +129,8 @@ def line_progress(settings: Any) -> list[Callback]:
     otherwise Lightning's progress bar (nothing to add)."""
     mode = settings.get("mode") if settings is not None else "auto"
     lines = mode == "lines" or (mode == "auto" and not sys.stdout.isatty())
-    return [LineProgress(settings.get("every_n_steps") or 50)] if lines else []
+    every = (settings.get("every_n_steps") or 50, settings.get("every_n_seconds") or 60.0) if settings else (50, 60.0)
+    return [LineProgress(*every)] if lines else []
 
 
 def _duration(seconds: float) -> str:
@@ -131,15 +141,19 @@ def _duration(seconds: float) -> str:
 
 
 class LineProgress(ProgressBar):
-    """A plain line every `every_n_steps` optimiser steps and one per validation; nothing is overwritten.
+    """A plain line every `every_n_steps` optimiser steps, or at the first step `every_n_seconds` after the last
+    line, and one per validation; nothing is overwritten.
 
     ``epoch 3/30  step 60/600  loss 1.234  acc 0.612  lr 2.95e-03  812 img/s  ETA 0:41``: the mean training loss
     since the last line, the epoch's running training accuracy, images/s over all processes since the last line.
+    A line due to time alone is the first process's (the others may not be there yet): it shows no accuracy
+    under several processes, whose sum over them would wait for all.
     """
 
-    def __init__(self, every_n_steps: int = 50):
+    def __init__(self, every_n_steps: int = 50, every_n_seconds: float = 60.0):
         super().__init__()
-        self.every_n_steps, self.enabled, self.last_step = every_n_steps, True, -1
+        self.every_n_steps, self.every_n_seconds = every_n_steps, every_n_seconds
+        self.enabled, self.last_step = True, -1
         self.start: float | None = None
         self.start_step, self.total = 0, math.inf
         self._reset()
@@ -172,7 +186,8 @@ class LineProgress(ProgressBar):
         if trainer.max_epochs and trainer.max_epochs > 0 and math.isfinite(self.total_train_batches):
             plan += f" ({trainer.max_epochs} epochs × {int(self.total_train_batches)} batches)"
         resumed = f", resumed at step {trainer.global_step}" if trainer.global_step else ""
-        self._say(f"train  {plan}{resumed}; a line every {self.every_n_steps} steps")
+        every = f"a line every {self.every_n_steps} steps or {self.every_n_seconds:g} s"
+        self._say(f"train  {plan}{resumed}; {every}")
 
     def on_train_batch_end(
         self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -183,11 +198,16 @@ class LineProgress(ProgressBar):
         if loss is not None and hasattr(loss, "detach"):
             self.loss_sum, self.losses = loss.detach().float() + self.loss_sum, self.losses + 1  # read once a line
         step = trainer.global_step
-        if step != self.last_step and step > 0 and (step % self.every_n_steps == 0 or step >= self.total):
+        if step == self.last_step or step == 0:
+            return
+        if step % self.every_n_steps == 0 or step >= self.total:
             self.last_step = step
-            self._report(trainer, pl_module, step)
+            self._report(trainer, pl_module, step, every_process=True)
+        elif trainer.is_global_zero and time.perf_counter() - self.window_start >= self.every_n_seconds:
+            self.last_step = step
+            self._report(trainer, pl_module, step, every_process=trainer.world_size == 1)
 
-    def _report(self, trainer: Trainer, pl_module: LightningModule, step: int) -> None:
+    def _report(self, trainer: Trainer, pl_module: LightningModule, step: int, every_process: bool) -> None:
         now = time.perf_counter()
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         parts = [f"epoch {trainer.current_epoch + 1}{epochs}"]
@@ -195,7 +215,7 @@ class LineProgress(ProgressBar):
         if self.losses:
             parts.append(f"loss {float(self.loss_sum) / self.losses:.4f}")
         metrics = getattr(pl_module, "train_metrics", None)
-        if metrics is not None:
+        if metrics is not None and every_process:  # torchmetrics sums its state over the processes
             with warnings.catch_warnings():  # right after a validation nothing is accumulated yet
                 warnings.simplefilter("ignore")
                 accuracy = next((v for k, v in metrics.compute().items() if k.endswith("acc1")), None)

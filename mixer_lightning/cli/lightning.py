@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from jsonargparse.typing import PositiveInt
+from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule
@@ -102,6 +102,8 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         parser.add_argument("--threads", type=PositiveInt | None, default=None,
                             help="torch's CPU threads per process (default: $OMP_NUM_THREADS if set, else the usable "
                             "CPUs shared among this machine's processes, less the cores other work keeps busy)")  # fmt: skip
+        parser.add_argument("--progress.every_n_seconds", type=PositiveFloat, default=60.0,
+                            help="lines: one as soon as this long has passed since the last (a slow epoch)")  # fmt: skip
         for name in LINKED_FROM_DATA:
             parser.link_arguments(f"data.{name}", f"model.{name}", apply_on="instantiate")
 
@@ -245,11 +247,21 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
             )
             if len(best.best_k_models) > 1:
                 summary["best_k"] = {path: float(score) for path, score in best.best_k_models.items()}
+        # The checkpoint whose test is the run's figure: last.ckpt where best.ckpt was chosen on the test images.
+        on_test = getattr(trainer.datamodule, "validates_on_test", None)
+        last = next((c.last_model_path for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), "")
+        tested = last if on_test else summary.get("best_checkpoint")
         log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
         if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
+            # In the run, as test_metrics.json names its checkpoint (`runs.checkpoint_record`).
+            summary.update({"test_checkpoint": os.path.relpath(tested, log_dir)} if tested else {})
+            summary["validated_on"] = "test" if on_test else "val"
             runs.write_json(Path(log_dir) / "fit_summary.json", summary)
             if best is not None and best.best_model_path:
                 print(f"Best checkpoint ({best.monitor} = {summary['best_score']:.4f}): {best.best_model_path}")
+            if tested:
+                why = " (best.ckpt was chosen on the test split)" if on_test else ""
+                print(f"Test it: mixer test --ckpt_path {tested}{why}", flush=True)
 
     def _evaluation(self, command: str) -> None:
         """Choose the results file: in the evaluated run, this checkpoint's (`runs.results_name`)."""

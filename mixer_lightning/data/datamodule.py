@@ -89,7 +89,8 @@ class ImageDataModule(LightningDataModule):
             dataset has no validation split; 0: validate on the test split (what the papers report).
         split_seed: seed of that split and of ``train_subset`` (apart from the training seed).
         train_subset: keep a fraction (<= 1) or a number (> 1) of the training images: quick runs.
-        image_size: side of the square images given to the model (default: the dataset's).
+        image_size: side of the square images given to the model (default: the dataset's; folder, wds and hf:
+            the first training image's).
         mean: normalisation mean (default: the dataset's; ImageNet's for imagenet/folder/hf).
         std: normalisation standard deviation (default: the dataset's).
         input_permutation: ``patch_pixel`` or ``global`` pixel shuffle (Mixer Sec. 3.4), or ``none``.
@@ -113,7 +114,8 @@ class ImageDataModule(LightningDataModule):
         shuffle_buffer: streamed ``hf``: examples in Hugging Face's shuffle buffer.
         train_crop: ``random_crop`` (pad by ``crop_padding``, random crop: CIFAR style),
             ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``. Default:
-            random_crop for natural images <= 96 px, resize for digits/MNIST, else random_resized_crop.
+            random_crop for natural images <= 96 px (the data's own size, any source), resize for
+            digits/MNIST, else random_resized_crop.
         crop_padding: padding of ``random_crop``.
         crop_scale: range of the crop's area fraction in ``random_resized_crop``.
         hflip: probability of a horizontal flip (default 0.5; 0 for digits and MNIST).
@@ -233,9 +235,20 @@ class ImageDataModule(LightningDataModule):
         self.tensor_path = plans and TensorPath(plans, forced, dataset, root, cache_dir, a.tensor_limit_gb)
         self.pipeline: str | None = None if plans is not None else "pil"
 
+    @property
+    def validates_on_test(self) -> str | None:
+        """Why the validation images are the test split's (``val_split: 0`` without a validation split, or a
+        dataset whose test split is its validation split), or None: then best.ckpt is chosen on test images,
+        and a run's test figure is last.ckpt's."""
+        if not self.source.has_val and self.val_split == 0:
+            return f"data.val_split is 0 and {self.dataset} has no validation split"
+        if self.source.has_val and self.source.test_is_val:
+            return f"{self.dataset}'s test split is its validation split"
+        return None
+
     def _image_transform(self, train: bool) -> Callable:
         """The PIL → normalised tensor transform of training or evaluation images (no permutation)."""
-        native = self.info.image_size
+        native = self.info.image_size if self.source.square else 0  # images of several sides: always resized
         if train:
             return train_transform(self.image_size, native, self.augmentation, self.mean, self.std)
         crop, pct = self.eval_crop, self.eval_crop_pct

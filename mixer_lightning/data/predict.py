@@ -49,7 +49,7 @@ def list_images(root: str | Sequence[str], field: str = "data.predict_root") -> 
     for entry in [root] if isinstance(root, (str, os.PathLike)) else list(root):
         entry = str(entry)
         if os.path.isdir(entry):
-            found = image_files(entry, IMAGE_EXTENSIONS)
+            found = sorted(image_files(entry, IMAGE_EXTENSIONS))  # in path order (docs/usage.md): a/b/x.png, a/y.png
             paths += found
             names += [os.path.relpath(file, entry) for file in found]
         elif os.path.isfile(entry):

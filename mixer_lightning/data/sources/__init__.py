@@ -16,9 +16,9 @@ cifar100    torchvision: ``cifar-100-python/`` (fine labels)        32     100  
 stl10       torchvision: ``stl10_binary/`` (labelled train/test)   96     10      no
 mnist       torchvision: ``MNIST/raw/``                            28     10      no
 imagenet    ImageFolder: ``train/<class>/…``, ``val/<class>/…``    224    1000    yes
-folder      ImageFolder: ``train/``, ``val/`` (``test/`` optional) 224    folders yes
+folder      ImageFolder: ``train/``, ``val/`` (``test/`` optional) first  folders yes
 hf          a Hugging Face hub id, or a local folder in its layout first   feature  if any
-wds         WebDataset tar shards (a folder or a brace pattern)   224    labels  if any
+wds         WebDataset tar shards (a folder or a brace pattern)   first  labels  if any
 =========== ===================================================== ====== ======= =====
 """
 

@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 
 from torch.utils.data import Dataset
 
+from mixer_lightning.errors import ConfigError
+
 SPLITS = ("train", "val", "test")
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # timm's IMAGENET_DEFAULT_*
 
@@ -27,30 +29,44 @@ class DatasetInfo:
     in_chans: int
     mean: tuple[float, ...]
     std: tuple[float, ...]
-    small: bool = True  # CIFAR-like: pad-crop training, no evaluation crop (else ImageNet-like)
     natural: bool = True  # natural photographs: horizontal flips keep the label (not digits)
+
+    @property
+    def small(self) -> bool:
+        """CIFAR-like images (<= 96 px: CIFAR, STL-10, MNIST, digits): pad-and-crop training and no evaluation
+        crop; larger ones are ImageNet-like (random-resized crop, resmall crop). Decided by the data's own
+        size for every source, as docs/notes/data-api.md says."""
+        return self.image_size <= 96
 
 
 def natural_info(num_classes: int, image_size: int = 224) -> DatasetInfo:
-    """The facts of an ImageNet-like dataset of natural photographs (ImageNet's mean/std, evaluation crops)."""
-    return DatasetInfo(num_classes, image_size, 3, IMAGENET_MEAN, IMAGENET_STD, small=False)
+    """The facts of a dataset of natural colour photographs (ImageNet's mean/std)."""
+    return DatasetInfo(num_classes, image_size, 3, IMAGENET_MEAN, IMAGENET_STD)
 
 
 def first_image_info(image: Any, num_classes: int) -> tuple[str, bool, DatasetInfo]:
     """(PIL mode to convert to, whether square, facts) of a dataset known by its first image: grey
-    ("L", mean = std = 0.5) or RGB (ImageNet's statistics); small up to 96 px."""
+    ("L", mean = std = 0.5) or RGB (ImageNet's statistics), its side the image's longer one."""
     grey = image.mode in ("1", "L", "I", "I;16", "F")
     width, height = image.size
     side = max(width, height)
-    info = DatasetInfo(
-        num_classes,
-        side,
-        1 if grey else 3,
-        (0.5,) if grey else IMAGENET_MEAN,
-        (0.5,) if grey else IMAGENET_STD,
-        small=side <= 96,
-    )
-    return "L" if grey else "RGB", width == height, info
+    stats = ((0.5,), (0.5,)) if grey else (IMAGENET_MEAN, IMAGENET_STD)
+    return "L" if grey else "RGB", width == height, DatasetInfo(num_classes, side, 1 if grey else 3, *stats)
+
+
+def image_size_of(file: Any, where: str) -> tuple[int, int]:
+    """(width, height) of the image file `file` (a path or a binary file) from its header, nothing decoded;
+    a file that is no image is a one-line error naming `where`."""
+    from PIL import Image
+
+    from mixer_lightning.data.pil_path import UNREADABLE
+
+    try:
+        with Image.open(file) as image:
+            return image.size
+    except UNREADABLE as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ConfigError("data.root", f"cannot read image {where} ({reason})", "delete or replace it") from None
 
 
 class DatasetSource:
@@ -65,6 +81,7 @@ class DatasetSource:
     sharded: ClassVar[bool] = False  # WebDataset shards: the training order is `data.shard_order`'s
     streaming: ClassVar[bool] = False  # a stream (`data.streaming`): its own splits and loaders
     square: bool = True  # images of one square side (else data.image_size must be given)
+    test_is_val: bool = False  # no test split of its own: the test split is the validation split
     statistics_note: str | None = None  # said once when `info.mean/std` are a guess a user should check
 
     def __init__(self, root: str, download: bool):

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.sources.base import DatasetSource, natural_info
+from mixer_lightning.data.sources.base import DatasetSource, image_size_of, natural_info
 from mixer_lightning.errors import ConfigError, require
 
 
@@ -34,14 +34,29 @@ def rgb_loader(path: str) -> Any:
         return to_mode(Image.open(f), "RGB")
 
 
+def first_image(folder: Path, classes: list[str]) -> Path | None:
+    """The first image of the class folders `classes` of `folder` in ImageFolder's order, found without
+    listing more than the folders before it."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    for name in classes:
+        for directory, subfolders, files in os.walk(folder / name, followlinks=True):
+            subfolders.sort()
+            found = next((f for f in sorted(files) if f.lower().endswith(IMG_EXTENSIONS)), None)
+            if found is not None:
+                return Path(directory) / found
+    return None
+
+
 class Folder(DatasetSource):
     """Images in class folders (torchvision ImageFolder): ``root/train/<class>/*``, ``root/val/<class>/*``,
     optionally ``root/test/<class>/*`` (else the test split is ``val``). The classes are the folder names
-    of ``root/train``, read without opening an image. Every image is converted to RGB (ImageNet holds a
-    few grey and CMYK JPEGs)."""
+    of ``root/train``; the image size is that of the first training image (its header only), as ``hf``'s:
+    32 px images are CIFAR-like (pad-and-crop, no evaluation crop), not upscaled to 224. Every image is
+    converted to RGB (ImageNet holds a few grey and CMYK JPEGs)."""
 
     name = "folder"
-    default_size: ClassVar[int] = 224
+    default_size: ClassVar[int | None] = None  # None: the first image's
     has_val = True
 
     def __init__(self, root: str, download: bool):
@@ -50,10 +65,15 @@ class Folder(DatasetSource):
         require(
             train.is_dir() and (Path(root) / "val").is_dir(),
             "data.root",
-            f"{self.name} needs class folders under {str(Path(root).resolve())!r}/train and /val",
+            f"{self.name} needs class folders {str(train.resolve())!r} and {str(train.resolve().parent / 'val')!r}",
         )
         self.classes = sorted(entry.name for entry in os.scandir(train) if entry.is_dir())
-        self.info = natural_info(len(self.classes), self.default_size)
+        self.test_is_val = not (Path(root) / "test").is_dir()
+        size = self.default_size
+        if size is None and (path := first_image(train, self.classes)) is not None:
+            width, height = image_size_of(path, repr(str(path)))
+            size, self.square = max(width, height), width == height
+        self.info = natural_info(len(self.classes), size or 224)  # no image: ImageFolder says so at load
 
     def load(self, split: str) -> Dataset:
         from torchvision.datasets import ImageFolder
@@ -95,3 +115,4 @@ class ImageNet(Folder):
     both papers."""
 
     name = "imagenet"
+    default_size = 224

@@ -9,12 +9,12 @@ import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from torch.utils.data import Dataset
 
 from mixer_lightning.data.shards import ShardIndex, find_shards, index_split, read_manifest
-from mixer_lightning.data.sources.base import DatasetSource, natural_info, say
+from mixer_lightning.data.sources.base import DatasetSource, image_size_of, natural_info, say
 from mixer_lightning.errors import require
 
 
@@ -83,14 +83,13 @@ class ShardImages(Dataset):
 
 
 class WebDataset(DatasetSource):
-    """WebDataset tar shards (`mixer_lightning.data.shards`): ImageNet-like images (224 px, ImageNet's
-    mean/std). The classes: ``data.num_classes`` when given (the hub's ImageNet: 1000), else the manifest
-    of `mixer data pack` (with the class names), else one more than the largest label. Every split is
-    indexed and its labels checked at construction (once; the index is cached; `rescan`: every shard
-    scanned again, as ``mixer data check`` does, and the cache replaced)."""
+    """WebDataset tar shards (`mixer_lightning.data.shards`): natural images (ImageNet's mean/std), their
+    size the first training image's. The classes: ``data.num_classes`` when given (the hub's ImageNet:
+    1000), else the manifest of `mixer data pack` (with the class names), else one more than the largest
+    label. Every split is indexed and its labels checked at construction (once; the index is cached;
+    `rescan`: every shard scanned again, as ``mixer data check`` does, and the cache replaced)."""
 
     name = "wds"
-    default_size: ClassVar[int] = 224
     sharded = True
     options = ("num_classes", "cache_dir")
 
@@ -123,8 +122,11 @@ class WebDataset(DatasetSource):
             self.classes = None
         for index in self.indices.values():
             index.check_labels(num_classes)
-        self.has_val = "val" in self.indices
-        self.info = natural_info(num_classes, self.default_size)
+        self.has_val, self.test_is_val = "val" in self.indices, "test" not in self.indices
+        first = ShardImages(self.indices["train"])
+        width, height = image_size_of(io.BytesIO(first.read_bytes(0)), first.name_of(0))
+        self.square = width == height
+        self.info = natural_info(num_classes, max(width, height))
 
     def load(self, split: str) -> Dataset:
         if split == "test" and "test" not in self.indices:
