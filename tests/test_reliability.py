@@ -6,6 +6,7 @@ its test."""
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import subprocess
@@ -19,11 +20,19 @@ import torch
 import yaml
 
 from helpers import TEST_CONFIGS, error_field, field_of, read_json, run_dirs
-from helpers.fakedata import write_hf, write_hf_labels, write_image_folder, write_png_header
+from helpers.fakedata import (
+    write_hf,
+    write_hf_labels,
+    write_image_folder,
+    write_imagenet_folder,
+    write_png_header,
+    write_wds,
+)
 from mixer_lightning.callbacks.checkpoints import AtomicCheckpointIO
 from mixer_lightning.cli import main
 
 TINY = str(TEST_CONFIGS / "digits_mixer.yaml")
+WDS = str(TEST_CONFIGS / "wds_mixer.yaml")
 MIXER = str(Path(sys.executable).with_name("mixer"))
 
 FAMILIES = {
@@ -433,8 +442,21 @@ def _checkpoint_files(tmp: Path) -> dict[str, str]:
     corrupt = write_image_folder(tmp / "folder", classes=2, per_class=3, size=(16, 16))
     bad = next((corrupt / "train").glob("*/*.jpg"))
     bad.write_bytes(b"\xff\xd8\xff garbage")
+    listed = tmp / "listed.ckpt"  # a state dict that is a list of tensors, not tensors by name (issue 47, item 11)
+    torch.save(
+        {**torch.load(good, weights_only=True), "state_dict": list(torch.load(good)["state_dict"].values())}, listed
+    )
+    non_finite = tmp / "non_finite.ckpt"  # one NaN in the network's weights (issue 47, item 11)
+    weights = torch.load(good, weights_only=True)
+    next(v for k, v in weights["state_dict"].items() if k.startswith("net.")).view(-1)[0] = float("nan")
+    torch.save(weights, non_finite)
     return {
         "good": good,
+        "good_best": str(Path(good).with_name("best.ckpt")),
+        "listed": str(listed),
+        "non_finite": str(non_finite),
+        "with_a_key": _folder_with_a_key(tmp),
+        **_packs(tmp),
         "truncated": str(truncated),
         "text": str(text),
         "pickled": str(pickled),
@@ -446,6 +468,51 @@ def _checkpoint_files(tmp: Path) -> dict[str, str]:
         **_lying_files(tmp),
         **_unbounded_inputs(tmp),
     }
+
+
+def _folder_with_a_key(tmp: Path) -> str:
+    """A folder holding a private key: never an output folder a command fills and uploads (issue 47, item 8)."""
+    (tmp / "keys").mkdir()
+    (tmp / "keys" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    return str(tmp / "keys")
+
+
+def _packs(tmp: Path) -> dict[str, str]:
+    """Shards that would train on the wrong thing (issue 47, items 1-3): an unfinished pack, a shard its
+    manifest does not list, a manifest that is a list, a key twice in a shard, a label in other digits."""
+    import json
+    import tarfile
+
+    write_imagenet_folder(tmp / "imgs", classes=3, train=4, val=2)
+    packs = {}
+    for name in ("unfinished", "unlisted", "list_manifest"):
+        main(["data", "pack", str(tmp / "imgs"), str(tmp / name), "--shard_size", "5"])
+        packs[name] = str(tmp / name)
+    manifest = tmp / "unfinished" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "complete": False}))
+    (tmp / "unlisted" / "unlisted-train-0007.tar").write_bytes(
+        (tmp / "unlisted" / "unlisted-train-0000.tar").read_bytes()
+    )
+    manifest = tmp / "list_manifest" / "manifest.json"
+    manifest.write_text(json.dumps([json.loads(manifest.read_text())]))
+    for name, key, label in (("key_twice", "train_00000", b"1"), ("arabic_digits", "extra", "\u0663".encode())):
+        root = write_wds(tmp / name, train=8, val=8)
+        shard = root / "imagenet1k-train-0000.tar"
+        with tarfile.open(shard) as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+        with tarfile.open(shard, "w") as tar:
+            for member, data in [
+                *members,
+                *[
+                    (tarfile.TarInfo(f"{key}.{ext}"), members[0][1] if ext == "jpg" else label)
+                    for ext in ("jpg", "cls")
+                ],
+            ]:
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        packs[name] = str(root)
+    packs["wds"] = str(write_wds(tmp / "wds", train=8, val=8))
+    return packs
 
 
 def _unbounded_inputs(tmp: Path) -> dict[str, str]:
@@ -642,6 +709,41 @@ CATALOGUE = [
     ("hf: label -1", ["fit", "--config", TINY, *HF, "--data.root", "{hf_negative}"], 2, "data.label_column"),
     ("hf: label >= num_classes", ["fit", "--config", TINY, *HF, "--data.root", "{hf_large}"], 2, "data.label_column"),
     ("hf: string labels", ["fit", "--config", TINY, *HF, "--data.root", "{hf_strings}"], 2, "data.label_column"),
+    # issue 47: what would train on, average or upload the wrong thing
+    ("shards: an unfinished pack", ["fit", "--config", WDS, "--data.root", "{unfinished}"], 2, "data.root"),
+    ("shards: a shard the manifest does not list", ["data", "check", "{unlisted}"], 2, "root"),
+    ("shards: a manifest that is a list", ["data", "check", "{list_manifest}"], 2, "root"),
+    ("shards: a key twice in a shard", ["data", "check", "{key_twice}"], 2, "root"),
+    ("shards: a label in Arabic-Indic digits", ["data", "check", "{arabic_digits}"], 2, "root"),
+    (
+        "shards: validation shards as the training pattern",
+        ["fit", "--config", WDS, "--data.root", "{wds}/imagenet1k-validation-{{00..00}}.tar"],
+        2,
+        "data.root",
+    ),
+    ("shards: a pattern of a million names", ["data", "check", "{wds}/x-" + "{{0,1}}" * 20 + ".tar"], 2, "root"),
+    ("pack: a prefix outside OUT", ["data", "pack", "{tmp}/imgs", "{tmp}/packed", "--prefix", "../x"], 2, "prefix"),
+    ("pack: a negative seed", ["data", "pack", "{tmp}/imgs", "{tmp}/packed", "--seed", "-1"], 2, "seed"),
+    ("a state dict that is a list", ["test", "--config", TINY, "--ckpt_path", "{listed}"], 2, "ckpt_path"),
+    (
+        "non-finite weights as init_from",
+        ["fit", "--config", TINY, "--model.init_from", "{non_finite}"],
+        2,
+        "model.init_from",
+    ),
+    (
+        "a resume with another learning rate",
+        ["fit", "--config", TINY, "--ckpt_path", "{good}", "--model.optimizer.lr", "0.5"],
+        2,
+        "model.optimizer.lr",
+    ),
+    (
+        "average: the last epoch twice (best.ckpt and last.ckpt)",
+        ["average", "--ckpt_path", "{good_best}", "{good}", "--out", "{tmp}/avg.ckpt"],
+        2,
+        "ckpt_path",
+    ),
+    ("push into a folder of other files", ["push", "--ckpt_path", "{good}", "--out", "{with_a_key}"], 2, "out"),
 ]
 
 
