@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -142,3 +144,20 @@ def set_threads(threads: int | None, processes: int = 1, report=print) -> int:
         why = other if busy >= 0.5 else f"this process may use {usable_cpus()} CPUs"
         report(f"cpu: {given} torch threads while {why}: training may run many times slower than with --threads {fit}")
     return count
+
+
+@contextmanager
+def threads_of_command() -> Iterator[None]:
+    """What `set_threads` changes (torch's threads, ``$OMP_NUM_THREADS``) ends with the command: a caller of
+    `mixer` in-process (a sweep point, a notebook) keeps its own."""
+    import torch
+
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        if omp is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = omp

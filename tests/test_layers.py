@@ -13,7 +13,7 @@ PACKAGE = Path(mixer_lightning.__file__).parent
 # line is reached from below only by name, as a shell reaches it: `mixer_lightning.run_mixer` (a sweep
 # point, a benchmarked fit: the `mixer` command itself, run in-process).
 LAYERS = [
-    {"errors", "seam"},
+    {"errors", "seam", "hardware"},
     {"safety", "width"},
     {"models"},
     {"weights", "data", "optim"},

@@ -49,7 +49,7 @@ def test_mixer_cka_is_as_quiet_as_fit(trained, tmp_path: Path) -> None:
         ["cka", "--ckpt", checkpoint, "--ckpt", checkpoint, "--config", TINY, "--accelerator", "cpu", "--batches", "2"],
         tmp_path,
     )
-    assert "CKA of MLPMixer" in output
+    assert "CKA of MLP-Mixer" in output
     assert_quiet(output)
 
 

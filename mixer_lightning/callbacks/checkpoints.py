@@ -332,7 +332,7 @@ def fingerprint(datamodule: Any, pl_module: LightningModule) -> dict[str, Any]:
     found["data.sizes"] = sizes
     source = getattr(datamodule, "source", None)
     if getattr(source, "sharded", False) and hparams.get("root"):
-        from mixer_lightning.data.shards import MANIFEST
+        from mixer_lightning.data.manifest import MANIFEST
         from mixer_lightning.safety.atomic import sha256_file
 
         root = Path(str(hparams["root"]))

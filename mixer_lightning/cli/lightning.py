@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import difflib
 import inspect
-import os
 import sys
 import warnings
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
 from jsonargparse.typing import PositiveFloat, PositiveInt
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
@@ -55,7 +53,7 @@ from mixer_lightning.commands.quiet import quiet_libraries
 from mixer_lightning.data import ImageDataModule  # noqa: F401  (the data module's short class name)
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
-from mixer_lightning.hardware import set_threads
+from mixer_lightning.hardware import set_threads, threads_of_command
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.atomic import check_output_file, remove_orphans
@@ -237,31 +235,15 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
 
     def after_fit(self) -> None:
         trainer, best = self.trainer, self.trainer.checkpoint_callback
-        summary = {"epochs": trainer.current_epoch, "steps": trainer.global_step, **metrics(trainer, "val")}
-        throughput = next((c for c in trainer.callbacks if isinstance(c, SpeedMonitor)), None)
-        if throughput is not None and throughput.summary(trainer.world_size) is not None:
-            summary["throughput"] = throughput.summary(trainer.world_size)
-        if best is not None and best.best_model_path:
-            summary.update(
-                best_checkpoint=best.best_model_path, monitor=best.monitor, best_score=float(best.best_model_score)
-            )
-            if len(best.best_k_models) > 1:
-                summary["best_k"] = {path: float(score) for path, score in best.best_k_models.items()}
-        # The checkpoint whose test is the run's figure: last.ckpt where best.ckpt was chosen on the test images.
-        on_test = getattr(trainer.datamodule, "validates_on_test", None)
-        last = next((c.last_model_path for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), "")
-        tested = last if on_test else summary.get("best_checkpoint")
         log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
         if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
-            # In the run, as test_metrics.json names its checkpoint (`runs.checkpoint_record`).
-            summary.update({"test_checkpoint": os.path.relpath(tested, log_dir)} if tested else {})
-            summary["validated_on"] = "test" if on_test else "val"
+            summary = runs.fit_summary(trainer, metrics(trainer, "val"), Path(log_dir))
             runs.write_json(Path(log_dir) / "fit_summary.json", summary)
             if best is not None and best.best_model_path:
                 print(f"Best checkpoint ({best.monitor} = {summary['best_score']:.4f}): {best.best_model_path}")
-            if tested:
-                why = " (best.ckpt was chosen on the test split)" if on_test else ""
-                print(f"Test it: mixer test --ckpt_path {tested}{why}", flush=True)
+            if summary.get("test_checkpoint"):
+                why = " (best.ckpt was chosen on the test split)" if summary["validated_on"] == "test" else ""
+                print(f"Test it: mixer test --ckpt_path {Path(log_dir, summary['test_checkpoint'])}{why}", flush=True)
 
     def _evaluation(self, command: str) -> None:
         """Choose the results file: in the evaluated run, this checkpoint's (`runs.results_name`)."""
@@ -381,11 +363,14 @@ def run(argv: list[str]) -> None:
     """``mixer fit|validate|test|predict`` with `argv`. LightningCLI reads sys.argv, where Lightning's DDP launcher
     also finds the arguments to start the other processes with: they are put there."""
     saved, sys.argv = sys.argv, [sys.argv[0], *completed_arguments(argv)]
-    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")  # `--threads` ends with the command
     held: list = []
     try:
         # Under SLURM, the requeue signal outside training (data being indexed, the fit's files written) too.
-        with warnings.catch_warnings(), requeue_on_signal() if argv[:1] == ["fit"] else nullcontext():
+        with (
+            warnings.catch_warnings(),
+            threads_of_command(),
+            requeue_on_signal() if argv[:1] == ["fit"] else nullcontext(),
+        ):
             quiet_libraries()
             MixerCLI(
                 ClassifierModule,
@@ -411,8 +396,3 @@ def run(argv: list[str]) -> None:
         for lock in held:
             lock.release()
         sys.argv = saved
-        torch.set_num_threads(threads)
-        if omp is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
-        else:
-            os.environ["OMP_NUM_THREADS"] = omp

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from itertools import chain, count
@@ -135,3 +136,29 @@ class NewRun:
             for folder in self.made[1:]:  # the experiment folder made for it, if nothing else went there
                 if folder.is_dir() and not any(folder.iterdir()):
                     folder.rmdir()
+
+
+def fit_summary(trainer: Any, val_metrics: dict[str, float], run: Path) -> dict[str, Any]:
+    """``fit_summary.json``: the run's length and last validation figures, its throughput, the best checkpoint,
+    and the checkpoint whose test is the run's figure (relative to the run, as test_metrics.json names its own):
+    last.ckpt where best.ckpt was chosen on the test images (`validated_on`: test), else best.ckpt."""
+    from mixer_lightning.callbacks.checkpoints import ResumeCheckpoint
+    from mixer_lightning.callbacks.throughput import SpeedMonitor
+
+    best = trainer.checkpoint_callback
+    summary = {"epochs": trainer.current_epoch, "steps": trainer.global_step, **val_metrics}
+    throughput = next((c for c in trainer.callbacks if isinstance(c, SpeedMonitor)), None)
+    if throughput is not None and throughput.summary(trainer.world_size) is not None:
+        summary["throughput"] = throughput.summary(trainer.world_size)
+    if best is not None and best.best_model_path:
+        summary.update(
+            best_checkpoint=best.best_model_path, monitor=best.monitor, best_score=float(best.best_model_score)
+        )
+        if len(best.best_k_models) > 1:
+            summary["best_k"] = {path: float(score) for path, score in best.best_k_models.items()}
+    on_test = bool(getattr(trainer.datamodule, "validates_on_test", None))
+    last = next((c.last_model_path for c in trainer.callbacks if isinstance(c, ResumeCheckpoint)), "")
+    tested = last if on_test else summary.get("best_checkpoint")
+    summary.update({"test_checkpoint": os.path.relpath(tested, run)} if tested else {})
+    summary["validated_on"] = "test" if on_test else "val"
+    return summary

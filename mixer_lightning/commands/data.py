@@ -81,8 +81,8 @@ def add_check_arguments(parser: ArgumentParser) -> None:
 
 def run_check(args: Namespace) -> None:
     """Index and check WebDataset shards as `mixer fit` reads them (mixer data --help)."""
+    from mixer_lightning.data.manifest import MANIFEST
     from mixer_lightning.data.pack import verify
-    from mixer_lightning.data.shards import MANIFEST
     from mixer_lightning.data.sources.webdataset import WebDataset
 
     with renamed({"data.root": "root", "data.num_classes": "num_classes"}):

@@ -89,8 +89,7 @@ class ImageDataModule(LightningDataModule):
             dataset has no validation split; 0: validate on the test split (what the papers report).
         split_seed: seed of that split and of ``train_subset`` (apart from the training seed).
         train_subset: keep a fraction (<= 1) or a number (> 1) of the training images: quick runs.
-        image_size: side of the square images given to the model (default: the dataset's; folder, wds and hf:
-            the first training image's).
+        image_size: side of the square images given to the model (default: the data's; its first image's).
         mean: normalisation mean (default: the dataset's; ImageNet's for imagenet/folder/hf).
         std: normalisation standard deviation (default: the dataset's).
         input_permutation: ``patch_pixel`` or ``global`` pixel shuffle (Mixer Sec. 3.4), or ``none``.
@@ -114,8 +113,7 @@ class ImageDataModule(LightningDataModule):
         shuffle_buffer: streamed ``hf``: examples in Hugging Face's shuffle buffer.
         train_crop: ``random_crop`` (pad by ``crop_padding``, random crop: CIFAR style),
             ``random_resized_crop`` (timm's Inception crop: ImageNet style) or ``resize``. Default:
-            random_crop for natural images <= 96 px (the data's own size, any source), resize for
-            digits/MNIST, else random_resized_crop.
+            random_crop for natural images <= 96 px (any source), resize for digits/MNIST, else random_resized_crop.
         crop_padding: padding of ``random_crop``.
         crop_scale: range of the crop's area fraction in ``random_resized_crop``.
         hflip: probability of a horizontal flip (default 0.5; 0 for digits and MNIST).
@@ -212,8 +210,8 @@ class ImageDataModule(LightningDataModule):
         self.num_workers_given, self.prefetch_factor = a.num_workers, a.prefetch_factor
         self.persistent_workers = persistent_workers
         self.shuffle_window, self.shuffle_buffer = a.shuffle_window, a.shuffle_buffer
-        default_workers = 0 if self.source.in_memory else min(8, usable_cpus())
-        self.num_workers = a.num_workers if num_workers is not None else default_workers
+        workers = 0 if self.source.in_memory else min(8, usable_cpus())
+        self.num_workers = a.num_workers if num_workers is not None else workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         # Augmentation of the training images, evaluation, and the input permutation of every image.
         settings = {field.name: getattr(a, field.name) for field in fields(Augmentation)}
@@ -236,15 +234,8 @@ class ImageDataModule(LightningDataModule):
         self.pipeline: str | None = None if plans is not None else "pil"
 
     @property
-    def validates_on_test(self) -> str | None:
-        """Why the validation images are the test split's (``val_split: 0`` without a validation split, or a
-        dataset whose test split is its validation split), or None: then best.ckpt is chosen on test images,
-        and a run's test figure is last.ckpt's."""
-        if not self.source.has_val and self.val_split == 0:
-            return f"data.val_split is 0 and {self.dataset} has no validation split"
-        if self.source.has_val and self.source.test_is_val:
-            return f"{self.dataset}'s test split is its validation split"
-        return None
+    def validates_on_test(self) -> str | None:  # why val is the test split (`DatasetSource.test_as_val`), or None
+        return self.source.test_as_val(self.val_split)
 
     def _image_transform(self, train: bool) -> Callable:
         """The PIL → normalised tensor transform of training or evaluation images (no permutation)."""

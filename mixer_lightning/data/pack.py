@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 
 from mixer_lightning.data.cache import CACHE_FOLDER
+from mixer_lightning.data.manifest import MANIFEST, SHARD_SPLITS, read_manifest
 from mixer_lightning.data.pil_path import UNREADABLE
-from mixer_lightning.data.shards import MANIFEST, SHARD_SPLITS, read_manifest
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.atomic import atomic_write, remove_orphans, sha256_file, write_text
 

@@ -19,7 +19,6 @@ its prefix; a folder of shards none of whose names say a split is all training s
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tarfile
 from collections import Counter
@@ -28,23 +27,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from mixer_lightning.data.manifest import (
+    SHARD_SPLITS,
+    manifest_shards,
+    natural_order,
+    read_manifest,
+    split_of,
+)
 from mixer_lightning.data.sources.base import say
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.atomic import atomic_write
 
-# Our split → the word `mixer data pack` writes in a shard's name (the hub's imagenet1k-validation-00.tar).
-SHARD_SPLITS = {"train": "train", "val": "validation", "test": "test"}
-SPLIT_WORDS = {"train": "train", "validation": "val", "valid": "val", "val": "val", "test": "test"}
-# PREFIX-SPLIT-NNNN.tar: the split is the word just before the number, whatever words the prefix holds.
-SHARD_NAME = re.compile(
-    r"(?:(?P<prefix>.*)[-_.])?(?P<split>train|validation|valid|val|test)(?:[-_](?P<index>\d+))?\.tar"
-)
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
-MANIFEST = "manifest.json"  # what `mixer data pack` writes beside its shards: classes and counts
 INDEX_VERSION = 3  # bump when the index format changes: older index files are ignored
 LABEL = re.compile(rb"\s*(-?[0-9]{1,18})\s*")  # a class number in ASCII digits (int() also takes "0_1", "٣")
 
@@ -81,22 +78,12 @@ def expand_braces(pattern: str) -> Iterator[str]:
             yield head + item + rest
 
 
-def split_of(name: str) -> str | None:
-    """The split a shard's file name says (``imagenet_train-validation-07.tar`` → ``val``), or None."""
-    found = SHARD_NAME.fullmatch(name.lower())
-    return SPLIT_WORDS[found["split"]] if found else None
-
-
-def _natural(name: str) -> list[Any]:
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
-
-
 def find_shards(root: str) -> dict[str, list[Path]]:
     """The shards of each split under `root` (module docstring), sorted naturally."""
     is_pattern = "{" in root or root.endswith(".tar")
     folder = Path(root).parent if is_pattern else Path(root)
     require(folder.is_dir(), "data.root", f"{str(folder)!r} is not a folder", "give the folder of the .tar shards")
-    listed = sorted((p.name for p in folder.iterdir() if p.suffix == ".tar" and p.is_file()), key=_natural)
+    listed = sorted((p.name for p in folder.iterdir() if p.suffix == ".tar" and p.is_file()), key=natural_order)
     manifest = read_manifest(folder)
     if manifest is not None:
         splits = manifest_shards(folder, manifest, listed)
@@ -327,84 +314,3 @@ def bad_shard(shard: Path | str, sample: str | None, problem: str) -> ConfigErro
     where = f"shard {str(shard)!r}" + (f", sample {sample!r}" if sample is not None else "")
     fix = "re-download or re-pack that shard (mixer data pack), or leave it out of data.root"
     return ConfigError("data.root", f"{where}: {problem}", fix)
-
-
-# The manifest `mixer data pack` writes (what `read_manifest` accepts): {key: type}, [type] a list of it,
-# {str: schema} a mapping of any names.
-SHARD_RECORD = {"name": str, "samples": int, "bytes": int, "sha256": str}
-SPLIT_RECORD = {"samples": int, "bytes": int, "counts_per_class": [int], "shards": [SHARD_RECORD]}
-MANIFEST_SCHEMA = {"complete": bool, "classes": [str], "num_classes": int, "splits": {str: SPLIT_RECORD}}
-
-
-def schema_problem(value: Any, schema: Any, where: str) -> str | None:
-    """Where `value` departs from `schema` (above), or None."""
-    if isinstance(schema, list):
-        if not isinstance(value, list):
-            return f"{where} is not a list"
-        return next((p for i, v in enumerate(value) if (p := schema_problem(v, schema[0], f"{where}[{i}]"))), None)
-    if isinstance(schema, dict) and list(schema) == [str]:
-        if not isinstance(value, dict):
-            return f"{where} is not an object"
-        return next((p for k, v in value.items() if (p := schema_problem(v, schema[str], f"{where}.{k}"))), None)
-    if isinstance(schema, dict):
-        if not isinstance(value, dict):
-            return f"{where} is not an object"
-        missing = [key for key in schema if key not in value]
-        if missing:
-            return f"{where} has no {missing[0]!r}"
-        return next((p for k, s in schema.items() if (p := schema_problem(value[k], s, f"{where}.{k}"))), None)
-    if not isinstance(value, schema) or (schema is int and isinstance(value, bool)):
-        return f"{where} is not {'a whole number' if schema is int else schema.__name__}"
-    return None
-
-
-def read_manifest(folder: Path, field: str = "data.root") -> dict | None:
-    """`mixer data pack`'s manifest beside the shards (classes, counts, checksums), if there is one; one line
-    naming `field` where it is not one (the schema above; the class count; each shard a file name of its
-    split, listed once)."""
-    path = folder / MANIFEST
-    if not path.is_file():
-        return None
-    fix = f"re-run mixer data pack, or move {MANIFEST} out of the folder"
-    try:
-        manifest = json.loads(path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError(field, f"{str(path)!r} is not JSON ({error})", fix) from None
-    problem = schema_problem(manifest, MANIFEST_SCHEMA, "manifest")
-    if problem is None and manifest["num_classes"] != len(manifest["classes"]):
-        problem = f"num_classes {manifest['num_classes']} differs from its {len(manifest['classes'])} classes"
-    names = [
-        (split, s["name"]) for split, e in (manifest["splits"] if problem is None else {}).items() for s in e["shards"]
-    ]
-    for split, name in names:
-        if split not in SHARD_SPLITS.values():
-            problem = f"its split {split!r} is none of {', '.join(SHARD_SPLITS.values())}"
-        elif split_of(name) != SPLIT_WORDS[split] or Path(name).name != name:
-            problem = f"{name!r} is not the name of a {split} shard in its folder"
-        if problem is not None:
-            break
-    twice = [name for name, count in Counter(name for _, name in names).items() if count > 1]
-    problem = problem or (f"it lists the shard {twice[0]!r} twice" if twice else None)
-    require(problem is None, field, f"{str(path)!r}: {problem}", fix)
-    return manifest
-
-
-def manifest_shards(folder: Path, manifest: dict, listed: Sequence[str]) -> dict[str, list[str]]:
-    """The shards of each split a manifest lists, once each is checked to be in `folder` at its recorded size;
-    a pack stopped before its end, or a ``.tar`` in the folder that the manifest does not list, is refused."""
-    path = folder / MANIFEST
-    fix = "run the same mixer data pack again: it finishes the pack"
-    require(manifest["complete"], "data.root", f"{str(path)!r} is of an unfinished pack (complete: false)", fix)
-    records = {s["name"]: s for entry in manifest["splits"].values() for s in entry["shards"]}
-    for name, record in records.items():
-        shard = folder / name
-        whole = shard.is_file() and shard.stat().st_size == record["bytes"]
-        fix = "re-run mixer data pack (it rewrites the shard), or restore the file"
-        require(whole, "data.root", f"shard {str(shard)!r} is missing or differs from its size in {MANIFEST}", fix)
-    foreign = [name for name in listed if name not in records]
-    problem = f"{str(folder / foreign[0])!r} is not a shard of {str(path)!r}" if foreign else ""
-    require(not foreign, "data.root", problem, "move it out of the folder, or pack it with the others")
-    return {
-        split: sorted((s["name"] for s in manifest["splits"].get(word, {"shards": []})["shards"]), key=_natural)
-        for split, word in SHARD_SPLITS.items()
-    }

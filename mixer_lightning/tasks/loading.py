@@ -15,6 +15,7 @@ from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.trust import load_torch_file
 from mixer_lightning.tasks.classifier import NON_NETWORK_PREFIXES, ClassifierModule
 from mixer_lightning.tasks.initialise import import_network
+from mixer_lightning.weights.file import schema_problem
 
 
 def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any]:
@@ -28,48 +29,6 @@ def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any
     checkpoint["hyper_parameters"] = upgrade_hparams(checkpoint.get("hyper_parameters") or {})
     check_finite(checkpoint["state_dict"], path, field)
     return checkpoint
-
-
-# The types of a checkpoint's entries that the commands read (the data facts: `data.predict.data_facts`).
-NUMBER, NUMBERS = (int, float), (list, tuple)
-FACT_TYPES = {
-    "dataset": str,
-    "num_classes": int,
-    "class_names": NUMBERS,
-    "image_size": int,
-    "in_chans": int,
-    "mean": NUMBERS,
-    "std": NUMBERS,
-    "eval_crop": str,
-    "eval_crop_pct": NUMBER,
-    "interpolation": str,
-    "input_permutation": str,
-    "permutation_patch_size": int,
-    "permutation_seed": int,
-}
-
-
-def schema_problem(checkpoint: dict[str, Any]) -> str | None:
-    """What in `checkpoint` is not of the form every command reads (None: all is): the state dict tensors by
-    name, the hyper-parameters and the data facts mappings of plain values, the epoch and step numbers."""
-    state = checkpoint["state_dict"]
-    if not isinstance(state, dict):
-        return f"its state_dict is a {type(state).__name__}, not tensors by name"
-    wrong = next((k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
-    if wrong is not None:
-        return f"its state_dict entry {wrong!r} is a {type(state[wrong]).__name__}, not a tensor"
-    for key, kind in (("hyper_parameters", dict), ("data", dict), ("epoch", int), ("global_step", int)):
-        if checkpoint.get(key) is not None and not isinstance(checkpoint[key], kind):
-            return f"its {key} is a {type(checkpoint[key]).__name__}, not a {kind.__name__}"
-    facts = checkpoint.get("data") or {}
-    for key, kind in FACT_TYPES.items():
-        value = facts.get(key)
-        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
-            return f"its data fact {key} is {value!r}"
-        if kind is NUMBERS and key != "class_names" and value is not None:
-            if not all(isinstance(v, NUMBER) for v in value):
-                return f"its data fact {key} is {value!r}"
-    return None
 
 
 def check_finite(state_dict: Any, path: str | Path, field: str) -> None:

@@ -46,3 +46,45 @@ class WeightsFile:
     def num_blocks(self) -> int:
         blocks = {int(m.group(1)) for k in self.state_dict if (m := re.match(r"blocks\.(\d+)\.", k))}
         return max(blocks) + 1 if blocks else 0
+
+
+# The types of a checkpoint's entries that the commands read (the data facts: `data.predict.data_facts`).
+NUMBER, NUMBERS = (int, float), (list, tuple)
+FACT_TYPES = {
+    "dataset": str,
+    "num_classes": int,
+    "class_names": NUMBERS,
+    "image_size": int,
+    "in_chans": int,
+    "mean": NUMBERS,
+    "std": NUMBERS,
+    "eval_crop": str,
+    "eval_crop_pct": NUMBER,
+    "interpolation": str,
+    "input_permutation": str,
+    "permutation_patch_size": int,
+    "permutation_seed": int,
+}
+
+
+def schema_problem(checkpoint: dict[str, Any]) -> str | None:
+    """What in `checkpoint` is not of the form every command reads (None: all is): the state dict tensors by
+    name, the hyper-parameters and the data facts mappings of plain values, the epoch and step numbers."""
+    state = checkpoint["state_dict"]
+    if not isinstance(state, dict):
+        return f"its state_dict is a {type(state).__name__}, not tensors by name"
+    wrong = next((k for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
+    if wrong is not None:
+        return f"its state_dict entry {wrong!r} is a {type(state[wrong]).__name__}, not a tensor"
+    for key, kind in (("hyper_parameters", dict), ("data", dict), ("epoch", int), ("global_step", int)):
+        if checkpoint.get(key) is not None and not isinstance(checkpoint[key], kind):
+            return f"its {key} is a {type(checkpoint[key]).__name__}, not a {kind.__name__}"
+    facts = checkpoint.get("data") or {}
+    for key, kind in FACT_TYPES.items():
+        value = facts.get(key)
+        if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
+            return f"its data fact {key} is {value!r}"
+        if kind is NUMBERS and key != "class_names" and value is not None:
+            if not all(isinstance(v, NUMBER) for v in value):
+                return f"its data fact {key} is {value!r}"
+    return None

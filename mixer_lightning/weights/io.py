@@ -19,7 +19,7 @@ import torch
 
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.trust import load_torch_file
-from mixer_lightning.weights.file import WeightsFile
+from mixer_lightning.weights.file import WeightsFile, schema_problem
 from mixer_lightning.weights.hub_folder import read_hub_folder
 from mixer_lightning.weights.keys import TIMM_NAMES, about, from_jax_key, from_timm_key, jax_to_torch
 
@@ -60,8 +60,6 @@ def _read(path: str | Path, field: str) -> WeightsFile:
     hparams, fmt, data = {}, "mixer", None
     if isinstance(raw.get("state_dict"), Mapping):
         if "pytorch-lightning_version" in raw:
-            from mixer_lightning.tasks.loading import schema_problem  # the one schema of checkpoints
-
             problem = schema_problem(dict(raw))
             require(problem is None, field, f"{str(path)!r} is damaged: {problem}", "give a `mixer fit` checkpoint")
             fmt, hparams, data = "lightning", dict(raw.get("hyper_parameters") or {}), raw.get("data")

@@ -91,3 +91,13 @@ class DatasetSource:
     def load(self, split: str) -> Dataset:
         """The official `split` ("train", "val" if `has_val`, "test") as (image, label) pairs."""
         raise NotImplementedError
+
+    def test_as_val(self, val_split: float) -> str | None:
+        """Why the validation images are the test split's (``val_split: 0`` without a validation split, or a
+        dataset whose test split is its validation split), or None: then best.ckpt is chosen on test images,
+        and a run's test figure is last.ckpt's."""
+        if not self.has_val and val_split == 0:
+            return f"data.val_split is 0 and {self.name} has no validation split"
+        if self.has_val and self.test_is_val:
+            return f"{self.name}'s test split is its validation split"
+        return None

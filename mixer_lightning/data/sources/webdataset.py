@@ -13,7 +13,8 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.shards import ShardIndex, find_shards, index_split, read_manifest
+from mixer_lightning.data.manifest import read_manifest
+from mixer_lightning.data.shards import ShardIndex, find_shards, index_split
 from mixer_lightning.data.sources.base import DatasetSource, image_size_of, natural_info, say
 from mixer_lightning.errors import require
 
