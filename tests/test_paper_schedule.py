@@ -845,6 +845,8 @@ def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule) -> None:
     assert [(r["C"], r["S"]) for r in final.values()] == [(16, 16), (25, 26), (40, 41)]  # S ≈ C, not the best C
     assert final["2^12"]["seeds"] == "0, 1" and final["2^12"]["rp_minus_normal_pts"] == 7.0
     assert final["2^16"]["gaps_pts"] == [2.0, 4.0]
+    # seeds 2 points apart around a 3-point gap: no third seed; around a 1-point gap (below): due
+    assert final["2^16"]["third_seed"] == "no" and {r["third_seed"] for r in rows if r["epoch"] != "final"} == {"–"}
     fits = {f["epoch"]: f for f in schedule.omega_fit(rows)}
     assert set(fits) == {"10", "50", "final"}
     assert fits["final"]["slope_pts_per_doubling"] == -1.0 and fits["final"]["trend"] == "closing"
@@ -853,5 +855,8 @@ def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule) -> None:
     for r in runs:
         if r["family"] == "rp_s_mixer" and r["seed"] in (0, 1):
             r["final"] += 0.04 * (r["omega_exp"] - 12) / 2
+    apart = [r | {"final": r["final"] - 0.1} if r["family"] == "rp_s_mixer" and r["seed"] == 0 else r for r in runs]
+    # the seeds' gaps 12 points apart around a mean of 2 to 6 points: a third seed is due at every Ω
+    assert {r["third_seed"] for r in schedule.omega_rows(apart) if r["epoch"] == "final"} == {"due"}
     (widening,) = [f for f in schedule.omega_fit(schedule.omega_rows(runs)) if f["epoch"] == "final"]
     assert widening["trend"] == "widening" and widening["zero_at_omega"] == "–"

@@ -1049,6 +1049,12 @@ def omega_rows(runs: list[dict]) -> list[dict]:
                     "rp_minus_normal": fmt(*mean_sd(gaps)),
                     "rp_minus_normal_pts": round(100 * statistics.fmean(gaps), 2),
                     "gaps_pts": [round(100 * g, 2) for g in gaps],
+                    # item 1's rule: a third seed where two seeds' final gaps differ by more than the gap itself
+                    "third_seed": (
+                        ("due" if max(gaps) - min(gaps) > abs(statistics.fmean(gaps)) else "no")
+                        if epoch is None and len(paired) == 2
+                        else "–"
+                    ),
                 }
             )
     return rows
