@@ -53,6 +53,20 @@ def test_a_resume_onto_other_data_is_refused_and_a_copy_of_the_same_data_resumes
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
 
 
+def test_a_resume_with_another_seed_is_refused_and_checkpoints_record_the_seed(capsys: pytest.CaptureFixture) -> None:
+    """The training order of every epoch is drawn from (seed, epoch) (`data.sampling`): a resume with another
+    ``seed_everything`` would train its remaining epochs on another order, recorded as the same run."""
+    fit = ["fit", *TINY, "--trainer.limit_train_batches", "2", "--seed_everything", "1"]
+    main([*fit, "--trainer.max_epochs", "1"])
+    (run,) = run_dirs("digits_mixer")
+    checkpoint = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert checkpoint["seed_everything"] == 1 and checkpoint[RUN_KEY]["seed_everything"] == 1
+    resume = ["fit", *TINY, "--trainer.limit_train_batches", "2", "--trainer.max_epochs", "2", "--ckpt_path", "last"]
+    assert error_field(capsys, [*resume, "--seed_everything", "2"]) == "seed_everything"
+    main([*resume, "--seed_everything", "1"])
+    assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+
+
 # ------------------------------------------------------------------------------------------------ SLURM
 
 

@@ -350,14 +350,15 @@ class RunFingerprint(Callback):
     checkpoint whatever the config says, and trains on whatever data the config gives: a resume with a changed
     ``lr`` or ``data.root`` would be another run recorded as this one. `resumed`: the checkpoint's fingerprint."""
 
-    def __init__(self, resumed: Any = None, ckpt_path: str | None = None) -> None:
-        self.resumed, self.ckpt_path = resumed, ckpt_path
+    def __init__(self, resumed: Any = None, ckpt_path: str | None = None, seed: int | None = None) -> None:
+        self.resumed, self.ckpt_path, self.seed = resumed, ckpt_path, seed
         self.current: dict[str, Any] | None = None
 
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self.current = fingerprint(trainer.datamodule, pl_module)
+        # the seed too: the sampler's order of every epoch after the resume derives from it
+        self.current = {"seed_everything": self.seed, **fingerprint(trainer.datamodule, pl_module)}
         saved = self.resumed if isinstance(self.resumed, dict) else {}  # older checkpoints recorded none
         for key in (key for key in saved if key in self.current):
             if saved[key] != self.current[key]:

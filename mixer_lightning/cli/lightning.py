@@ -182,15 +182,10 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         if config.trainer.get("enable_progress_bar") is not False:
             ours += line_progress(config.progress)
         if command == "fit":
-            fingerprint = RunFingerprint(self.resumed_run, config.get("ckpt_path"))
-            ours += [
-                fingerprint,
-                config.checkpoint,
-                config.step_checkpoint,
-                config.throughput,
-                DataFacts(),
-                SlurmRequeue(),
-            ]
+            seed = config.get("seed_everything")  # the int LightningCLI seeded with (False: not seeded)
+            seed = None if isinstance(seed, bool) else seed
+            ours += [RunFingerprint(self.resumed_run, config.get("ckpt_path"), seed), config.checkpoint]
+            ours += [config.step_checkpoint, config.throughput, DataFacts(seed), SlurmRequeue()]
             ours += [config.lr_monitor] if config.trainer.get("logger") not in (False, None, []) else []
         elif command == "predict":
             ours.append(config.prediction_writer)
