@@ -758,8 +758,11 @@ def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its
     schedule.main()
     for recorded in (False, True):
         with (out / "fig5_runs.csv").open(newline="") as file:
-            minutes = {row["point"]: row["minutes"] for row in csv.DictReader(file)}
+            rows = list(csv.DictReader(file))
+        minutes = {row["point"]: row["minutes"] for row in rows}
         assert minutes == {"C8_S60": "4.0", "C25_S26": "2.2", "C60_S8": ""}  # C = 60 logged no epochs
+        # on a machine doing nothing else: 6 epochs of C = 25's fastest interval (20 s), 4 of C = 8's (60 s)
+        assert {row["point"]: row["quiet_minutes"] for row in rows} == {"C8_S60": "4.0", "C25_S26": "2.0", "C60_S8": ""}
         with (out / "machine_time.csv").open(newline="") as file:
             (row,) = list(csv.DictReader(file))
         assert (row["family"], row["finished"], row["timed"], row["median_min"], row["lane_hours"]) == (
@@ -769,6 +772,7 @@ def test_each_runs_machine_time_is_its_epochs_without_the_stops_and_outlives_its
             "3",  # the median of 2.17 and 4.0 minutes, rounded
             "0.1",
         )
+        assert row["quiet_min"] == "3"  # the median of 2.0 and 4.0
         if not recorded:  # the run folders gone: the committed report gives the same
             empty = tmp_path / "empty"
             empty.mkdir()
@@ -823,7 +827,7 @@ def test_fig7_fit_puts_each_depths_training_loss_beside_its_test_loss(
     assert (tmp_path / "again" / "fig7_fit.md").read_text().splitlines()[2:] == expected
 
 
-def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule) -> None:
+def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule, tmp_path) -> None:
     """Issue 45: RP − normal at each Ω's S ≈ C point, paired by seed, and the slope per doubling of Ω that
     section 0b's rule reads (closing / widening / no trend, and the extrapolated Ω where the line meets 0)."""
     grids = {12: [(8, 28), (16, 16), (28, 8)], 14: [(16, 38), (25, 26), (38, 16)], 16: [(40, 41), (83, 16)]}
@@ -845,6 +849,7 @@ def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule) -> None:
     assert [(r["C"], r["S"]) for r in final.values()] == [(16, 16), (25, 26), (40, 41)]  # S ≈ C, not the best C
     assert final["2^12"]["seeds"] == "0, 1" and final["2^12"]["rp_minus_normal_pts"] == 7.0
     assert final["2^16"]["gaps_pts"] == [2.0, 4.0]
+    assert final["2^16"]["errors_pts"] == {"s_mixer": [40.0, 41.0], "rp_s_mixer": [42.0, 45.0]}  # the right panel
     # seeds 2 points apart around a 3-point gap: no third seed; around a 1-point gap (below): due
     assert final["2^16"]["third_seed"] == "no" and {r["third_seed"] for r in rows if r["epoch"] != "final"} == {"–"}
     fits = {f["epoch"]: f for f in schedule.omega_fit(rows)}
@@ -860,3 +865,5 @@ def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule) -> None:
     assert {r["third_seed"] for r in schedule.omega_rows(apart) if r["epoch"] == "final"} == {"due"}
     (widening,) = [f for f in schedule.omega_fit(schedule.omega_rows(runs)) if f["epoch"] == "final"]
     assert widening["trend"] == "widening" and widening["zero_at_omega"] == "–"
+    schedule.plot_omega(rows, tmp_path)
+    assert (tmp_path / "omega_gap.png").stat().st_size > 0

@@ -102,17 +102,28 @@ def run_minutes(times: list[float]) -> float | None:
     return (typical + sum(g if g <= INTERRUPTED * typical else typical for g in gaps)) / 60
 
 
+def quiet_minutes(times: list[float]) -> float | None:
+    """What the run would take on a machine doing nothing but the two lanes: its epochs × its 10th-percentile
+    epoch interval (the epochs nothing else slowed; other work on the 2 cores, a test suite, doubles the rest).
+    None with fewer than two epochs logged."""
+    gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
+    return gaps[len(gaps) // 10] * (len(gaps) + 1) / 60 if gaps else None
+
+
 MACHINE_TIME_NOTE = """
 Minutes a finished run took on the machine that trained it (`run_minutes`: the sum of its epoch
 intervals from the TensorBoard wall times, a stop counted as a median epoch), over the finished runs whose
 times are known (`timed`; runs recorded before the report kept times have none). Two runs train side by
 side (two lanes, one thread each), so the machine's wall time is about half the lane-hours.
+`quiet_min`: the median over runs of epochs × the run's 10th-percentile epoch (`quiet_minutes`), what a run
+takes when the two lanes are all the machine does; other work on the 2 cores (a test suite) stretches the rest.
 """
 
 
 def machine_time(runs: list[dict]) -> list[dict]:
     """Per item, Ω, family (and depth): the minutes the finished runs took (`run_minutes`)."""
     groups: dict[tuple, list[float]] = defaultdict(list)
+    quiet: dict[tuple, list[float]] = defaultdict(list)
     counts: dict[tuple, int] = defaultdict(int)
     for r in runs:
         if r["final"] is None:
@@ -121,6 +132,8 @@ def machine_time(runs: list[dict]) -> list[dict]:
         counts[key] += 1
         if r.get("minutes") is not None:
             groups[key].append(r["minutes"])
+        if r.get("quiet_minutes") is not None:
+            quiet[key].append(r["quiet_minutes"])
     return [
         {
             "item": item,
@@ -133,8 +146,10 @@ def machine_time(runs: list[dict]) -> list[dict]:
             "min_min": round(min(minutes)),
             "max_min": round(max(minutes)),
             "lane_hours": round(sum(minutes) / 60, 1),
+            "quiet_min": round(statistics.median(quiet[key])) if quiet[key] else None,
         }
-        for (item, exponent, family, depth), minutes in sorted(groups.items())
+        for key, minutes in sorted(groups.items())
+        for item, exponent, family, depth in [key]
     ]
 
 
@@ -152,7 +167,8 @@ def read_runs(runs_root: Path) -> list[dict]:
             logs = epoch_curves(run_dir, ["val/acc1", "train/loss_epoch"]) if has_logs(run_dir) else {}
             curve, train_loss = logs.get("val/acc1", {}), logs.get("train/loss_epoch", {})
             logged = epoch_log(run_dir, "val/acc1") if curve else {}
-            minutes = run_minutes([when for _, (when, _) in sorted(logged.items()) if when is not None])
+            times = [when for _, (when, _) in sorted(logged.items()) if when is not None]
+            minutes = run_minutes(times)
             final = test_loss = None
             if (run_dir / "test_metrics.json").is_file():
                 metrics = json.loads((run_dir / "test_metrics.json").read_text())
@@ -176,6 +192,7 @@ def read_runs(runs_root: Path) -> list[dict]:
                     "error_curve": {epoch + 1: 1.0 - acc for epoch, acc in curve.items()},  # epoch 1 = after one epoch
                     "final": final,
                     "minutes": minutes,
+                    "quiet_minutes": quiet_minutes(times),
                     # the last epoch's mean training loss (augmented images, train mode) and the test loss of
                     # `mixer test`: a finished run's fit of the training data beside its test figure
                     "train_loss": train_loss[max(train_loss)] if final is not None and train_loss else None,
@@ -252,7 +269,10 @@ def read_recorded(folder: Path) -> list[dict]:
                 | {column: cell(column, int, optional=False) for column in ("omega_exp", "epochs")}
                 | {column: cell(column, int) for column in ("C", "S", "m", "L")}
                 # reports before had no minutes, and no losses
-                | {column: cell(column, float) for column in ("p", "final", "minutes", "train_loss", "test_loss")}
+                | {
+                    column: cell(column, float)
+                    for column in ("p", "final", "minutes", "quiet_minutes", "train_loss", "test_loss")
+                }
                 | {"permute": cell("permute", bool), "seed": key[2], "error_curve": curves[key]}
             )
     return rows
@@ -1049,6 +1069,7 @@ def omega_rows(runs: list[dict]) -> list[dict]:
                     "rp_minus_normal": fmt(*mean_sd(gaps)),
                     "rp_minus_normal_pts": round(100 * statistics.fmean(gaps), 2),
                     "gaps_pts": [round(100 * g, 2) for g in gaps],
+                    "errors_pts": {f: [round(100 * errors[f][s], 2) for s in paired] for f in errors},
                     # item 1's rule: a third seed where two seeds' final gaps differ by more than the gap itself
                     "third_seed": (
                         ("due" if max(gaps) - min(gaps) > abs(statistics.fmean(gaps)) else "no")
@@ -1096,26 +1117,37 @@ def omega_fit(rows: list[dict]) -> list[dict]:
 
 
 def plot_omega(rows: list[dict], out: Path) -> None:
-    """RP − normal at S ≈ C against Ω (every seed a dot, the mean a line) at the epochs `omega_rows` reads."""
+    """Left: RP − normal at S ≈ C against Ω (every seed a dot, the mean a line) at the epochs `omega_rows` reads.
+    Right: each family's final test error there (Fig. 5's S = C point against Ω; the paper's text gives no
+    number to set beside it)."""
     if not rows:
         return
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    fig, (gap, error) = plt.subplots(1, 2, figsize=(10.4, 4.2))
     for i, epoch in enumerate(("10", "50", "final")):
         part = sorted((r for r in rows if str(r["epoch"]) == epoch), key=lambda r: r["omega_exp"])
         if not part:
             continue
         xs = [r["omega_exp"] for r in part]
-        ax.plot(xs, [r["rp_minus_normal_pts"] for r in part], "-", color=f"C{i}", label=f"epoch {epoch}")
+        gap.plot(xs, [r["rp_minus_normal_pts"] for r in part], "-", color=f"C{i}", label=f"epoch {epoch}")
         for r in part:
-            ax.plot([r["omega_exp"]] * len(r["gaps_pts"]), r["gaps_pts"], "o", color=f"C{i}", ms=4)
+            gap.plot([r["omega_exp"]] * len(r["gaps_pts"]), r["gaps_pts"], "o", color=f"C{i}", ms=4)
+    final = sorted((r for r in rows if str(r["epoch"]) == "final"), key=lambda r: r["omega_exp"])
+    for i, (family, label) in enumerate((("s_mixer", "S-Mixer"), ("rp_s_mixer", "RP S-Mixer"))):
+        means = [statistics.fmean(r["errors_pts"][family]) for r in final]
+        error.plot([r["omega_exp"] for r in final], means, "-", color=f"C{i + 3}", label=label)
+        for r in final:
+            values = r["errors_pts"][family]
+            error.plot([r["omega_exp"]] * len(values), values, "o", color=f"C{i + 3}", ms=4)
     exponents = sorted({r["omega_exp"] for r in rows})
-    ax.set_xticks(exponents, [f"2^{x}" for x in exponents])
-    ax.axhline(0, color="k", lw=0.8)
-    ax.set(xlabel="Ω (connections per layer)", ylabel="RP − normal test error at S ≈ C (points)")
-    ax.set_title("Hypothesis 4.1 as Ω grows (dots: seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    for ax in (gap, error):
+        ax.set_xticks(exponents, [f"2^{x}" for x in exponents])
+        ax.set_xlabel("Ω (connections per layer)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    gap.axhline(0, color="k", lw=0.8)
+    gap.set(ylabel="RP − normal test error at S ≈ C (points)", title="Hypothesis 4.1 as Ω grows (dots: seeds)")
+    error.set(ylabel="test error at S ≈ C, last epoch (%)", title="Each family at S ≈ C (dots: seeds)")
     fig.tight_layout()
     fig.savefig(out / "omega_gap.png", dpi=120)
     plt.close(fig)
@@ -1207,7 +1239,7 @@ def main() -> None:
         [
             {k: v for k, v in r.items() if k != "error_curve"}
             | {"final": None if r["final"] is None else round(r["final"], 4)}
-            | {"minutes": None if r.get("minutes") is None else round(r["minutes"], 1)}
+            | {k: None if r.get(k) is None else round(r[k], 1) for k in ("minutes", "quiet_minutes")}
             | {k: None if r.get(k) is None else round(r[k], 4) for k in ("train_loss", "test_loss")}
             for r in runs
         ],
@@ -1271,10 +1303,13 @@ def main() -> None:
     write_csv(out / "d5.csv", fives)
     (out / "d5.md").write_text(markdown(fives) or "No App. D.5 run has logged an epoch yet.\n")
     omegas = omega_rows(runs)
-    write_csv(out / "omega.csv", [{k: v for k, v in r.items() if k != "gaps_pts"} for r in omegas])
+    write_csv(out / "omega.csv", [{k: v for k, v in r.items() if k not in ("gaps_pts", "errors_pts")} for r in omegas])
     (out / "omega.md").write_text(
         markdown(
-            [{k: v for k, v in r.items() if k not in ("gaps_pts", "omega_exp", "rp_minus_normal_pts")} for r in omegas]
+            [
+                {k: v for k, v in r.items() if k not in ("gaps_pts", "errors_pts", "omega_exp", "rp_minus_normal_pts")}
+                for r in omegas
+            ]
         )
         or "No Ω has both families at S ≈ C yet.\n"
     )
