@@ -38,7 +38,7 @@ final figure. Writes into --out:
   L = 4 runs), and each one's final error minus none's.
 - ``omega.csv`` / ``omega.md``, ``omega_fit.csv`` / ``omega_fit.md`` and ``omega_gap.png``: RP − normal at each
   Ω's S ≈ C point at epochs 10, 50 and final, paired by seed, and its fitted slope per doubling of Ω (section 0b,
-  issue 45: does the gap close as the model grows, as Hypothesis 4.1 expects?).
+  issue 45: does the gap close as the model grows, towards the paper's figures at Ω ≥ 2^18?).
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
   (`verdicts`): reproduced, partly or not, "final" once the runs it reads are all in, else "provisional".
 
@@ -1034,7 +1034,7 @@ OMEGA_EPOCHS = (10, 50, None)  # issue 45: the gap early, midway and at the end 
 
 
 def omega_rows(runs: list[dict]) -> list[dict]:
-    """Hypothesis 4.1 as Ω grows: per Ω and epoch, the S-Mixer's and the RP S-Mixer's test error at the grid's
+    """RP against normal as Ω grows: per Ω and epoch, the S-Mixer's and the RP S-Mixer's test error at the grid's
     S ≈ C point (the C closest to S in log ratio), and RP − normal, paired by seed (a seed fixes the data order
     of both families): mean ± sd over the seeds both families have there."""
     rows = []
@@ -1146,7 +1146,7 @@ def plot_omega(rows: list[dict], out: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     gap.axhline(0, color="k", lw=0.8)
-    gap.set(ylabel="RP − normal test error at S ≈ C (points)", title="Hypothesis 4.1 as Ω grows (dots: seeds)")
+    gap.set(ylabel="RP − normal test error at S ≈ C (points)", title="RP against normal as Ω grows (dots: seeds)")
     error.set(ylabel="test error at S ≈ C, last epoch (%)", title="Each family at S ≈ C (dots: seeds)")
     fig.tight_layout()
     fig.savefig(out / "omega_gap.png", dpi=120)
