@@ -647,6 +647,12 @@ def test_the_queue_skips_the_runs_the_committed_report_holds_as_finished(tmp_pat
         "C25_S26_seed1",
     ) in names
     calls.unlink()
+    # LIST_ONLY: the same runs in the same order on stdout, none trained (one queue across invocations)
+    listed = subprocess.run(
+        ["bash", script, "paper_fig5"], env=env | {"LIST_ONLY": "1"}, capture_output=True, text=True, timeout=300
+    )
+    assert listed.returncode == 0 and not calls.exists()
+    assert listed.stdout.splitlines() == trained
     again = subprocess.run(
         ["bash", script, "paper_fig5"], env=env | {"RECORDED": ""}, capture_output=True, text=True, timeout=300
     )

@@ -17,7 +17,10 @@
 # killed ones from their own last.ckpt; the paper_* items also skip the runs that the committed report
 # (docs/reproductions/paper/fig5_runs.csv, $RECORDED) holds as finished, so on a new machine the same command
 # trains only the runs still missing. EMIT_ONLY=1 writes the sweeps' configs and runs nothing (to run the
-# points in another order or on other machines: each sweep's run_all.sh or slurm_array.sh). Afterwards:
+# points in another order or on other machines: each sweep's run_all.sh or slurm_array.sh). LIST_ONLY=1 emits
+# them and prints the runs it would train ("SWEEP_DIR RUN" lines) instead: several invocations' lists fed to one
+# `xargs -P 2 -L 1 mixer sweep point` keep both lanes busy from one item to the next (run one after the other,
+# each invocation's last run trains alone while the other lane idles). Afterwards:
 # docs/reproductions/report.sh writes the tables and plots.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,8 +52,9 @@ run() {  # run DIR[:PREFIX]...: every run of the sweeps (with :PREFIX, of the po
   # partial queue has whole curves), the sweeps interleaved; not the runs that $RECORDED (the committed report of
   # the paper-schedule sweeps) holds as finished, so that on a new (or renewed) machine the same command trains
   # only what the report lacks (RECORDED= trains them again)
+  # LIST_ONLY=1: print the runs ("SWEEP_DIR RUN" lines, in this order) instead of training them
   [ -z "${EMIT_ONLY:-}" ] || return 0
-  RECORDED=$RECORDED "$PYTHON" - "${@/#/$OUT/}" <<'PY' | xargs -r -P "$LANES" -L 1 $NICE "$MIXER" sweep point
+  RECORDED=$RECORDED "$PYTHON" - "${@/#/$OUT/}" <<'PY' | if [ -n "${LIST_ONLY:-}" ]; then cat; else xargs -r -P "$LANES" -L 1 $NICE "$MIXER" sweep point; fi
 import csv, json, os, re, sys
 recorded, path = set(), os.environ["RECORDED"]
 if path and os.path.isfile(path):
@@ -138,7 +142,7 @@ gap() {  # the independent S-Mixer (docs/reproductions/independent_s_mixer.py) b
   emit gap_ours configs/cifar10_fig5_s_mixer.yaml --omega '2**18' --channels 64,173 --seeds "$SEEDS" \
     --grid trainer.max_epochs=8 --grid model.net.init_args.init=normal,xavier
   run gap_ours
-  [ -z "${EMIT_ONLY:-}" ] || return 0  # the independent script has no sweep to emit
+  [ -z "${EMIT_ONLY:-}${LIST_ONLY:-}" ] || return 0  # the independent script has no sweep to emit or list
   mkdir -p "$OUT/independent"
   for variant in torch paper_skip; do
     local flags="--init torch"
