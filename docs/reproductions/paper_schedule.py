@@ -146,10 +146,9 @@ def machine_time(runs: list[dict]) -> list[dict]:
             "min_min": round(min(minutes)),
             "max_min": round(max(minutes)),
             "lane_hours": round(sum(minutes) / 60, 1),
-            "quiet_min": round(statistics.median(quiet[key])) if quiet[key] else None,
+            "quiet_min": round(statistics.median(fast)) if (fast := quiet[(item, exponent, family, depth)]) else None,
         }
-        for key, minutes in sorted(groups.items())
-        for item, exponent, family, depth in [key]
+        for (item, exponent, family, depth), minutes in sorted(groups.items())
     ]
 
 
