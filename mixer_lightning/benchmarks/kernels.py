@@ -17,6 +17,7 @@ import torch
 from torch.nn import functional as F
 
 from mixer_lightning.benchmarks.timing import compare
+from mixer_lightning.models import Permutation
 
 
 def _compiled(fn: Callable) -> Callable:
@@ -29,13 +30,17 @@ def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, r
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch, m, generator=generator)
     index = torch.randperm(m, generator=generator)
+    permutation = Permutation(m)  # the shipped J (its forward), holding the same index
+    permutation.index.copy_(index)
+    permutation.inverse.copy_(torch.argsort(index))
     x_batch_last = x.t().contiguous()  # (m, B)
     unsafe_index = _compiled(lambda t, i: torch.ops.aten._unsafe_index(t, [None, i]))
     candidates = {
         "copy": lambda: x.clone(),
         "copy_twin": lambda: x.clone(),  # the same kernel again: how far two identical timings differ
         "transpose_token_mixing": lambda: x.view(batch, tokens, channels).transpose(1, 2).contiguous(),
-        "gather_ours": lambda: torch.gather(x, -1, index.expand(x.shape)),
+        "ours": lambda: permutation(x),
+        "gather_broadcast_index": lambda: torch.gather(x, -1, index.expand(x.shape)),
         "index_select_last": lambda: x.index_select(-1, index),
         "indexing": lambda: x[:, index],
         "compiled_indexing": lambda: unsafe_index(x, index),

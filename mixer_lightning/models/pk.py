@@ -20,8 +20,8 @@ from torch import nn
 from mixer_lightning.errors import require
 
 
-class _Gather(torch.autograd.Function):
-    """y = x[..., index] whose backward is a gather by the inverse permutation.
+class _Permute(torch.autograd.Function):
+    """y = x[..., index] whose backward is the same gather by the inverse permutation.
 
     Plain indexing backpropagates with a scatter-add (index_put_ with accumulate), several times
     slower than a gather on CPU; for a permutation the gradient is exactly grad[..., inverse].
@@ -30,14 +30,14 @@ class _Gather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor, index: torch.Tensor, inverse: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(inverse)
-        # torch.gather with the index broadcast over the batch (a stride-0 view): ~30% faster on a
-        # CPU than index_select on the last axis, which is ~4× faster than x[..., index].
-        return torch.gather(x, -1, index.expand(x.shape))
+        # index_select on the last axis: 0.7× the time of torch.gather with a broadcast index on the
+        # Xeon the Ω runs use (benchmarks/RESULTS.md, `mixer bench --kernels`); the same values.
+        return x.index_select(-1, index)
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
         (inverse,) = ctx.saved_tensors
-        return torch.gather(grad, -1, inverse.expand(grad.shape)), None, None
+        return grad.index_select(-1, inverse), None, None
 
 
 class Permutation(nn.Module):
@@ -69,7 +69,7 @@ class Permutation(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Permute the last axis: y[..., k] = x[..., index[k]], i.e. y = J x."""
-        return _Gather.apply(x, self.index, self.inverse)
+        return _Permute.apply(x, self.index, self.inverse)
 
     def extra_repr(self) -> str:
         return f"size={self.size}"
