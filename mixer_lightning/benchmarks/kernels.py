@@ -30,9 +30,8 @@ def permutation_table(batch: int = 128, tokens: int = 64, channels: int = 128, r
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(batch, m, generator=generator)
     index = torch.randperm(m, generator=generator)
-    permutation = Permutation(m)  # the shipped J (its forward), holding the same index
-    permutation.index.copy_(index)
-    permutation.inverse.copy_(torch.argsort(index))
+    permutation = Permutation(m)  # the shipped J (its forward); loading the index derives its inverse
+    permutation.load_state_dict({"index": index})
     x_batch_last = x.t().contiguous()  # (m, B)
     unsafe_index = _compiled(lambda t, i: torch.ops.aten._unsafe_index(t, [None, i]))
     candidates = {
