@@ -436,6 +436,47 @@ def test_runs_an_earlier_report_recorded_count_beside_the_run_directories(
         schedule.main()
 
 
+def test_the_tables_read_the_same_from_the_run_directories_and_from_the_record(
+    schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run directory logs float32 accuracies; the record (fig5_runs.csv, curves.csv) keeps four decimals,
+    which hold a CIFAR-10 error exactly (k / 10,000). Both give the same tables, ties included: C = 38's
+    mean of 41.24 and 41.26 % is C = 60's 41.25 % twice, one rank in Spearman's ρ."""
+    finals = {
+        (8, 60): [0.45, 0.46],
+        (16, 38): [0.43, 0.44],
+        (25, 26): [0.42, 0.42],
+        (38, 16): [0.4124, 0.4126],
+        (60, 8): [0.4125, 0.4125],
+    }
+    runs_root = tmp_path / "runs"
+    fake_sweep(runs_root, "paper_2p14_fig5_s_mixer", finals, [0, 1])
+    for entry in json.loads((runs_root / "paper_2p14_fig5_s_mixer" / "sweep.json").read_text())["runs"]:
+        error = finals[(entry["C"], entry["S"])][entry["seed"]]
+        logged = torch.tensor(1.0 - error, dtype=torch.float32).item()  # as Lightning logs test/acc1, val/acc1
+        run_dir = Path(entry["run_dir"])
+        (run_dir / "test_metrics.json").write_text(json.dumps({"test/acc1": logged}))
+        epochs = "".join(f"{epoch},{100 * epoch},{logged}\n" for epoch in range(10))
+        (run_dir / "metrics.csv").write_text("epoch,step,val/acc1\n" + epochs)
+    fresh, record, empty = tmp_path / "fresh", tmp_path / "record", tmp_path / "empty"
+    empty.mkdir()
+    for argv in (
+        ["--runs", str(runs_root), "--out", str(fresh)],
+        ["--runs", str(empty), "--out", str(record), "--recorded", str(fresh)],
+    ):
+        monkeypatch.setattr(sys, "argv", ["paper_schedule.py", *argv])
+        schedule.main()
+    tables = sorted(path.name for path in fresh.iterdir() if path.suffix in (".csv", ".md"))
+    assert "claims.csv" in tables
+    for name in tables:
+        assert (record / name).read_text() == (fresh / name).read_text(), name
+    with (fresh / "claims.csv").open(newline="") as file:
+        rhos = {row["epoch"]: row["spearman_m_error"] for row in csv.DictReader(file)}
+    # m = 480, 608, 650, 608, 480 against 45.5, 43.5, 42.0, 41.25, 41.25 %, the last two one rank (as scipy
+    # .stats.spearmanr ranks them; told apart by float32 noise, -0.211)
+    assert rhos == {"5": "-0.108", "10": "-0.108", "final": "-0.108"}
+
+
 def test_doc_gets_the_report_tables_between_its_markers(
     schedule, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -81,6 +81,11 @@ from mixer_lightning.commands.sweep.plots import grid_ticks  # noqa: E402
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
 CURVE_KEYS_ORDER = ("sweep", "point", "seed", "epoch", "test_error")  # curves.csv's columns
 CURVE_KEYS = set(CURVE_KEYS_ORDER)
+# The decimals the record (fig5_runs.csv, curves.csv) keeps of a run. read_runs keeps the same, so a table reads
+# the same from the run directories as from the record: float32 noise would otherwise decide ties (Spearman ρ)
+# and .xx5 roundings. An error loses nothing: CIFAR-10's 10,000 test images make it k / 10,000.
+RECORD_DIGITS = {"final": 4, "minutes": 1, "quiet_minutes": 1, "train_loss": 4, "test_loss": 4}
+ERROR_DIGITS = 4  # curves.csv's test_error
 FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "sw_mlp": "SW-MLP"}
 # paper_2p<E>_<item>_<family>[_<suffix>]: run_cpu.sh paper_third_seed adds one sweep per point needing a third
 # seed (paper_2p14_fig5_s_mixer_C25_seed2), whose runs count as more seeds of the family's points
@@ -188,7 +193,8 @@ def read_runs(runs_root: Path) -> list[dict]:
                     "permute": axis(axes, "permute"),
                     "seed": entry["seed"],
                     "epochs": len(curve),
-                    "error_curve": {epoch + 1: 1.0 - acc for epoch, acc in curve.items()},  # epoch 1 = after one epoch
+                    # epoch 1 = after one epoch
+                    "error_curve": {epoch + 1: round(1.0 - acc, ERROR_DIGITS) for epoch, acc in curve.items()},
                     "final": final,
                     "minutes": minutes,
                     "quiet_minutes": quiet_minutes(times),
@@ -198,6 +204,9 @@ def read_runs(runs_root: Path) -> list[dict]:
                     "test_loss": test_loss,
                 }
             )
+            rows[-1] |= {
+                k: round(rows[-1][k], digits) for k, digits in RECORD_DIGITS.items() if rows[-1][k] is not None
+            }
     return rows
 
 
@@ -320,7 +329,8 @@ def spearman(xs: list[float], ys: list[float]) -> float:
         start = 0
         while start < len(order):
             end = start
-            while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            # a mean over seeds of k / 10,000 errors: equal means may differ in the last bit
+            while end + 1 < len(order) and math.isclose(values[order[end + 1]], values[order[start]], rel_tol=1e-9):
                 end += 1
             for i in order[start : end + 1]:
                 r[i] = (start + end) / 2
@@ -1237,9 +1247,7 @@ def main() -> None:
         out / "fig5_runs.csv",
         [
             {k: v for k, v in r.items() if k != "error_curve"}
-            | {"final": None if r["final"] is None else round(r["final"], 4)}
-            | {k: None if r.get(k) is None else round(r[k], 1) for k in ("minutes", "quiet_minutes")}
-            | {k: None if r.get(k) is None else round(r[k], 4) for k in ("train_loss", "test_loss")}
+            | {k: None if r.get(k) is None else round(r[k], digits) for k, digits in RECORD_DIGITS.items()}
             for r in runs
         ],
     )
@@ -1253,7 +1261,13 @@ def main() -> None:
     write_csv(
         out / "curves.csv",
         [
-            {"sweep": r["sweep"], "point": r["point"], "seed": r["seed"], "epoch": epoch, "test_error": round(error, 4)}
+            {
+                "sweep": r["sweep"],
+                "point": r["point"],
+                "seed": r["seed"],
+                "epoch": epoch,
+                "test_error": round(error, ERROR_DIGITS),
+            }
             for r in runs
             for epoch, error in sorted(r["error_curve"].items())
         ],
