@@ -216,6 +216,10 @@ def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedul
         r for r in schedule.verdicts(two_seeds("s_mixer", centre | {(60, 8): 0.352})) if r["claim"].startswith("Fig. 6")
     ]
     assert row["verdict"] == "partly" and "S = C minus the better end −0.20 points, margin 0.28" in row["reading"]
+    # a three-point grid (Ω = 2^16's C = 16, 40, 83): its ends are S = C's neighbours, and an end lowest is "not"
+    three = {(16, 38): 0.36, (25, 26): 0.35, (38, 16): 0.345}
+    assert verdict_of(schedule, two_seeds("s_mixer", three))["Fig. 6, S-Mixer"][0] == "not"
+    assert verdict_of(schedule, two_seeds("s_mixer", three | {(38, 16): 0.37}))["Fig. 6, S-Mixer"][0] == "reproduced"
     # the RP S-Mixer flat in m: not; and a run still going or a third seed due keeps a verdict provisional
     flat = two_seeds("rp_s_mixer", {k: 0.43 + 0.001 * (i % 2) for i, k in enumerate(GRID7)})
     unfinished = run("s_mixer", 25, 26, {50: 0.5}, seed=2)

@@ -669,7 +669,8 @@ def verdicts(runs: list[dict]) -> list[dict]:
                 behind = 100 * (points[centre][0] - min(points[k][0] for k in ends))
                 sds = [points[k][1] for k in (centre, *ends) if not math.isnan(points[k][1])]
                 margin = 100 * MARGIN_SDS * max(sds) if sds else math.nan
-                if best in near:
+                # an end lowest is "not" even where it is S = C's neighbour (a three-point grid, Ω = 2^16's)
+                if best == centre or (best in near and best not in ends):
                     verdict = "reproduced" if behind < -margin else "partly"
                 else:  # an end, or neither an end nor next to S = C: the optimum is not at S = C
                     verdict = "not"
