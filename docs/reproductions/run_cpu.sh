@@ -261,11 +261,28 @@ paper_third_seed() {  # issue 24's third seed: each point that paper_schedule.py
   [ ${#dirs[@]} -eq 0 ] || run "${dirs[@]}"
 }
 
+paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the paper's other regimes? At Ω = 2^14,
+  # S ≈ C = (25, 26), 8 blocks, paired by seed with section 0's S-Mixer (or with each other), in this order:
+  # (b) App. D.7 / Fig. S.6's recipe, Nesterov SGD at lr 0.1, 600 epochs, both families (the d7 configs at 2^14);
+  # (a) the output-only RP S-Mixer (J1 the normal grouping, J2 random: App. A.2.3 read literally), C.4's recipe;
+  # each arm's seed 0 before its seed 1
+  local -a BUDGET=("${PAPER[@]}")
+  [ "$OMEGA_EXP" = 14 ] || { echo "run_cpu.sh: paper_rp_regimes is at OMEGA_EXP=14 (issue 61); got $OMEGA_EXP" >&2; exit 2; }
+  emit rp_regime_lr0p1_s_mixer configs/cifar10_d7_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
+  emit rp_regime_lr0p1_rp_s_mixer configs/cifar10_d7_rp_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
+  local output=()
+  if [ -f configs/cifar10_fig5_rp_s_mixer_output.yaml ]; then
+    emit rp_regime_output_rp_s_mixer configs/cifar10_fig5_rp_s_mixer_output.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
+    output=(rp_regime_output_rp_s_mixer)
+  fi
+  run rp_regime_lr0p1_s_mixer rp_regime_lr0p1_rp_s_mixer "${output[@]}"
+}
+
 items=("$@")
 [ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 gap budget fig2 table1)
 for item in "${items[@]}"; do
   case "$item" in
-    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5 | paper_third_seed) "$item" ;;
-    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed" >&2; exit 2 ;;
+    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5 | paper_third_seed | paper_rp_regimes) "$item" ;;
+    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed paper_rp_regimes" >&2; exit 2 ;;
   esac
 done
