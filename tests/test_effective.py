@@ -98,6 +98,8 @@ def test_rp_layer_is_a_permuted_kronecker_layer_with_the_spectrum_of_w() -> None
         ("s_mixer", {}),
         ("s_mixer", {"permute": True}),
         ("s_mixer", {"permute": [True, False], "tokens": 5}),  # S ≠ S0: the first block's SkipLayer
+        ("s_mixer", {"permute": True, "permute_j1": False, "tokens": 5}),  # output-only RP
+        ("mlp_mixer", {"gamma": 2, "permute": [False, True], "permute_j1": False}),
         ("mlp_mixer", {"gamma": 2}),
         ("mlp_mixer", {"gamma": 2, "permute": True, "skip_layer": True}),
         ("mlp_mixer", {"token_hidden": 3, "channel_hidden": 7, "permute": [False, True]}),

@@ -403,6 +403,11 @@ for _ds in NAMES:
             *hayase_mixer_arch(),
             *c4_recipe(_ds),
         ]
+    if _ds == "cifar10":  # App. A.2.3 read literally: only J2 random (docs/reproductions.md 0c, arm (a))
+        PAPER["cifar10_fig5_rp_s_mixer_output"] = [
+            *PAPER["cifar10_fig5_rp_s_mixer"],
+            *arch("H&K App. A.2.3 ('random shuffling of output indexes of vectors': J1 structured)", permute_j1=False),
+        ]
     PAPER[f"{_ds}_fig5_sw_mlp"] = [
         *model_class("SWMLP", "H&K Fig. 5, App. C.4 (ii)"),
         *arch(

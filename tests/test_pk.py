@@ -124,6 +124,38 @@ def test_rp_checkpoint_reproduces_its_validation_accuracy_exactly() -> None:
     assert sum(key.endswith("permute_in.index") for key in checkpoint["state_dict"]) == 4
 
 
+@pytest.mark.parametrize("axis", ["token", "channel"])
+def test_output_only_rp_layer_is_the_literal_pk_layer_with_a_structured_j1(axis: str) -> None:
+    # σ[J2 (I ⊗ W) J1 vec X] (Def. 5.1) with J1 the normal layer's grouping and J2 random (App. A.2.3).
+    torch.manual_seed(0)
+    model = SMixer(num_classes=3, image_size=8, in_chans=1, patch_size=2, tokens=5, channels=6, num_blocks=2,
+                   permute=True, permute_j1=False)  # fmt: skip
+    block = model.blocks[1]
+    layer = block.token_mixing if axis == "token" else block.channel_mixing
+    assert layer.permuted and layer.permute_in is None
+    x = torch.randn(4, 5, 6)  # (B, S, C), the normalised input of the branch
+    fc = layer.mlp.fc
+    if axis == "token":  # J1 = I on vec(X): the blocks are X's C columns of S entries
+        blocks, grouped = 6, x.transpose(1, 2).reshape(4, -1)
+    else:  # J1 = J_c: the blocks are X's S rows of C entries
+        blocks, grouped = 5, x.reshape(4, -1)
+    kron = torch.kron(torch.eye(blocks), fc.weight.detach())
+    literal = torch.nn.functional.gelu(grouped @ kron.T + fc.bias.detach().repeat(blocks))[:, layer.permute_out.index]
+    torch.testing.assert_close(layer.branch(x), literal.reshape(4, 5, 6))  # read back row-major as (S, C)
+
+
+def test_output_only_rp_trains_and_its_checkpoint_holds_only_j2() -> None:
+    main(["fit", "--config", RP_CONFIG, "--model.net.permute_j1", "false", "--trainer.max_epochs", "1"])
+    summary = read_json(run_dirs("digits_rp_s_mixer")[-1] / "fit_summary.json")
+    state = torch.load(summary["best_checkpoint"], weights_only=True)["state_dict"]
+    assert sum(key.endswith("permute_out.index") for key in state) == 4
+    assert not any(key.endswith("permute_in.index") for key in state)
+    main(["validate", "--config", str(run_dirs("digits_rp_s_mixer")[-1] / "config.yaml"),
+          "--ckpt_path", summary["best_checkpoint"], "--seed_everything", "7"])  # fmt: skip
+    metrics = read_json(run_dirs("digits_rp_s_mixer")[-1] / "val_metrics.json")
+    assert metrics["val/acc1"] == summary["best_score"]
+
+
 @pytest.mark.parametrize(
     "flags, field",
     [

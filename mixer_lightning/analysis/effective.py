@@ -65,16 +65,19 @@ def layer_permutations(layer: MixingLayer, dtype: torch.dtype = torch.float64) -
     - normal channel mixing: the blocks are the rows: P_in = J_c, P_out = J_cᵀ (eq. S.12).
     - RP: the layer gathers the row-major flattening vec(Xᵀ) = J_c vec(X) by J1, and its output is
       read row-major: P_in = J1 J_c, P_out = J_cᵀ J2 (still permutations: a PK layer, Def. 5.1).
+    - output-only RP (J1 the normal grouping): the normal P_in, P_out = J_cᵀ J2.
     """
     s_in, s_out, c = layer.tokens_in, layer.tokens, layer.channels
-    if layer.permuted:
-        j1 = permutation_matrix(layer.permute_in.index, dtype)
-        j2 = permutation_matrix(layer.permute_out.index, dtype)
-        return j1 @ commutation_matrix(s_in, c, dtype), commutation_matrix(s_out, c, dtype).T @ j2
+    jc_in, jc_out = commutation_matrix(s_in, c, dtype), commutation_matrix(s_out, c, dtype)
     if layer.axis == "token":
-        return torch.eye(s_in * c, dtype=dtype), torch.eye(s_out * c, dtype=dtype)
-    jc = commutation_matrix(s_in, c, dtype)
-    return jc, jc.T
+        p_in, p_out = torch.eye(s_in * c, dtype=dtype), torch.eye(s_out * c, dtype=dtype)
+    else:
+        p_in, p_out = jc_in, jc_out.T
+    if layer.permute_in is not None:
+        p_in = permutation_matrix(layer.permute_in.index, dtype) @ jc_in
+    if layer.permute_out is not None:
+        p_out = jc_out.T @ permutation_matrix(layer.permute_out.index, dtype)
+    return p_in, p_out
 
 
 def kron_identity(weight: torch.Tensor, blocks: int) -> torch.Tensor:

@@ -103,7 +103,7 @@ def spatial_token_blocks(net: nn.Module, blocks: list[int] | None = None) -> tup
                 f"choose blocks in 1..{len(token_layers)}",
             )
         layer = token_layers[b - 1]
-        if layer.permuted:
+        if layer.permute_in is not None:  # (an output-only RP layer's input is still the patch grid)
             notes.append(
                 f"block {b}: its token mixing is randomly permuted (RP): a unit reads permuted "
                 "entries of the S·C features, not patches, so it has no spatial grid"

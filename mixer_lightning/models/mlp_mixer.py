@@ -33,6 +33,8 @@ class MLPMixer(PKMixer):
         channel_hidden: D_C, the channel-mixing MLP's hidden width.
         num_blocks: L, the number of Mixer blocks.
         permute: random-permuted (RP) mixing layers: true for all blocks, or one flag per block.
+        permute_j1: an RP layer draws J1 as well as J2 (Def. 5.1, eq. S.13); false: only J2, the output
+            indexes (App. A.2.3 read literally), J1 grouping the entries as the normal layer does.
         skip_layer: use SkipLayer(X) = LN(W̃X) in the first block (default: exactly when S ≠ S0).
         drop_rate: dropout after the MLPs' activation and output.
         drop_path: stochastic depth at the last MLP, rising linearly from 0 at the first.
@@ -55,6 +57,7 @@ class MLPMixer(PKMixer):
         channel_hidden: PositiveInt | None = None,
         num_blocks: PositiveInt = 8,
         permute: bool | list[bool] = False,
+        permute_j1: bool = True,
         skip_layer: bool | None = None,
         drop_rate: Rate = 0.0,
         drop_path: Rate = 0.0,
@@ -66,7 +69,7 @@ class MLPMixer(PKMixer):
         self._act, self._drop = act, drop_rate
         tokens = resolve_tokens(tokens, omega, channels, gamma)
         arguments = (patch_size, tokens, channels, num_blocks, permute, skip_layer, drop_path, norm_eps)
-        super().__init__(num_classes, image_size, in_chans, *arguments)
+        super().__init__(num_classes, image_size, in_chans, *arguments, permute_j1=permute_j1)
         self.gamma = gamma
         self.token_hidden = self._hidden["token"] or hidden_width(gamma, self.tokens)
         self.channel_hidden = self._hidden["channel"] or hidden_width(gamma, self.channels)

@@ -86,8 +86,10 @@ class MixingLayer(nn.Module):
 
     f: the MLP-Mixer's MLP (Hayase eq. S.5-S.6) or the S-Mixer's FC + σ (eq. S.7-S.8), on the last axis (a
     token-mixing f also has ``forward_columns``: f on X's columns, no transposes). ``permute``: J1, J2 frozen
-    random permutations (RP, eq. S.13), else J ∈ {I, J_c}. ``skip``: SkipLayer(X) = LN(W̃X) in a first block
-    mapping S0 → S (eq. S.14), else the identity. tokens_in: S_in (S0 in a first block, else S).
+    random permutations (RP, eq. S.13), else J ∈ {I, J_c}; with ``permute_j1`` false only J2 is random and J1
+    groups the entries as the normal layer does (X's columns for token mixing, its rows for channel mixing:
+    App. A.2.3's "random shuffling of output indexes" read literally). ``skip``: SkipLayer(X) = LN(W̃X) in a
+    first block mapping S0 → S (eq. S.14), else the identity. tokens_in: S_in (S0 in a first block, else S).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class MixingLayer(nn.Module):
         channels: int,
         *,
         permute: bool = False,
+        permute_j1: bool = True,
         skip: nn.Module | None = None,
         drop_path: float = 0.0,
         norm_eps: float = 1e-6,
@@ -109,15 +112,16 @@ class MixingLayer(nn.Module):
         self.norm = nn.LayerNorm(channels, eps=norm_eps)
         self.mlp = mlp
         self.skip = skip
-        self.permute_in = Permutation(tokens_in * channels) if permute else None
-        self.permute_out = Permutation(tokens * channels) if permute else None
+        self.permute_in = Permutation(tokens_in * channels) if permute and permute_j1 else None  # J1
+        self.permute_out = Permutation(tokens * channels) if permute else None  # J2
         from timm.layers import DropPath  # lazily: importing timm imports all its models
 
         self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
 
     @property
     def permuted(self) -> bool:
-        return self.permute_in is not None
+        """RP: J2 is random (and J1 too, unless the layer was built with ``permute_j1`` false)."""
+        return self.permute_out is not None
 
     def connections(self) -> list[int]:
         """Non-zero weights of each FC layer of the branch in the effective wide MLP: the n1 blocks of
@@ -127,11 +131,14 @@ class MixingLayer(nn.Module):
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch: Mat ∘ J2 ∘ (I ⊗ f) ∘ J1 ∘ vec, on an already normalised (B, S_in, C) input."""
-        if self.permute_in is not None:
-            # I_{n1} ⊗ f on J1 vec(X): n1 blocks of n2 consecutive permuted entries, S_in per block for
-            # token mixing (n1 = C blocks), C per block for channel mixing (n1 = S blocks).
-            n2 = self.tokens_in if self.axis == "token" else self.channels
-            y = rearrange(self.permute_in(rearrange(x, "b s c -> b (s c)")), "b (n1 n2) -> b n1 n2", n2=n2)
+        if self.permute_out is not None:
+            # I_{n1} ⊗ f on J1 vec(X): n1 blocks of n2 consecutive entries, S_in per block for token mixing
+            # (n1 = C blocks), C per block for channel mixing (n1 = S blocks).
+            if self.permute_in is not None:
+                n2 = self.tokens_in if self.axis == "token" else self.channels
+                y = rearrange(self.permute_in(rearrange(x, "b s c -> b (s c)")), "b (n1 n2) -> b n1 n2", n2=n2)
+            else:  # J1 the normal layer's grouping: the blocks are X's columns (token) or rows (channel)
+                y = x.transpose(1, 2) if self.axis == "token" else x
             y = rearrange(self.mlp(y), "b n1 n2 -> b (n1 n2)")
             return rearrange(self.permute_out(y), "b (s c) -> b s c", c=self.channels)  # Mat ∘ J2
         if self.axis == "token":
@@ -191,6 +198,7 @@ class PKMixer(nn.Module):
         skip_layer: bool | None,
         drop_path: float,
         norm_eps: float,
+        permute_j1: bool = True,
     ):
         from mixer_lightning.models.layers import PatchEmbed, SkipLayer
 
@@ -205,13 +213,15 @@ class PKMixer(nn.Module):
         self.tokens, self.channels, self.num_blocks = tokens, channels, num_blocks
         self.num_features = channels
         self.permute = flags
+        self.permute_j1 = permute_j1
 
         rates = drop_path_rates(drop_path, 2 * num_blocks)
         blocks = []
         for i in range(num_blocks):
             s_in = tokens_in if i == 0 else tokens
             skip = SkipLayer(tokens_in, tokens, channels, norm_eps) if i == 0 and skip_layer else None
-            common = dict(permute=flags[i], norm_eps=norm_eps)  # (built in this order: the seed's draws)
+            # (built in this order: the seed's draws)
+            common = dict(permute=flags[i], permute_j1=permute_j1, norm_eps=norm_eps)
             f = self.make_mlp("token", s_in, tokens)
             token_mixing = MixingLayer("token", f, s_in, tokens, channels, skip=skip, drop_path=rates[2 * i], **common)
             f = self.make_mlp("channel", channels, channels)

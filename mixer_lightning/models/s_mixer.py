@@ -37,6 +37,7 @@ class SMixer(PKMixer):
         omega: int | str | None = None,
         num_blocks: PositiveInt = 8,
         permute: bool | list[bool] = False,
+        permute_j1: bool = True,
         skip_layer: bool | None = None,
         drop_rate: Rate = 0.0,
         drop_path: Rate = 0.0,
@@ -47,7 +48,7 @@ class SMixer(PKMixer):
         self._act, self._drop = act, drop_rate
         tokens = resolve_tokens(tokens, omega, channels, 1.0)
         arguments = (patch_size, tokens, channels, num_blocks, permute, skip_layer, drop_path, norm_eps)
-        super().__init__(num_classes, image_size, in_chans, *arguments)
+        super().__init__(num_classes, image_size, in_chans, *arguments, permute_j1=permute_j1)
         self.gamma = 1.0
         init_mixer_weights(self, init)
 

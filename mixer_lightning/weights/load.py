@@ -97,5 +97,8 @@ def infer_architecture(state_dict: Mapping[str, torch.Tensor], field: str = "wei
         channel_hidden=state_dict["blocks.0.channel_mixing.mlp.fc1.weight"].shape[0],
         num_blocks=max(blocks) + 1,
         skip_layer="blocks.0.token_mixing.skip.proj.weight" in state_dict,
-        permute=[f"blocks.{i}.token_mixing.permute_in.index" in state_dict for i in range(max(blocks) + 1)],
+        permute=[f"blocks.{i}.token_mixing.permute_out.index" in state_dict for i in range(max(blocks) + 1)],
+        # output-only RP: J2 without J1
+        permute_j1=not any(k.endswith("permute_out.index") for k in state_dict)
+        or any(k.endswith("permute_in.index") for k in state_dict),
     )
