@@ -8,7 +8,7 @@
 # At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
 # configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed (not in the default set; measured:
 # an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points,
-# OMEGA_EXP=18 the paper's own Ω at S = C and its widest pairs (issue 45). POINTS=C64_ trains only the points whose name starts so.
+# OMEGA_EXP=18 the paper's own Ω, its App. C.4 grid and S = C. POINTS=C64_ trains only the points whose name starts so.
 #
 # CIFAR-10 in the Hugging Face layout is read from $MIXER_DATA_ROOT/cifar10 (default: ../shared/data/cifar10,
 # relative to the checkout). Runs go to $REPRO_DIR (default runs/repro), $LANES at a time (default 2), each
@@ -168,7 +168,7 @@ paper_fig5() {  # Fig. 5 / Fig. 6's claim at 200 epochs at Ω = 2^OMEGA_EXP: S-M
     14) channels=8,12,16,20,25,32,38,47,60 ;;  # S = 60, 47, 38, 32, 26, 20, 16, 12, 8; C* = 25.4
     12) channels=4,6,8,10,16,24,28,34,43 ;;    # S = 43, 34, 28, 24, 16, 10, 8, 6, 4; C* = 16
     16) channels=16,40,83 ;;                   # S = 83, 41, 16 (C = S and the two extremes); C* = 40.3
-    18) channels=48,64,83 ;;                   # S = 83, 64, 48: the paper's own Ω, S = C and its widest pairs; C* = 64
+    18) channels=16,48,64,83,173 ;;            # S = 173, 83, 64, 48, 16: the paper's own Ω and its App. C.4 grid, with S = C; C* = 64
     *) echo "run_cpu.sh: no paper_fig5 grid for OMEGA_EXP=$OMEGA_EXP; choose 12, 14, 16 or 18" >&2; exit 2 ;;
   esac
   local omega="2**$OMEGA_EXP" name="paper_2p${OMEGA_EXP}_fig5"
@@ -265,7 +265,7 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
   # S ≈ C = (25, 26), 8 blocks, paired by seed with section 0's S-Mixer (or with each other), in this order:
   # (b) App. D.7 / Fig. S.6's recipe, Nesterov SGD at lr 0.1, 600 epochs, both families (the d7 configs at 2^14);
   # (a) the output-only RP S-Mixer (J1 the normal grouping, J2 random: App. A.2.3 read literally), C.4's recipe;
-  # each arm's seed 0 before its seed 1
+  # each arm's seed 0 before its seed 1. Then the paper's own Fig. 5/6 grid: OMEGA_EXP=18 run_cpu.sh paper_fig5
   local -a BUDGET=("${PAPER[@]}")
   [ "$OMEGA_EXP" = 14 ] || { echo "run_cpu.sh: paper_rp_regimes is at OMEGA_EXP=14 (issue 61); got $OMEGA_EXP" >&2; exit 2; }
   emit rp_regime_lr0p1_s_mixer configs/cifar10_d7_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
