@@ -4,7 +4,7 @@ of `OMEGA_EXP=14 docs/reproductions/run_cpu.sh paper_rp_regimes` and section 0's
     .venv/bin/python docs/reproductions/rp_regimes.py [--runs runs/repro] [--out docs/reproductions/rp_regimes]
         [--doc docs/reproductions.md]
 
-Every run is at Ω = 2^14, (C, S) = (25, 26), 8 blocks. A regime (an arm) is a recipe; its RP model is paired by seed
+Every run has 8 blocks at Ω = 2^14, (C, S) = (25, 26), but arm (c)'s MLP-Mixers (γ = 4, S = C = 32, Ω = 2^17). A regime (an arm) is a recipe; its RP model is paired by seed
 (same seed, same data order) with the normal model of the same recipe, or, for the output-only RP arm, which
 changes the model and not the recipe, with App. C.4's S-Mixer. Runs validate on the test split every epoch
 (`val_split: 0`), so `val/loss` and `val/acc1` are the test loss and error after every epoch; `train/loss_epoch` is
@@ -42,12 +42,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from mixer_lightning.analysis.curves import epoch_curves, has_logs  # noqa: E402
 
-POINT = "C25_S26"
+POINT = "C25_S26"  # Ω = 2^14's S ≈ C; arm (c)'s MLP-Mixer at S = C = 32 (ARM_POINT)
+ARM_POINT = {"adamw_aa": "C32_S32"}
 ARMS = {  # arm -> (label, recipe); the order of the table
     "c4": ("App. C.4", "Nesterov SGD lr 0.02, 200 epochs, crop + flip"),
     "output": ("(a) output-only RP", "App. C.4's recipe; J1 structured, J2 random (App. A.2.3)"),
     "lr0p1": ("(b) Fig. S.6", "Nesterov SGD lr 0.1, 600 epochs"),
-    "adamw_aa": ("(c) Fig. S.8", "AdamW lr 0.01 + AutoAugment, batch 256 (MLP-Mixer, γ = 4)"),
+    "adamw_aa": ("(c) Fig. S.8", "AdamW lr 0.01 + AutoAugment, batch 256, 200 epochs (MLP-Mixer, γ = 4, S = C = 32)"),
 }
 NORMAL = {"rp_s_mixer": "s_mixer", "rp_mlp_mixer": "mlp_mixer"}  # RP family -> its normal family
 FAMILIES = {"s_mixer": "S-Mixer", "rp_s_mixer": "RP S-Mixer", "mlp_mixer": "MLP-Mixer", "rp_mlp_mixer": "RP MLP-Mixer"}
@@ -93,7 +94,7 @@ def read_runs(runs_root: Path) -> tuple[list[dict], list[dict]]:
         arm, family = ("c4", named["c4"]) if named["c4"] else (named["arm"], named["family"])
         for entry in json.loads(manifest.read_text())["runs"]:
             run_dir = Path(entry["run_dir"])  # relative to the checkout the sweep ran in (run from there)
-            if entry.get("point") != POINT or not has_logs(run_dir):
+            if not str(entry.get("point")).startswith(ARM_POINT.get(arm, POINT)) or not has_logs(run_dir):
                 continue
             config = Path(entry["config"]).read_text() if Path(entry["config"]).is_file() else ""
             max_epochs = re.search(r"max_epochs: (\d+)", config)

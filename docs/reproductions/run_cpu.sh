@@ -263,9 +263,9 @@ paper_third_seed() {  # issue 24's third seed: each point that paper_schedule.py
 
 paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the paper's other regimes? At Ω = 2^14,
   # S ≈ C = (25, 26), 8 blocks, paired by seed with section 0's S-Mixer (or with each other), in this order:
-  # (b) App. D.7 / Fig. S.6's recipe, Nesterov SGD at lr 0.1, 600 epochs, both families (the d7 configs at 2^14);
   # (a) the output-only RP S-Mixer (J1 the normal grouping, J2 random: App. A.2.3 read literally), C.4's recipe;
-  # each arm's seed 0 before its seed 1. Then the paper's own Fig. 5/6 grid: OMEGA_EXP=18 run_cpu.sh paper_fig5
+  # (b) App. D.7 / Fig. S.6's recipe, Nesterov SGD at lr 0.1, 600 epochs, both families (the d7 configs at 2^14);
+  # (c) below; each arm's seed 0 before its seed 1. Then the paper's own Fig. 5/6 grid: OMEGA_EXP=18 run_cpu.sh paper_fig5
   local -a BUDGET=("${PAPER[@]}")
   [ "$OMEGA_EXP" = 14 ] || { echo "run_cpu.sh: paper_rp_regimes is at OMEGA_EXP=14 (issue 61); got $OMEGA_EXP" >&2; exit 2; }
   emit rp_regime_lr0p1_s_mixer configs/cifar10_d7_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
@@ -275,7 +275,16 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
     emit rp_regime_output_rp_s_mixer configs/cifar10_fig5_rp_s_mixer_output.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
     output=(rp_regime_output_rp_s_mixer)
   fi
-  run rp_regime_lr0p1_s_mixer rp_regime_lr0p1_rp_s_mixer "${output[@]}"
+  # (c) Fig. S.8's recipe (AdamW lr 0.01 + AutoAugment, batch 256) on its model (MLP-Mixer, γ = 4, RP in both mixing
+  # MLPs) at S = C = 32 (Ω = γ(C²S + CS²)/2 = 2^17) and 200 epochs: measured on one core on 2026-12-07, a 256-image
+  # step costs 0.24 s of CPU at S = C = 16 and 0.36 s at 32 (AutoAugment's PIL path 0.19 s of it), so 600 epochs at
+  # 16 would be ~8 hours and 200 at 32 ~4: the largest S = C near 4 hours, at 200 epochs (issue 61's rule).
+  # Not the Ω overlay (S is given through Ω = 2^17 here); the config's own data, batch and optimiser.
+  BUDGET=("${SCHEDULE[@]}")
+  local aa=(--omega '2**17' --channels 32 --seeds "$SEEDS" --grid trainer.max_epochs=200)
+  emit rp_regime_adamw_aa_mlp_mixer configs/cifar10_d7_mlp_mixer_adamw.yaml "${aa[@]}"
+  emit rp_regime_adamw_aa_rp_mlp_mixer configs/cifar10_d7_rp_mlp_mixer_adamw.yaml "${aa[@]}"
+  run "${output[@]}" rp_regime_lr0p1_s_mixer rp_regime_lr0p1_rp_s_mixer rp_regime_adamw_aa_mlp_mixer rp_regime_adamw_aa_rp_mlp_mixer
 }
 
 items=("$@")
