@@ -279,9 +279,11 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
   # MLPs) at S = C = 32 (Ω = γ(C²S + CS²)/2 = 2^17) and 200 epochs: measured on one core on 2026-12-07, a 256-image
   # step costs 0.24 s of CPU at S = C = 16 and 0.36 s at 32 (AutoAugment's PIL path 0.19 s of it), so 600 epochs at
   # 16 would be ~8 hours and 200 at 32 ~4: the largest S = C near 4 hours, at 200 epochs (issue 61's rule).
-  # Not the Ω overlay (S is given through Ω = 2^17 here); the config's own data, batch and optimiser.
+  # Not the Ω overlay (S is given through Ω = 2^17 here); the config's own data, batch and optimiser. num_workers 0:
+  # the images are augmented in the lane's own process (one core, as measured), and the augmentation's random
+  # stream does not depend on the machine's core count (the default is one worker per core).
   BUDGET=("${SCHEDULE[@]}")
-  local aa=(--omega '2**17' --channels 32 --seeds "$SEEDS" --grid trainer.max_epochs=200)
+  local aa=(--omega '2**17' --channels 32 --seeds "$SEEDS" --grid trainer.max_epochs=200 --grid data.init_args.num_workers=0)
   emit rp_regime_adamw_aa_mlp_mixer configs/cifar10_d7_mlp_mixer_adamw.yaml "${aa[@]}"
   emit rp_regime_adamw_aa_rp_mlp_mixer configs/cifar10_d7_rp_mlp_mixer_adamw.yaml "${aa[@]}"
   run "${output[@]}" rp_regime_lr0p1_s_mixer rp_regime_lr0p1_rp_s_mixer rp_regime_adamw_aa_mlp_mixer rp_regime_adamw_aa_rp_mlp_mixer
