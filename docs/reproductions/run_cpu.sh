@@ -282,8 +282,9 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
   # Not the Ω overlay (S is given through Ω = 2^17 here); the config's own data, batch and optimiser. num_workers 0:
   # the images are augmented in the lane's own process (one core, as measured), and the augmentation's random
   # stream does not depend on the machine's core count (the default is one worker per core).
-  BUDGET=("${SCHEDULE[@]}")
-  local aa=(--omega '2**17' --channels 32 --seeds "$SEEDS" --grid trainer.max_epochs=200 --grid data.init_args.num_workers=0)
+  printf 'data:\n  init_args:\n    num_workers: 0\n' >"$OUT/one_process.yaml"
+  BUDGET=("${SCHEDULE[@]}" --config "$OUT/one_process.yaml")
+  local aa=(--omega '2**17' --channels 32 --seeds "$SEEDS" --grid trainer.max_epochs=200)
   emit rp_regime_adamw_aa_mlp_mixer configs/cifar10_d7_mlp_mixer_adamw.yaml "${aa[@]}"
   emit rp_regime_adamw_aa_rp_mlp_mixer configs/cifar10_d7_rp_mlp_mixer_adamw.yaml "${aa[@]}"
   run "${output[@]}" rp_regime_lr0p1_s_mixer rp_regime_lr0p1_rp_s_mixer rp_regime_adamw_aa_mlp_mixer rp_regime_adamw_aa_rp_mlp_mixer
