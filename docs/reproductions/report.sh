@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The tables and plots of docs/reproductions.md, from the runs of docs/reproductions/run_cpu.sh, with
+# The tables and plots of docs/reproductions/appendix.md (sections 1–7), from the runs of docs/reproductions/run_cpu.sh, with
 # `mixer sweep report` (summary.csv, report.csv, PNGs) and `mixer cka`, into docs/reproductions/<item>/.
 #   docs/reproductions/report.sh [ITEM ...]      items: fig5 fig7 d5 budget gap fig2 table1 (default: those with runs)
 set -euo pipefail
