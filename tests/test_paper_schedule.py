@@ -999,3 +999,37 @@ def test_the_page_reads_the_committed_record_as_the_issue_asks(findings, tmp_pat
     slope = texts["omega_slope.md"]
     assert "| 10 | 2^12 … 2^18 (4 means) |" in slope  # ten gaps at epoch 10, fitted as four means
     assert "not bending" not in "".join(texts.values())
+
+
+def test_the_queued_claims_are_graded_by_the_rules_fixed_before_their_runs(findings) -> None:
+    """QUEUED's rules as code: Sec. 3.4 (patch + pixel invariant, global degraded, paired with section 0's
+    S-Mixer at (25, 26)) and D.1 (the sparsest SW-MLP's training loss above the lowest by the margin)."""
+    assert findings.sec34_verdict([]) is None and findings.s1_verdict([]) is None  # queued until the runs are in
+
+    def base(seed: int, final: float, **fields) -> dict:
+        row = {"item": "fig5", "omega_exp": 14, "family": "s_mixer", "C": 25, "S": 26, "seed": seed, "final": final}
+        return row | fields
+
+    runs = [base(s, e) for s, e in ((0, 0.360), (1, 0.355), (2, 0.365))]
+    shuffled = [
+        base(s, e, item="sec34", point=f"C25_S26_input_permutation{mode}")
+        for mode, errors in (("patch-pixel", (0.362, 0.352, 0.366)), ("global", (0.45, 0.46, 0.44)))
+        for s, e in enumerate(errors)
+    ]
+    verdict, headline = findings.sec34_verdict(runs + shuffled)
+    assert verdict == "reproduced" and headline.startswith("patch + pixel − none ")
+    # a patch + pixel arm 3 points worse at every seed is not invariant: only global's half holds
+    worse = [r | {"final": r["final"] + 0.03} if "patch" in r["point"] else r for r in shuffled]
+    assert findings.sec34_verdict(runs + worse)[0] == "partly"
+
+    def sw(p: float, seed: int, loss: float) -> dict:
+        return {"item": "s1", "p": p, "seed": seed, "final": 0.5, "train_loss": loss}
+
+    def losses(sparsest: float) -> list[dict]:
+        table = {1: 1.20, 0.25: 1.00, 0.0625: 0.90, 0.015625: sparsest}
+        return [sw(p, s, loss + 0.005 * s) for p, loss in table.items() for s in (0, 1)]
+
+    assert findings.s1_verdict(losses(1.10))[0] == "reproduced"  # up by 0.2, margin 0.014
+    assert findings.s1_verdict(losses(0.905))[0] == "partly"  # up by 0.005, within the margin
+    assert findings.s1_verdict(losses(0.80))[0] == "not"  # the sparsest trains best
+    assert findings.s1_verdict(losses(1.10)[:-1]) is None  # a density with one seed: still queued

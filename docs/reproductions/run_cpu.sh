@@ -282,10 +282,11 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
 paper_sec34() {  # issue 58: Tolstikhin Sec. 3.4 on CIFAR-10 at the paper schedule: section 0's S-Mixer at Ω = 2^14,
   # (25, 26), on images whose 4×4 patches are shuffled and the pixels inside every patch permuted by one shared
   # permutation (patch_pixel), or whose pixels are permuted over the whole image (global), one permutation for every
-  # image; the unshuffled arm is paper_2p14_fig5_s_mixer's C25_S26 (the same config), paired with it by seed
+  # image; the unshuffled arm is paper_2p14_fig5_s_mixer's C25_S26 (the same config), paired with it by seed, at
+  # its three seeds (SEC34_SEEDS, default 0,1,2: an invariance needs the third to be read)
   local -a BUDGET=("${PAPER[@]}" --config docs/reproductions/sec34_permutation.yaml)
   [ "$OMEGA_EXP" = 14 ] || { echo "run_cpu.sh: paper_sec34 is at OMEGA_EXP=14 (issue 58); got $OMEGA_EXP" >&2; exit 2; }
-  emit paper_2p14_sec34_s_mixer configs/cifar10_fig5_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS" \
+  emit paper_2p14_sec34_s_mixer configs/cifar10_fig5_s_mixer.yaml --omega '2**14' --channels 25 --seeds "${SEC34_SEEDS:-0,1,2}" \
     --grid data.init_args.input_permutation=patch_pixel,global
   run paper_2p14_sec34_s_mixer
 }
