@@ -1033,3 +1033,22 @@ def test_the_queued_claims_are_graded_by_the_rules_fixed_before_their_runs(findi
     assert findings.s1_verdict(losses(0.905))[0] == "partly"  # up by 0.005, within the margin
     assert findings.s1_verdict(losses(0.80))[0] == "not"  # the sparsest trains best
     assert findings.s1_verdict(losses(1.10)[:-1]) is None  # a density with one seed: still queued
+
+
+def test_fig2d_is_graded_from_its_report_by_the_rule_fixed_before_its_runs(findings, tmp_path: Path) -> None:
+    report = tmp_path / "report.csv"
+    assert findings.fig2d_verdict(report) is None  # no report yet: queued
+
+    def write(kron: list[float], monarch: list[float]) -> None:
+        rows = ["series,point,seed,test_error"]
+        rows += [f"paper_fig2d_kron,base,{s},{e}" for s, e in enumerate(kron)]
+        rows += [f"paper_fig2d_monarch,base,{s},{e}" for s, e in enumerate(monarch)]
+        report.write_text("\n".join(rows) + "\n")
+
+    write([0.030, 0.033, 0.028, 0.031, 0.030], [0.031, 0.032, 0.030, 0.030, 0.029])
+    verdict, headline = findings.fig2d_verdict(report)
+    assert verdict == "reproduced" and "(5 seeds, 8×8 digits)" in headline
+    write([0.080, 0.082, 0.079, 0.081, 0.080], [0.031, 0.032, 0.030, 0.030, 0.029])  # 5 points worse, every seed
+    assert findings.fig2d_verdict(report)[0] == "not"
+    write([0.030, 0.080], [0.031, 0.032])  # two noisy seeds: neither comparable nor different
+    assert findings.fig2d_verdict(report)[0] == "unresolved"

@@ -649,6 +649,27 @@ def s1_verdict(runs: list[dict]) -> tuple[str, str] | None:
     )
 
 
+def fig2d_verdict(report: Path) -> tuple[str, str] | None:
+    """QUEUED["fig2d"] on `report.sh fig2d`'s report.csv (one row per run): None until both arms have a run."""
+    if not report.is_file():
+        return None
+    arms: dict[str, dict[int, float]] = {"kron": {}, "monarch": {}}
+    for row in read_summary(report):
+        for arm in arms:
+            if row["series"] == f"paper_fig2d_{arm}" and row.get("test_error"):
+                arms[arm][int(row["seed"])] = float(row["test_error"])
+    if not all(arms.values()):
+        return None
+    gap = paired(arms["kron"], arms["monarch"])
+    if gap.defined and -0.02 < gap.lo and gap.hi < 0.02:
+        verdict = "reproduced"
+    elif gap.excludes_zero() and abs(gap.mean) > 0.02:
+        verdict = "not"
+    else:
+        verdict = "unresolved"
+    return verdict, f"Kronecker − Monarch {ci(gap, sign=True)} pts ({gap.n} seeds, 8×8 digits)"
+
+
 def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> list[dict]:
     """The page's first screen: a row per claim."""
     verdict = {(row["omega"], row["claim"]): row for row in judged}
@@ -821,12 +842,13 @@ def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> lis
         else f"2^12, 8 runs, {human(Cost(8, 200, sw_mlp_macs(S1_WIDTHS, 8)).core_hours(epoch_minutes_model(timed)))}",
         "–",
     )
+    graded = fig2d_verdict(HERE / "fig2d" / "report.csv")
     add(
         "queued",
         "Monarch and Kronecker weights “showed comparable performance”",
         "H&K Fig. 2(d)",
-        "**queued**",
-        "8×8 digits for MNIST, 10 runs, ≈ 1 core-hour",
+        f"**{graded[0]}**" if graded else "**queued**",
+        graded[1] if graded else "8×8 digits for MNIST, 10 runs, ≈ 1 core-hour",
         "–",
     )
     model = epoch_minutes_model(timed)
