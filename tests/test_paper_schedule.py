@@ -1,4 +1,4 @@
-"""The statistics behind docs/reproductions.md's "At the paper's schedule" verdicts
+"""The statistics behind the findings page's verdicts (docs/reproductions.md; the appendix's "At the paper's schedule")
 (`docs/reproductions/paper_schedule.py`), on runs whose curves are known: each claim's statistic says
 what it should, and is left undefined (not 0 or nan in the table) where the grid cannot show it yet."""
 
@@ -183,7 +183,7 @@ def verdict_of(schedule, runs: list[dict]) -> dict[str, tuple[str, str, int]]:
 
 
 def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedule) -> None:
-    """docs/reproductions.md, "How the verdicts are read": Fig. 5 per family (ρ(m, error) ≤ −0.8 across and
+    """docs/reproductions/appendix.md, "How the verdicts are read": Fig. 5 per family (ρ(m, error) ≤ −0.8 across and
     along both branches: reproduced; one branch: partly), Fig. 6 (lowest at S = C or a neighbour, S = C ahead
     of both ends by more than twice the largest sd: reproduced; within it: partly; lowest at an end: not),
     Fig. 7 (RP − normal shrinks with L, within the margin at the deepest: reproduced; beyond: partly; not

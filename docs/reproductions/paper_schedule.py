@@ -1,4 +1,5 @@
-"""The tables, curves and plots of docs/reproductions.md's "At the paper's schedule" sections (0 and 0b), from the runs
+"""The tables, curves and plots of docs/reproductions/appendix.md's "At the paper's schedule" sections (0 and 0b), and
+the record docs/reproductions/findings.py reads for the findings page (docs/reproductions.md), from the runs
 of `docs/reproductions/run_cpu.sh paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5` (200 epochs at Ω = 2^12, 2^14, 2^16).
 
     .venv/bin/python docs/reproductions/paper_schedule.py [--runs runs/repro] [--out docs/reproductions/paper]
@@ -42,7 +43,7 @@ final figure. Writes into --out:
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
   (`verdicts`): reproduced, partly or not, "final" once the runs it reads are all in, else "provisional".
 
---doc docs/reproductions.md then copies these tables into the page (`fill_doc`): each block between
+--doc docs/reproductions/appendix.md then copies these tables into the page (`fill_doc`): each block between
 ``<!-- paper_schedule.py NAME.md -->`` and ``<!-- /paper_schedule.py -->`` becomes the table of --out's NAME.md,
 so the page's tables are written by the run that writes the report, not by hand (a machine-local script did
 this until the machine was renewed and took it along).
@@ -564,7 +565,7 @@ def third_seed_runs(runs: list[dict]) -> list[dict]:
     return list(named.values())
 
 
-# Section 0's rules for the verdicts (docs/reproductions.md, "How the verdicts are read", fixed on 2026-11-27
+# Section 0's rules for the verdicts (docs/reproductions/appendix.md, "How the verdicts are read", fixed on 2026-11-27
 # before any third seed, Fig. 7 or D.5 run finished): a rank correlation counts from -0.8, a margin is twice
 # the larger (largest) seed sd of the points compared.
 RANK_HOLDS = -0.8
@@ -1110,7 +1111,7 @@ def omega_fit(rows: list[dict]) -> list[dict]:
     """Per epoch: RP − normal (points) against log2 Ω by least squares over every seed's gap (each seed of each Ω
     one observation), the slope per doubling of Ω with its standard error, and, only where the slope is
     negative, the Ω at which the line reaches zero (an extrapolation of the fitted trend, nothing more). The
-    rule of issue 45 (docs/reproductions.md, "How the claims move with Ω"): **closing** if slope + 2 SE < 0,
+    rule of issue 45 (docs/reproductions/appendix.md, "How the claims move with Ω"): **closing** if slope + 2 SE < 0,
     **widening** if slope − 2 SE > 0, else **no trend resolved**; read once three Ω have two seeds each."""
     fits = []
     for epoch in ("10", "50", "final"):
@@ -1186,7 +1187,9 @@ def doc_blocks(doc: Path) -> list[tuple[int, int, str]]:
     """The generated blocks of DOC: (line of the opening marker, line of the closing one, file named), 0-based;
     a marker out of place is one line naming the line and the fix (before --out is written)."""
     if not doc.is_file():
-        raise SystemExit(f"paper_schedule.py: --doc {doc}: no such file; give the page to fill (docs/reproductions.md)")
+        raise SystemExit(
+            f"paper_schedule.py: --doc {doc}: no such file; give the page to fill (docs/reproductions/appendix.md)"
+        )
     blocks, opened = [], None
     for number, line in enumerate(doc.read_text().splitlines()):
         match = DOC_OPEN.fullmatch(line.strip())
@@ -1247,7 +1250,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--doc",
-        help="a page (docs/reproductions.md) whose '<!-- paper_schedule.py NAME.md -->' blocks get --out's tables",
+        help="a page (docs/reproductions/appendix.md) whose '<!-- paper_schedule.py NAME.md -->' blocks get --out's tables",
     )
     args = parser.parse_args()
     if args.doc:
