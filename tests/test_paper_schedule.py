@@ -988,7 +988,7 @@ def test_the_page_reads_the_committed_record_as_the_issue_asks(findings, tmp_pat
     texts = findings.write_all(ROOT / "docs" / "reproductions" / "paper", tmp_path, plot=False)
     claims = texts["claims.md"]
     rows = {line.split(" | ")[0].lstrip("| "): line for line in claims.splitlines()[2:]}
-    assert "**partly, displaced**" in rows["5"] and "C/S 1.6–2.4" in rows["5"]  # Fig. 6 at 2^14
+    assert "**partly, displaced**" in rows["5"] and "lowest at C/S 2.4" in rows["5"] and "next C/S 1.6" in rows["5"]
     assert "−0.82 [−4.57, 2.92] (2 seeds)" in rows["6"]  # the RP's C < S end at 2^16: two seeds, zero inside
     assert "+1.02 [0.65, 1.38]" in rows["4"] and "+1.35, +0.89, +0.85" in rows["4"]  # the means' slope
     assert "**queued**" in rows["11"] and "lr 0.1 600-epoch and output-only RP arms training" in rows["11"]

@@ -717,7 +717,9 @@ def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> lis
         "the same: SW-MLP",
         "H&K Fig. 5",
         v(14, "Fig. 5, SW-MLP"),
-        f"{rho(14, 'SW-MLP', 'over its densities')}; 2^14, 200 ep, 2–3 seeds",
+        f"{rho(14, 'SW-MLP', 'over its densities')}: "
+        f"{ranks[('2^14', 'SW-MLP', 'over its densities')]['error % at the smallest → largest m']} %; "
+        "2^14, 200 ep, 2–3 seeds",
         "[fig](reproductions/paper/fig5_error.png)",
     )
     six = fig6_rows(runs)
@@ -752,8 +754,8 @@ def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> lis
         "“the test error was minimized around C = S”",
         "H&K Sec. 5.4, Fig. 6",
         v(14, "Fig. 6, S-Mixer"),
-        f"2^14: lowest at C/S {low14[1]['C/S']}–{low14[0]['C/S']}; C > S side within {num(wide14)} pts; S ≈ C "
-        f"{next(r for r in low14 if r['S-Mixer − S ≈ C'] == '–')['S-Mixer %'].split()[0]} %; 200 ep, 3 seeds",
+        f"2^14: lowest at C/S {low14[0]['C/S']}, {low14[0]['S-Mixer − S ≈ C']} pts vs S ≈ C; next C/S "
+        f"{low14[1]['C/S']}; C > S side within {num(wide14)} pts; 200 ep, 2–3 seeds",
         "[fig](reproductions/paper/fig5_error.png)",
     )
     at16 = {r["(C, S)"]: r for r in six if r["Ω"] == "2^16"}
@@ -808,7 +810,7 @@ def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> lis
         "“a wider Mixer (Mixer-SS-W) has better performance”",
         "H&K Sec. 5.3, Table 1",
         "**not testable** here",
-        f"1 epoch: {100 * table1['table1_ss8']:.1f} / {100 * table1['table1_ss_w']:.1f} % (chance 90); "
+        f"1 epoch: SS/8 {100 * table1['table1_ss8']:.1f}, SS-W {100 * table1['table1_ss_w']:.1f} % (chance 90); "
         f"4,000 ep: {human(Cost(6, 4000, 256).core_hours(epoch_minutes_model(timed)))}",
         "–",
     )
