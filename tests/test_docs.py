@@ -1,9 +1,13 @@
-"""The documentation a user reads first: the README is a short front door, and every relative link
-in it and in docs/ leads somewhere."""
+"""The documentation a user reads first: the README is a short front door, the findings page
+(docs/reproductions.md) opens on its claims table and holds what its generator writes, and every relative link in
+them and in docs/ leads somewhere."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import subprocess
+import sys
 
 from helpers import CONFIGS, ROOT
 
@@ -13,7 +17,9 @@ PAGES = [
     ROOT / "CONTRIBUTING.md",
     ROOT / "configs" / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
+    *sorted((ROOT / "docs" / "reproductions").glob("*.md")),
 ]
+FINDINGS = ROOT / "docs" / "reproductions.md"
 
 
 def test_the_readme_is_a_front_door() -> None:
@@ -74,3 +80,51 @@ def test_every_training_command_of_the_readme_parses(capsys, monkeypatch) -> Non
             main([*argv, "--print_config"])
         assert exit_info.value.code in (0, None), (argv, capsys.readouterr().err[-500:])
     capsys.readouterr()
+
+
+def _findings():
+    spec = importlib.util.spec_from_file_location("findings", ROOT / "docs" / "reproductions" / "findings.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["findings"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_findings_page_is_one_screen_of_claims_then_a_section_each() -> None:
+    """Issue 58: at most 25 KB, and the first thing after a short introduction is the claims table."""
+    text = FINDINGS.read_text()
+    assert len(text.encode()) <= 25_000, "move history and per-run detail to docs/reproductions/appendix.md"
+    first_table = text.index("\n| # | claim")
+    assert first_table < text.index("\n## ") and first_table < 1_500
+    assert text.count("<!-- findings.py claims.md -->") == 1
+
+
+def test_the_pages_tables_and_the_readmes_findings_are_the_generators(tmp_path) -> None:
+    """Every table of docs/reproductions.md and the README's findings lines are what findings.py writes from the
+    committed record (docs/reproductions/paper): a number edited by hand, or a record changed without
+    `findings.py --doc docs/reproductions.md --doc README.md`, fails here."""
+    findings = _findings()
+    texts = findings.write_all(ROOT / "docs" / "reproductions" / "paper", tmp_path / "out", plot=False)
+    for page in (FINDINGS, ROOT / "README.md"):
+        copy = tmp_path / page.name
+        copy.write_text(page.read_text())
+        assert findings.fill_doc(copy, texts) >= 1
+        assert copy.read_text() == page.read_text(), (
+            f"{page.name}'s generated blocks differ from findings.py's: run .venv/bin/python "
+            "docs/reproductions/findings.py --doc docs/reproductions.md --doc README.md"
+        )
+    for name, text in texts.items():  # the committed tables beside the page are the same
+        committed = ROOT / "docs" / "reproductions" / "findings" / name
+        assert committed.read_text() == text, f"docs/reproductions/findings/{name} is stale"
+
+
+def test_no_tracked_file_holds_a_merge_conflict() -> None:
+    # configs/README.md carried one for a week: a merge's markers render as text and hide which side is true.
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    marked = []
+    for name in files:
+        path = ROOT / name
+        if path.suffix in {".md", ".py", ".yaml", ".sh", ".toml", ".txt", ".cfg"} and path.is_file():
+            lines = path.read_text(errors="replace").splitlines()
+            marked += [name for line in lines if line.startswith(("<<<<<<< ", ">>>>>>> "))]
+    assert not marked, sorted(set(marked))

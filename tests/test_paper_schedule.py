@@ -1,4 +1,4 @@
-"""The statistics behind docs/reproductions.md's "At the paper's schedule" verdicts
+"""The statistics behind the findings page's verdicts (docs/reproductions.md; the appendix's "At the paper's schedule")
 (`docs/reproductions/paper_schedule.py`), on runs whose curves are known: each claim's statistic says
 what it should, and is left undefined (not 0 or nan in the table) where the grid cannot show it yet."""
 
@@ -183,7 +183,7 @@ def verdict_of(schedule, runs: list[dict]) -> dict[str, tuple[str, str, int]]:
 
 
 def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedule) -> None:
-    """docs/reproductions.md, "How the verdicts are read": Fig. 5 per family (ρ(m, error) ≤ −0.8 across and
+    """docs/reproductions/appendix.md, "How the verdicts are read": Fig. 5 per family (ρ(m, error) ≤ −0.8 across and
     along both branches: reproduced; one branch: partly), Fig. 6 (lowest at S = C or a neighbour, S = C ahead
     of both ends by more than twice the largest sd: reproduced; within it: partly; lowest at an end: not),
     Fig. 7 (RP − normal shrinks with L, within the margin at the deepest: reproduced; beyond: partly; not
@@ -219,6 +219,11 @@ def test_each_claim_is_read_by_the_rules_section_0_fixed_before_the_runs(schedul
     # a three-point grid (Ω = 2^16's C = 16, 40, 83): its ends are S = C's neighbours, and an end lowest is "not"
     three = {(16, 38): 0.36, (25, 26): 0.35, (38, 16): 0.345}
     assert verdict_of(schedule, two_seeds("s_mixer", three))["Fig. 6, S-Mixer"][0] == "not"
+    # ... and Fig. 5's rule has two points a branch there, its ρ undefined: n/a, not "not" (issue 58)
+    assert verdict_of(schedule, two_seeds("s_mixer", three))["Fig. 5, S-Mixer"][0] == "n/a"
+    # the case the rule left open, the lowest point neither S = C, a neighbour nor an end: partly, displaced
+    displaced = verdict_of(schedule, two_seeds("s_mixer", centre | {(47, 12): 0.34}))
+    assert displaced["Fig. 6, S-Mixer"][0] == "partly, displaced"
     assert verdict_of(schedule, two_seeds("s_mixer", three | {(38, 16): 0.37}))["Fig. 6, S-Mixer"][0] == "reproduced"
     # the RP S-Mixer flat in m: not; and a run still going or a third seed due keeps a verdict provisional
     flat = two_seeds("rp_s_mixer", {k: 0.43 + 0.001 * (i % 2) for i, k in enumerate(GRID7)})
@@ -541,15 +546,15 @@ def test_doc_gets_the_report_tables_between_its_markers(
 
 
 def test_the_pages_tables_are_the_committed_reports(schedule, tmp_path: Path) -> None:
-    """docs/reproductions.md's generated blocks hold docs/reproductions/paper's tables as committed: a
-    report regenerated without --doc docs/reproductions.md (or a table edited by hand) fails here."""
-    page = tmp_path / "reproductions.md"
-    text = (ROOT / "docs" / "reproductions.md").read_text()
+    """docs/reproductions/appendix.md's generated blocks hold docs/reproductions/paper's tables as committed: a
+    report regenerated without --doc docs/reproductions/appendix.md (or a table edited by hand) fails here."""
+    page = tmp_path / "appendix.md"
+    text = (ROOT / "docs" / "reproductions" / "appendix.md").read_text()
     page.write_text(text)
     assert schedule.fill_doc(page, ROOT / "docs" / "reproductions" / "paper") >= 3
     assert page.read_text() == text, (
-        "docs/reproductions.md's tables differ from docs/reproductions/paper's: run docs/reproductions/"
-        "paper_schedule.py --recorded docs/reproductions/paper --doc docs/reproductions.md"
+        "docs/reproductions/appendix.md's tables differ from docs/reproductions/paper's: run docs/reproductions/"
+        "paper_schedule.py --recorded docs/reproductions/paper --doc docs/reproductions/appendix.md"
     )
 
 
@@ -918,3 +923,132 @@ def test_the_rp_gap_at_s_equals_c_against_omega_and_its_trend(schedule, tmp_path
     assert widening["trend"] == "widening" and widening["zero_at_omega"] == "–"
     schedule.plot_omega(rows, tmp_path)
     assert (tmp_path / "omega_gap.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# docs/reproductions/findings.py: the findings page's statistics (issue 58)
+
+
+@pytest.fixture(scope="module")
+def findings():
+    spec = importlib.util.spec_from_file_location("findings", ROOT / "docs" / "reproductions" / "findings.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["findings"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_t_intervals_are_students(findings) -> None:
+    # the 97.5 % quantiles of Student's t that every 95 % interval reads (two seeds: 1 degree of freedom)
+    for df, quantile in ((1, 12.706), (2, 4.303), (3, 3.182), (10, 2.228), (100, 1.984)):
+        assert findings.t_quantile(0.975, df) == pytest.approx(quantile, abs=1e-3)
+    interval = findings.mean_ci([0.01, 0.02, 0.03])
+    assert (interval.mean, interval.n) == (pytest.approx(0.02), 3)
+    assert interval.hi - interval.mean == pytest.approx(4.303 * 0.01 / math.sqrt(3), rel=1e-3)
+    one = findings.mean_ci([0.4])
+    assert one.n == 1 and not one.defined and findings.ci(one) == "40.00"  # one seed: no interval, no "± nan"
+    assert findings.ci(findings.mean_ci([])) == "n/a"
+
+
+def test_differences_are_paired_by_seed(findings) -> None:
+    rp = {0: 0.45, 1: 0.46, 2: 0.50}  # seed 2 of the normal arm is missing: only seeds 0 and 1 pair
+    normal = {0: 0.40, 1: 0.40}
+    gap = findings.paired(rp, normal)
+    assert gap.n == 2 and gap.mean == pytest.approx(0.055)
+    # two seeds that agree closely give a narrow interval even where each arm's own spread is wide
+    wide = findings.paired({0: 0.30, 1: 0.40}, {0: 0.20, 1: 0.301})
+    assert wide.excludes_zero() and wide.hi - wide.lo < 0.1
+
+
+def test_spearman_comes_with_its_exact_p_value(findings) -> None:
+    rho, p = findings.spearman_test([1, 2, 3, 4, 5], [5, 4, 3, 2, 1])
+    assert rho == pytest.approx(-1) and p == pytest.approx(2 / 120)  # the two perfect orders of 5! orderings
+    rho, p = findings.spearman_test([1, 2, 3, 4], [4, 3, 1, 2])
+    assert rho == pytest.approx(-0.8) and p == pytest.approx(8 / 24)  # ρ = −0.8 at four points: p 1/3
+    assert all(math.isnan(v) for v in findings.spearman_test([1, 2], [2, 1]))  # fewer than three: undefined
+    # mirror pairs share one m: tied ranks, still exact
+    rho, p = findings.spearman_test([480, 564, 564, 480, 650], [0.40, 0.37, 0.35, 0.355, 0.36])
+    assert -1 <= rho <= 1 and 0 < p <= 1
+
+
+def test_a_trend_is_fitted_to_the_means_with_its_interval_and_increments(findings) -> None:
+    # the RP gap at S ≈ C, 2^12 … 2^18 (docs/reproductions/paper/omega.csv's final means)
+    fit = findings.slope_fit([12, 14, 16, 18], [4.16, 6.86, 8.64, 10.34])
+    assert fit["slope"] == pytest.approx(1.016, abs=1e-3) and fit["df"] == 2
+    assert (round(fit["lo"], 2), round(fit["hi"], 2)) == (0.65, 1.38)
+    assert [round(v, 2) for v in fit["increments"]] == [1.35, 0.89, 0.85]
+    exact = findings.slope_fit([0, 1, 2], [1.0, 3.0, 5.0])
+    assert exact["slope"] == pytest.approx(2) and exact["hi"] - exact["lo"] == pytest.approx(0, abs=1e-9)
+    two = findings.slope_fit([0, 1], [1.0, 3.0])
+    assert two["df"] == 0 and math.isnan(two["lo"])  # two means: a slope, no interval
+
+
+def test_the_page_reads_the_committed_record_as_the_issue_asks(findings, tmp_path: Path) -> None:
+    """Issue 58's "Why" list, read from docs/reproductions/paper: each statement as the data support it."""
+    texts = findings.write_all(ROOT / "docs" / "reproductions" / "paper", tmp_path, plot=False)
+    claims = texts["claims.md"]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in claims.splitlines()[2:]}
+    assert "**partly, displaced**" in rows["5"] and "lowest at C/S 2.4" in rows["5"] and "next C/S 1.6" in rows["5"]
+    assert "−0.82 [−4.57, 2.92] (2 seeds)" in rows["6"]  # the RP's C < S end at 2^16: two seeds, zero inside
+    assert "+1.02 [0.65, 1.38]" in rows["4"] and "+1.35, +0.89, +0.85" in rows["4"]  # the means' slope
+    assert "**queued**" in rows["11"] and "lr 0.1 600-epoch and output-only RP arms training" in rows["11"]
+    ranks = [line for line in texts["ranks.md"].splitlines() if line.startswith("| 2^16")]
+    assert ranks and all(line.endswith("| n/a | n/a |") for line in ranks)  # three points, ends at one m
+    verdicts = texts["verdicts.md"]
+    assert "| 2^16 | Fig. 5, S-Mixer |" in verdicts and "| n/a | final |" in verdicts
+    slope = texts["omega_slope.md"]
+    assert "| 10 | 2^12 … 2^18 (4 means) |" in slope  # ten gaps at epoch 10, fitted as four means
+    assert "not bending" not in "".join(texts.values())
+
+
+def test_the_queued_claims_are_graded_by_the_rules_fixed_before_their_runs(findings) -> None:
+    """QUEUED's rules as code: Sec. 3.4 (patch + pixel invariant, global degraded, paired with section 0's
+    S-Mixer at (25, 26)) and D.1 (the sparsest SW-MLP's training loss above the lowest by the margin)."""
+    assert findings.sec34_verdict([]) is None and findings.s1_verdict([]) is None  # queued until the runs are in
+
+    def base(seed: int, final: float, **fields) -> dict:
+        row = {"item": "fig5", "omega_exp": 14, "family": "s_mixer", "C": 25, "S": 26, "seed": seed, "final": final}
+        return row | fields
+
+    runs = [base(s, e) for s, e in ((0, 0.360), (1, 0.355), (2, 0.365))]
+    shuffled = [
+        base(s, e, item="sec34", point=f"C25_S26_input_permutation{mode}")
+        for mode, errors in (("patch-pixel", (0.362, 0.352, 0.366)), ("global", (0.45, 0.46, 0.44)))
+        for s, e in enumerate(errors)
+    ]
+    verdict, headline = findings.sec34_verdict(runs + shuffled)
+    assert verdict == "reproduced" and headline.startswith("patch + pixel − none ")
+    # a patch + pixel arm 3 points worse at every seed is not invariant: only global's half holds
+    worse = [r | {"final": r["final"] + 0.03} if "patch" in r["point"] else r for r in shuffled]
+    assert findings.sec34_verdict(runs + worse)[0] == "partly"
+
+    def sw(p: float, seed: int, loss: float) -> dict:
+        return {"item": "s1", "p": p, "seed": seed, "final": 0.5, "train_loss": loss}
+
+    def losses(sparsest: float) -> list[dict]:
+        table = {1: 1.20, 0.25: 1.00, 0.0625: 0.90, 0.015625: sparsest}
+        return [sw(p, s, loss + 0.005 * s) for p, loss in table.items() for s in (0, 1)]
+
+    assert findings.s1_verdict(losses(1.10))[0] == "reproduced"  # up by 0.2, margin 0.014
+    assert findings.s1_verdict(losses(0.905))[0] == "partly"  # up by 0.005, within the margin
+    assert findings.s1_verdict(losses(0.80))[0] == "not"  # the sparsest trains best
+    assert findings.s1_verdict(losses(1.10)[:-1]) is None  # a density with one seed: still queued
+
+
+def test_fig2d_is_graded_from_its_report_by_the_rule_fixed_before_its_runs(findings, tmp_path: Path) -> None:
+    report = tmp_path / "report.csv"
+    assert findings.fig2d_verdict(report) is None  # no report yet: queued
+
+    def write(kron: list[float], monarch: list[float]) -> None:
+        rows = ["series,point,seed,test_error"]
+        rows += [f"paper_fig2d_kron,base,{s},{e}" for s, e in enumerate(kron)]
+        rows += [f"paper_fig2d_monarch,base,{s},{e}" for s, e in enumerate(monarch)]
+        report.write_text("\n".join(rows) + "\n")
+
+    write([0.030, 0.033, 0.028, 0.031, 0.030], [0.031, 0.032, 0.030, 0.030, 0.029])
+    verdict, headline = findings.fig2d_verdict(report)
+    assert verdict == "reproduced" and "(5 seeds, 8×8 digits)" in headline
+    write([0.080, 0.082, 0.079, 0.081, 0.080], [0.031, 0.032, 0.030, 0.030, 0.029])  # 5 points worse, every seed
+    assert findings.fig2d_verdict(report)[0] == "not"
+    write([0.030, 0.080], [0.031, 0.032])  # two noisy seeds: neither comparable nor different
+    assert findings.fig2d_verdict(report)[0] == "unresolved"

@@ -1,4 +1,5 @@
-"""The tables, curves and plots of docs/reproductions.md's "At the paper's schedule" sections (0 and 0b), from the runs
+"""The tables, curves and plots of docs/reproductions/appendix.md's "At the paper's schedule" sections (0 and 0b), and
+the record docs/reproductions/findings.py reads for the findings page (docs/reproductions.md), from the runs
 of `docs/reproductions/run_cpu.sh paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5` (200 epochs at Ω = 2^12, 2^14, 2^16).
 
     .venv/bin/python docs/reproductions/paper_schedule.py [--runs runs/repro] [--out docs/reproductions/paper]
@@ -9,8 +10,8 @@ run (sweep, point, seed) a finished run wins over an unfinished one, then the lo
 both, the run directory's figure.
 
 Every run validates on the CIFAR-10 test split once per epoch (`val_split: 0`), so its `val/acc1` curve is
-the test error at every epoch; the final figure is `mixer test` of `last.ckpt` (test_metrics.json), the
-paper's "last checkpoint". Unfinished runs contribute their curves up to where they are (marked), never a
+the test error at every epoch; the final figure is `mixer test` of `last.ckpt` (test_metrics.json), the model
+after the last epoch (our choice: the paper does not say which checkpoint it reports). Unfinished runs contribute their curves up to where they are (marked), never a
 final figure. Writes into --out:
 
 - ``fig5_runs.csv``: one row per run (sweep, family, Ω, C, S, m, p, seed, epochs logged, final test error,
@@ -42,7 +43,7 @@ final figure. Writes into --out:
 - ``verdicts.csv`` / ``verdicts.md``: each claim below read by the rules section 0 fixed before the runs
   (`verdicts`): reproduced, partly or not, "final" once the runs it reads are all in, else "provisional".
 
---doc docs/reproductions.md then copies these tables into the page (`fill_doc`): each block between
+--doc docs/reproductions/appendix.md then copies these tables into the page (`fill_doc`): each block between
 ``<!-- paper_schedule.py NAME.md -->`` and ``<!-- /paper_schedule.py -->`` becomes the table of --out's NAME.md,
 so the page's tables are written by the run that writes the report, not by hand (a machine-local script did
 this until the machine was renewed and took it along).
@@ -75,8 +76,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from mixer_lightning.analysis.curves import epoch_curves, epoch_log, has_logs  # noqa: E402
-from mixer_lightning.commands.sweep.plots import grid_ticks  # noqa: E402
+
+
+def grid_ticks(*args, **kwargs):
+    """The sweep plots' ticks at the grid's values (imported when a plot is drawn: reading the committed
+    record and filling the pages need nothing from the package)."""
+    from mixer_lightning.commands.sweep.plots import grid_ticks as ticks
+
+    return ticks(*args, **kwargs)
+
 
 EPOCHS = (5, 10, 20, 50, 100, 150, 200)
 CURVE_KEYS_ORDER = ("sweep", "point", "seed", "epoch", "test_error")  # curves.csv's columns
@@ -159,6 +167,8 @@ def machine_time(runs: list[dict]) -> list[dict]:
 
 def read_runs(runs_root: Path) -> list[dict]:
     """Every run of the paper-schedule sweeps: its grid facts, its test-error curve and final figure."""
+    from mixer_lightning.analysis.curves import epoch_curves, epoch_log, has_logs
+
     rows = []
     for manifest in sorted(runs_root.glob("paper_2p*_*/sweep.json")):
         sweep = manifest.parent.name  # paper_2p14_fig5_rp_s_mixer, or a third seed's paper_2p14_fig5_s_mixer_C25_seed2
@@ -555,7 +565,7 @@ def third_seed_runs(runs: list[dict]) -> list[dict]:
     return list(named.values())
 
 
-# Section 0's rules for the verdicts (docs/reproductions.md, "How the verdicts are read", fixed on 2026-11-27
+# Section 0's rules for the verdicts (docs/reproductions/appendix.md, "How the verdicts are read", fixed on 2026-11-27
 # before any third seed, Fig. 7 or D.5 run finished): a rank correlation counts from -0.8, a margin is twice
 # the larger (largest) seed sd of the points compared.
 RANK_HOLDS = -0.8
@@ -608,6 +618,8 @@ def _verdict_row(exponent: int, claim: str, reading: str, verdict: str, to_go: i
 def _rank_verdict(across: float, branches: tuple[float, ...]) -> str:
     """Fig. 5's rule: reproduced if ρ(m, error) holds across the grid and along both branches, partly if it
     holds along one branch (or both but not across), not otherwise (nan, an undefined ρ, never holds)."""
+    if len(branches) > 1 and all(math.isnan(rho) for rho in branches):
+        return "n/a"  # two points a branch (Ω = 2^16's grid, whose ends share one m): the rule is undefined
     held = [round(rho, 3) <= RANK_HOLDS for rho in branches]  # at claims.csv's rounding: -0.8 on 4 points holds
     if all(held) and round(across, 3) <= RANK_HOLDS:
         return "reproduced"
@@ -631,6 +643,8 @@ def verdicts(runs: list[dict]) -> list[dict]:
             if len(points) >= 3:
                 across, left, right = width_ranks(points)
                 reading = f"ρ(m, error) {_rho(across)} across, {_rho(left)} along C ≤ S, {_rho(right)} along C ≥ S"
+                if _rank_verdict(across, (left, right)) == "n/a":
+                    reading += " (n/a: two points a branch, the rule's ρ undefined)"
                 go = _runs_to_go(runs, exponent, "fig5", {family}, due)
                 rows.append(
                     _verdict_row(
@@ -672,10 +686,12 @@ def verdicts(runs: list[dict]) -> list[dict]:
                 # an end lowest is "not" even where it is S = C's neighbour (a three-point grid, Ω = 2^16's)
                 if best == centre or (best in near and best not in ends):
                     verdict = "reproduced" if behind < -margin else "partly"
-                else:  # an end, or neither an end nor next to S = C: the optimum is not at S = C
+                elif best in ends:  # an end lowest: the optimum is not at S = C
                     verdict = "not"
+                else:  # neither an end nor next to S = C, the case the rule left open: an optimum off S = C
+                    verdict = "partly, displaced"
                 reading = (
-                    f"lowest at C = {best[0]} (S = C is C = {centre[0]}, its neighbours C = "
+                    f"lowest at C = {best[0]} (C/S {best[0] / best[1]:.1f}; S = C is C = {centre[0]}, its neighbours C = "
                     f"{', '.join(str(k[0]) for k in sorted(near - {centre}))}); S = C minus the better end "
                     f"{behind:+.2f} points, margin {_margin(margin)}"
                 ).replace("-", "−")
@@ -1095,7 +1111,7 @@ def omega_fit(rows: list[dict]) -> list[dict]:
     """Per epoch: RP − normal (points) against log2 Ω by least squares over every seed's gap (each seed of each Ω
     one observation), the slope per doubling of Ω with its standard error, and, only where the slope is
     negative, the Ω at which the line reaches zero (an extrapolation of the fitted trend, nothing more). The
-    rule of issue 45 (docs/reproductions.md, "How the claims move with Ω"): **closing** if slope + 2 SE < 0,
+    rule of issue 45 (docs/reproductions/appendix.md, "How the claims move with Ω"): **closing** if slope + 2 SE < 0,
     **widening** if slope − 2 SE > 0, else **no trend resolved**; read once three Ω have two seeds each."""
     fits = []
     for epoch in ("10", "50", "final"):
@@ -1171,7 +1187,9 @@ def doc_blocks(doc: Path) -> list[tuple[int, int, str]]:
     """The generated blocks of DOC: (line of the opening marker, line of the closing one, file named), 0-based;
     a marker out of place is one line naming the line and the fix (before --out is written)."""
     if not doc.is_file():
-        raise SystemExit(f"paper_schedule.py: --doc {doc}: no such file; give the page to fill (docs/reproductions.md)")
+        raise SystemExit(
+            f"paper_schedule.py: --doc {doc}: no such file; give the page to fill (docs/reproductions/appendix.md)"
+        )
     blocks, opened = [], None
     for number, line in enumerate(doc.read_text().splitlines()):
         match = DOC_OPEN.fullmatch(line.strip())
@@ -1232,7 +1250,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--doc",
-        help="a page (docs/reproductions.md) whose '<!-- paper_schedule.py NAME.md -->' blocks get --out's tables",
+        help="a page (docs/reproductions/appendix.md) whose '<!-- paper_schedule.py NAME.md -->' blocks get --out's tables",
     )
     args = parser.parse_args()
     if args.doc:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The tables and plots of docs/reproductions.md, from the runs of docs/reproductions/run_cpu.sh, with
+# The tables and plots of docs/reproductions/appendix.md (sections 1–7), from the runs of docs/reproductions/run_cpu.sh, with
 # `mixer sweep report` (summary.csv, report.csv, PNGs) and `mixer cka`, into docs/reproductions/<item>/.
-#   docs/reproductions/report.sh [ITEM ...]      items: fig5 fig7 d5 budget gap fig2 table1 (default: those with runs)
+#   docs/reproductions/report.sh [ITEM ...]      items: fig5 fig7 d5 budget gap fig2 table1 fig2d (default: those with runs)
+# fig2d: issue 58's Fig. 2(d) runs (run_cpu.sh paper_fig2d), whose report.csv findings.py grades by QUEUED["fig2d"]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MIXER=${MIXER:-.venv/bin/mixer}
@@ -30,7 +31,7 @@ cka_pair() {  # cka_pair NAME SW_MLP_POINT: the CKA matrix of the Mixer (referen
 }
 
 items=("$@")
-[ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 budget gap fig2 table1)
+[ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 budget gap fig2 table1 fig2d)
 for item in "${items[@]}"; do
   case "$item" in
     fig5) report fig5 fig5_s_mixer fig5_rp_s_mixer fig5_sw_mlp ;;
@@ -48,6 +49,7 @@ for item in "${items[@]}"; do
       for point in $(ls "$OUT/fig2_cka/runs" 2>/dev/null | grep -v reference); do cka_pair "$point" "$point"; done
       ;;
     table1) report table1 table1_ss8 table1_ss_w ;;
+    fig2d) report fig2d paper_fig2d_kron paper_fig2d_monarch ;;
     *) echo "report.sh: unknown item '$item'" >&2; exit 2 ;;
   esac
 done

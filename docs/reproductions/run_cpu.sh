@@ -6,7 +6,8 @@
 #   docs/reproductions/run_cpu.sh [ITEM ...]      items: fig5 fig7 d5 table1 fig2 budget gap (default: all)
 #
 # At the paper's schedule (200 epochs, everything as shipped) at a smaller Ω, OMEGA_EXP (default 14, i.e. 2^14;
-# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed (not in the default set; measured:
+# configs/budget/omega_2p<EXP>.yaml), items paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed, and issue 58's
+# paper_sec34 paper_s1 paper_fig2d (not in the default set; measured:
 # an S-Mixer run 70 min at two lanes on an otherwise idle machine, so paper_fig5 at 2^14 (46 runs) ≈ 24 hours). OMEGA_EXP=12 paper_fig5 is the same grid shape at 2^12, OMEGA_EXP=16 paper_fig5 its three points,
 # OMEGA_EXP=18 the paper's own Ω, its App. C.4 grid and S = C. POINTS=C64_ trains only the points whose name starts so.
 #
@@ -290,11 +291,39 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
   run "${output[@]}" rp_regime_lr0p1_s_mixer rp_regime_lr0p1_rp_s_mixer rp_regime_adamw_aa_mlp_mixer rp_regime_adamw_aa_rp_mlp_mixer
 }
 
+paper_sec34() {  # issue 58: Tolstikhin Sec. 3.4 on CIFAR-10 at the paper schedule: section 0's S-Mixer at Ω = 2^14,
+  # (25, 26), on images whose 4×4 patches are shuffled and the pixels inside every patch permuted by one shared
+  # permutation (patch_pixel), or whose pixels are permuted over the whole image (global), one permutation for every
+  # image; the unshuffled arm is paper_2p14_fig5_s_mixer's C25_S26 (the same config), paired with it by seed, at
+  # its three seeds (SEC34_SEEDS, default 0,1,2: an invariance needs the third to be read)
+  local -a BUDGET=("${PAPER[@]}" --config docs/reproductions/sec34_permutation.yaml)
+  [ "$OMEGA_EXP" = 14 ] || { echo "run_cpu.sh: paper_sec34 is at OMEGA_EXP=14 (issue 58); got $OMEGA_EXP" >&2; exit 2; }
+  emit paper_2p14_sec34_s_mixer configs/cifar10_fig5_s_mixer.yaml --omega '2**14' --channels 25 --seeds "${SEC34_SEEDS:-0,1,2}" \
+    --grid data.init_args.input_permutation=patch_pixel,global
+  run paper_2p14_sec34_s_mixer
+}
+
+paper_s1() {  # issue 58: H&K D.1 / Fig. S.1 (left) at a reduced Ω = 2^12 (the paper: 2^16): the Fig. 5 SW-MLP
+  # (8 blocks, γ = 1, masked dense weights) at p = 1, 1/4, 1/16, 1/64 (m = √(Ω/p) = 64 … 512), the paper schedule
+  local -a BUDGET=("${SCHEDULE[@]}")
+  emit paper_2p12_s1_sw_mlp configs/cifar10_s1_sw_mlp.yaml --omega '2**12' --densities 1,0.25,0.0625,0.015625 \
+    --seeds "$SEEDS" --grid model.net.init_args.impl=dense
+  run paper_2p12_s1_sw_mlp
+}
+
+paper_fig2d() {  # issue 58: H&K Fig. 2(d) on the embedded 8×8 digits (the stand-in for MNIST, which this machine
+  # lacks): the shallow MLP with Kronecker and with Monarch weights, five seeds each (a minute a run)
+  local -a BUDGET=()
+  emit paper_fig2d_kron configs/digits_kron_mlp.yaml --seeds 0,1,2,3,4
+  emit paper_fig2d_monarch configs/digits_monarch_mlp.yaml --seeds 0,1,2,3,4
+  run paper_fig2d_kron paper_fig2d_monarch
+}
+
 items=("$@")
 [ ${#items[@]} -gt 0 ] || items=(fig5 fig7 d5 gap budget fig2 table1)
 for item in "${items[@]}"; do
   case "$item" in
-    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5 | paper_third_seed | paper_rp_regimes) "$item" ;;
-    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed paper_rp_regimes" >&2; exit 2 ;;
+    fig5 | fig7 | d5 | table1 | fig2 | budget | gap | paper_fig5 | paper_fig7 | paper_fig7_l20 | paper_d5 | paper_third_seed | paper_rp_regimes | paper_sec34 | paper_s1 | paper_fig2d) "$item" ;;
+    *) echo "run_cpu.sh: unknown item '$item'; choose from fig5 fig7 d5 table1 fig2 budget gap paper_fig5 paper_fig7 paper_fig7_l20 paper_d5 paper_third_seed paper_rp_regimes paper_sec34 paper_s1 paper_fig2d" >&2; exit 2 ;;
   esac
 done
