@@ -14,7 +14,6 @@ import yaml
 
 from mixer_lightning.cli import runs
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.tasks.loading import read_checkpoint
 
 EVALUATIONS = ("validate", "test", "predict")
@@ -28,7 +27,7 @@ def completed_arguments(argv: list[str]) -> list[str]:
     if argv[0] not in EVALUATIONS or options.config or not options.ckpt_path or options.ckpt_path == "last":
         return argv
     run = runs.run_dir_of_checkpoint(options.ckpt_path)
-    added = ["--config", current_config(run / "config.yaml")] if run is not None else []
+    added = ["--config", str(run / "config.yaml")] if run is not None else []
     checkpoint = read_checkpoint(options.ckpt_path) if run is None or options.predict_root else None
     facts = (checkpoint or {}).get("data")
     if argv[0] == "predict" and options.predict_root and isinstance(facts, dict) and not options.data:
@@ -40,7 +39,7 @@ def completed_arguments(argv: list[str]) -> list[str]:
     elif run is None and not options.data:
         raise ConfigError("config", f"none given, and {options.ckpt_path!r} lies in no run directory", "give --config")
     if run is None:
-        hparams = upgrade_hparams(dict(checkpoint.get("hyper_parameters") or {}))
+        hparams = checkpoint["hyper_parameters"]
         added += ["--model.net", json.dumps(hparams.get("net"))] if hparams.get("net") else []
     return [argv[0], *added, *argv[1:]]
 
@@ -80,28 +79,3 @@ def set_data_keys(argv: list[str]) -> set[str]:
         data = (yaml.safe_load(Path(path).read_text()) or {}).get("data") if Path(path).is_file() else None
         keys |= set((data.get("init_args") or {}) if isinstance(data, dict) else ())
     return keys
-
-
-def current_config(path: Path) -> str:
-    """`path`, or, for a run config an earlier release wrote for a legacy family module, a temporary copy in the
-    current form (`models.registry.upgrade_config`): the run itself is left as it was."""
-    import atexit
-    import os
-    import tempfile
-
-    from mixer_lightning.models.registry import upgrade_config
-
-    upgraded = upgrade_config(yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
-    if upgraded is None:
-        return str(path)
-    if isinstance(upgraded.get("step_checkpoint"), dict):  # then a ModelCheckpoint's arguments, now ResumeCheckpoint's
-        from inspect import signature
-
-        from mixer_lightning.callbacks.checkpoints import ResumeCheckpoint
-
-        taken = signature(ResumeCheckpoint).parameters
-        upgraded["step_checkpoint"] = {k: v for k, v in upgraded["step_checkpoint"].items() if k in taken}
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="mixer-upgraded-", delete=False) as f:
-        yaml.safe_dump(upgraded, f, sort_keys=False)
-    atexit.register(os.unlink, f.name)
-    return f.name

@@ -24,6 +24,7 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
@@ -55,10 +56,9 @@ from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
 from mixer_lightning.hardware import set_threads, threads_of_command
 from mixer_lightning.loggers import run_directory
-from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.atomic import check_output_file, remove_orphans
 from mixer_lightning.safety.distributed import end_process_group
-from mixer_lightning.seam import batch_counts_as_ints, lightning_cli_with_checkpoint_hparams, option_names
+from mixer_lightning.seam import batch_counts_as_ints, option_names
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import describe_mismatch, read_checkpoint
 
@@ -72,7 +72,7 @@ TRAINER_DEFAULTS = {
 }
 
 
-class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
+class MixerCLI(LightningCLI):
     """LightningCLI with the project's callbacks and run directories (module docstring). `held` collects the
     run locks this command takes, released by `run` however the command ends."""
 
