@@ -26,6 +26,27 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Warnings that ask nothing of a user of `mixer`, by the library module that words each and its words: the one
+# wording of a library the package depends on (tests/test_seam.py checks each module's source still words it so).
+LIBRARY_WARNINGS: dict[str, tuple[str, str]] = {
+    # a library's deprecation about another library (Lightning's use of torch's pytree)
+    "leaf_spec": ("torch.utils._pytree", r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    # an epoch of fewer batches than log_every_n_steps: the line progress prints every epoch anyway
+    "log_interval": ("lightning.pytorch.loops.fit_loop", r"is smaller than the logging interval"),
+    # an evaluation needs the weights only, not the fit's callbacks
+    "checkpoint_callbacks": ("lightning.pytorch.trainer.call", r"callbacks used to create the checkpoint need to"),
+    # a resumed run's checkpoints folder holds its checkpoints
+    "checkpoint_folder": ("lightning.pytorch.callbacks.model_checkpoint", r"Checkpoint directory .* exists and is not"),
+}
+
+
+def ignore_warning(name: str) -> None:
+    """Ignore the library warning `name` of `LIBRARY_WARNINGS` (until the caller's ``catch_warnings`` ends)."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message=f".*{LIBRARY_WARNINGS[name][1]}")
+
+
 def option_names(cli: Any, subcommand: str) -> list[str]:
     """The dotted keys (``trainer.max_epochs``) that a LightningCLI subcommand takes as flags.
 

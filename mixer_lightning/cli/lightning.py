@@ -49,16 +49,17 @@ from mixer_lightning.callbacks.slurm import (
 from mixer_lightning.callbacks.throughput import SpeedMonitor
 from mixer_lightning.cli import runs
 from mixer_lightning.cli.defaults import EVALUATIONS, completed_arguments, pretrained_data_defaults
+from mixer_lightning.cli.entry import given_keys
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.commands.quiet import quiet_libraries
-from mixer_lightning.data import ImageDataModule  # noqa: F401  (the data module's short class name)
+from mixer_lightning.data import ImageDataModule  # (also the data module's short class name in configs)
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
 from mixer_lightning.hardware import set_threads, threads_of_command
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.safety.atomic import check_output_file, remove_orphans
 from mixer_lightning.safety.distributed import end_process_group
-from mixer_lightning.seam import batch_counts_as_ints, option_names
+from mixer_lightning.seam import batch_counts_as_ints, ignore_warning, option_names
 from mixer_lightning.tasks import ClassifierModule
 from mixer_lightning.tasks.loading import describe_mismatch, read_checkpoint
 
@@ -109,7 +110,7 @@ class MixerCLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as error:
-            raise argument_error(error, self, (sys.argv[1:] if args is None else args)[:1]) from None
+            raise argument_error(error, self, sys.argv[1:] if args is None else list(args)) from None
         config = self.config[self.config.subcommand]
         if self.config.subcommand == "fit":
             self.command_key = command_key(config)
@@ -149,7 +150,7 @@ class MixerCLI(LightningCLI):
         ckpt = config.get("ckpt_path")
         evaluated = runs.run_dir_of_checkpoint(ckpt) if ckpt and command in EVALUATIONS else None
         if command in EVALUATIONS:  # weights only: the callbacks that wrote the checkpoint are a fit's business
-            warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint need to be provided")
+            ignore_warning("checkpoint_callbacks")
         if evaluated is not None:  # the results go into the checkpoint's own run; test/* to its logger too
             logger = logger_args(config) if command == "test" else None  # (val/* would join the fit's curves)
             experiment = Path(logger.save_dir, str(logger.get("name") or "")) if logger is not None else None
@@ -194,7 +195,7 @@ class MixerCLI(LightningCLI):
                 **kwargs, callbacks=[*(given if isinstance(given, list) else [given]), *ours]
             )
         except (ValueError, MisconfigurationException) as error:  # FSDP on a CPU, a GPU that is not there
-            raise ConfigError("trainer", str(error).strip().splitlines()[0], "see `mixer fit --help`") from None
+            raise ConfigError("trainer", " ".join(str(error).split()), "see `mixer fit --help`") from None
         # SLURM gives each task its own CPUs (--cpus-per-task); Lightning's launcher and torchrun share the machine's
         shared = 1 if isinstance(getattr(trainer.strategy, "cluster_environment", None), SLURMEnvironment) else None
         set_threads(config.get("threads"), shared or trainer.num_devices, print if rank_zero_only.rank == 0 else None)
@@ -226,7 +227,7 @@ class MixerCLI(LightningCLI):
                 remove_orphans(folder)
         mark_run(run_dir, self.command_key)  # under SLURM: by which the requeued job's same command finds this run
         if resuming:
-            warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
+            ignore_warning("checkpoint_folder")
 
     def after_fit(self) -> None:
         trainer, best = self.trainer, self.trainer.checkpoint_callback
@@ -308,50 +309,39 @@ def resume_requeued_run(config: Any, key: str) -> None:
         rank_zero_info(f"SLURM job {job_id()} requeued: resuming {run}")
 
 
-def argument_error(error: argparse.ArgumentError, cli: Any, command: list[str]) -> ConfigError:
-    """jsonargparse's error (`errors.argument_error`) with a did-you-mean for an unknown key: the closest key the
-    subcommand takes (``trainer.max_epoch``: ``trainer.max_epochs``), or the closest argument of the class."""
-    line, text = one_line_argument_error(error), str(error)
-    field, word, candidates = line.field, None, []
-    if "Option '" in text:  # a class (the network, a callback) has no such argument
-        word = text.split("Option '", 1)[1].split("'", 1)[0]
-        field, candidates = f"{field}.{word}", class_arguments(text)
-    elif text.startswith("unrecognized arguments: ") or "does not accept option" in text:
-        field = text.split()[2].lstrip("-") if text.startswith("unrecognized") else field
-        word, candidates = field, option_names(cli, command[0]) if command else []
-        if word.startswith("model."):  # an argument of the network: --model.net.channels, not --model.channels
-            candidates += [f"model.net.{name}" for name in network_arguments()]
-    close = difflib.get_close_matches(word, candidates, n=1) if word else []
-    if close and close[0].startswith("model.net.") and not word.startswith("model.net."):
-        close = difflib.get_close_matches(word.replace("model.", "model.net.", 1), candidates, n=1) or close
-    if word and not close and "." in word:  # a misspelt group: dataa.batch_size
-        head, _, rest = word.partition(".")
-        group = difflib.get_close_matches(head, sorted({k.split(".")[0] for k in candidates}), n=1)
-        close = [f"{group[0]}.{rest}"] if group else []
-    fix = f"see `mixer {command[0]} --help`" if command else "see `mixer --help`"
-    return ConfigError(field, line.problem, f"did you mean {close[0]!r}? {fix}" if close else fix)
+def argument_error(error: argparse.ArgumentError, cli: Any, args: list[str]) -> ConfigError:
+    """jsonargparse's error in its own words (`errors.argument_error`) on the flag it names; a flag the command
+    takes in no form gets the closest one it does (``trainer.max_epoch``: ``trainer.max_epochs``; ``model.channels``:
+    ``model.net.channels``; ``model.init_args.optimizer.lr``: ``model.optimizer.lr``, the model is no subclass)."""
+    command = args[0] if args and args[0] in ("fit", *EVALUATIONS) else None
+    taken = option_names(cli, command) if command else []
+    line = one_line_argument_error(error, given_keys(args), taken)
+    candidates = [*taken, *(f"model.net.{name}" for name in class_arguments("model.net"))]
+    candidates += [f"data.{name}" for name in class_arguments("data")]
+    word = line.field
+    short = ".".join(part for part in word.split(".") if part != "init_args")  # data.init_args.x is data.x
+    close = []
+    if word != "arguments" and short not in candidates:
+        close = difflib.get_close_matches(short, candidates, n=1)
+        if short != word and any(short.startswith(f"{key}.") for key in taken):
+            close = [short]  # the arguments of a class given as a flag: --model.optimizer.lr
+        elif not close and "." in word:  # a misspelt group: dataa.batch_size
+            head, _, rest = short.partition(".")
+            group = difflib.get_close_matches(head, sorted({key.split(".")[0] for key in candidates}), n=1)
+            close = [f"{group[0]}.{rest}"] if group and group[0] != head else []
+    fix = f"see `mixer {command} --help`" if command else "see `mixer --help`"
+    return ConfigError(word, line.problem, f"did you mean {close[0]!r}? {fix}" if close and close[0] != word else fix)
 
 
-def network_arguments() -> list[str]:
-    """The arguments of every registered family's network (a misspelt one is suggested under model.net)."""
+def class_arguments(group: str) -> list[str]:
+    """The arguments of the classes a config gives as `group`: every registered family's network (``model.net``)
+    or the project's data module (``data``)."""
+    if group == "data":
+        return list(inspect.signature(ImageDataModule).parameters)
     from mixer_lightning.models import get_entry, list_models
 
     classes = {get_entry(name).constructor for name in list_models()}
     return sorted({name for cls in classes for name in inspect.signature(cls).parameters})
-
-
-def class_arguments(problem: str) -> list[str]:
-    """The arguments of the class a jsonargparse message names as ``class_path='x.y.Z'`` (imported already)."""
-    import importlib
-
-    path = problem.split("class_path='", 1)[1].split("'", 1)[0] if "class_path='" in problem else None
-    if path is None:
-        return []
-    module, _, name = path.rpartition(".")
-    try:
-        return list(inspect.signature(getattr(importlib.import_module(module), name)).parameters)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return []
 
 
 def run(argv: list[str]) -> None:
