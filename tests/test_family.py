@@ -101,3 +101,21 @@ def test_a_checkpoint_or_run_of_another_layout_is_one_line(trained, capsys: pyte
     (run / "config.yaml").write_text(yaml.safe_dump(legacy))
     torch.save(checkpoint, run / "checkpoints" / "last.ckpt")
     assert error_field(capsys, ["test", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]).startswith("model.")
+
+
+def test_the_report_of_a_run_of_ones_own_family_needs_no_trust(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mixer sweep report` of a run reads its figures and parameter count without importing its network: no
+    MIXER_TRUSTED_MODULES needed to read the metrics of a run of one's own family (training it still needs it)."""
+    import json
+
+    monkeypatch.setenv("MIXER_TRUSTED_MODULES", __name__)
+    with open("toy.yaml", "w") as f:
+        yaml.safe_dump(CONFIG, f)
+    main(["fit", "--config", "toy.yaml"])
+    monkeypatch.delenv("MIXER_TRUSTED_MODULES")
+    capsys.readouterr()
+    main(["sweep", "report", str(run_dirs("toy")[0]), "--json", "--out", "compare"])
+    (row,) = json.loads(capsys.readouterr().out)["runs"]
+    assert row["parameters"] == 8 * 8 * 16 + 16 + 16 * 10 + 10  # TinyMLP(hidden=16) on 8×8×1 digits

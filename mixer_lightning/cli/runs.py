@@ -147,6 +147,7 @@ def fit_summary(trainer: Any, val_metrics: dict[str, float], run: Path) -> dict[
 
     best = trainer.checkpoint_callback
     summary = {"epochs": trainer.current_epoch, "steps": trainer.global_step, **val_metrics}
+    summary["parameters"] = sum(p.numel() for p in trainer.lightning_module.parameters())  # as the run header
     throughput = next((c for c in trainer.callbacks if isinstance(c, SpeedMonitor)), None)
     if throughput is not None and throughput.summary(trainer.world_size) is not None:
         summary["throughput"] = throughput.summary(trainer.world_size)
