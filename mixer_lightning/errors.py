@@ -60,11 +60,13 @@ def field_prefix(prefix: str) -> Iterator[None]:
         raise ConfigError(f"{prefix}.{error.field}", error.problem, error.fix) from None
 
 
-def argument_error(error: argparse.ArgumentError, given: Iterable[str] = (), keys: Iterable[str] = ()) -> ConfigError:
+def argument_error(error: argparse.ArgumentError, argv: Iterable[str] = (), keys: Iterable[str] = ()) -> ConfigError:
     """jsonargparse's (or argparse's) argument error as one line, in its own words (they name the key). The field
-    is the longest key of `given` (the command line's flags) whose every part the message names, else the longest
+    is the longest flag of `argv` (``--trainer.max_epochs``; not ``--config``, a file) whose every part the message
+    names, else the longest
     of `keys` (the parser's) it names, else ``arguments``: looked up in the message, not cut out of its wording."""
     text = " ".join(str(error).split()) or "arguments"
+    given = [arg[2:].split("=")[0] for arg in argv if arg.startswith("--") and arg[2:].split("=")[0] != "config"]
     named = [key for key in given if key and all(part in text for part in key.split("."))]
     named = named or [key for key in keys if key and key in text]
     return ConfigError(max(named, key=len, default="arguments"), text, "see `mixer COMMAND --help`")

@@ -100,7 +100,7 @@ def test_a_checkpoint_or_run_of_another_layout_is_one_line(trained, capsys: pyte
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(legacy))
     torch.save(checkpoint, run / "checkpoints" / "last.ckpt")
-    assert error_field(capsys, ["test", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]).startswith("model.")
+    assert error_field(capsys, ["test", "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]).startswith("model")
 
 
 def test_the_report_of_a_run_of_ones_own_family_needs_no_trust(

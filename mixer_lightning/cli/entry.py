@@ -78,7 +78,7 @@ def one_line(error: BaseException, argv: list[str] = ()) -> tuple[str, int] | No
     while error is not None and error not in seen:
         seen.append(error)
         if isinstance(error, argparse.ArgumentError):
-            error = argument_error(error, given_keys(argv))
+            error = argument_error(error, argv)
         if isinstance(error, ConfigError):
             return f"mixer: error: {error}", 2
         if isinstance(error, (ResourceError, TrainingError)):
@@ -91,11 +91,6 @@ def one_line(error: BaseException, argv: list[str] = ()) -> tuple[str, int] | No
             return f"mixer: error: {error.filename}: {error.strerror}", 1
         error = error.__cause__ or error.__context__
     return None
-
-
-def given_keys(argv: list[str]) -> list[str]:
-    """The keys of the ``--key`` flags of a command line (``trainer.max_epochs`` of ``--trainer.max_epochs=3``)."""
-    return [arg[2:].split("=")[0] for arg in argv if arg.startswith("--")]
 
 
 def main(args: list[str] | None = None) -> None:

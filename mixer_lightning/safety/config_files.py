@@ -5,7 +5,6 @@ refused before anything imports it (`mixer_lightning.safety.trust`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -22,11 +21,6 @@ def deep_merge(base: dict, update: dict) -> dict:
         else:
             merged[key] = value
     return merged
-
-
-def bounded_safe_load(text: str, field: str = "config", where: str = "") -> Any:
-    """``yaml.safe_load(text)`` (kept for its callers; YAML is read as jsonargparse reads it)."""
-    return yaml.safe_load(text)
 
 
 def load_configs(paths: list[str] | str, field: str = "config", imported: bool = True) -> dict:

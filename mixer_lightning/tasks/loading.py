@@ -76,14 +76,6 @@ def describe_mismatch(
     return "; ".join(parts) or None
 
 
-def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
-    """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model` (a head for
-    other classes: fine-tune with model.init_from, which starts a new head)."""
-    problem = describe_mismatch(model, read_checkpoint(path, field)["state_dict"], ignore=NON_NETWORK_PREFIXES)
-    fix = "use its run's config.yaml, or for other classes fine-tune it with model.init_from (a new head)"
-    require(problem is None, field, f"{path!r} does not fit the configured model ({problem})", fix)
-
-
 def load_classifier(path: str | Path, field: str = "ckpt_path") -> ClassifierModule:
     """The `ClassifierModule` saved at `path` (any family, any checkpoint format), in eval mode on the CPU."""
     checkpoint = read_checkpoint(path, field)
