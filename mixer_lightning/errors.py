@@ -7,7 +7,7 @@ full disk, a run another process writes) or a `TrainingError` (the loss diverged
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 
@@ -60,29 +60,13 @@ def field_prefix(prefix: str) -> Iterator[None]:
         raise ConfigError(f"{prefix}.{error.field}", error.problem, error.fix) from None
 
 
-def argument_error(error: argparse.ArgumentError) -> ConfigError:
-    """jsonargparse's argument error as one line: its first and last lines of detail, on the key it names
-    (``Parser key "X":`` heads its message; the option an argparse message quotes; the key of a nested value)."""
-    text = str(error)
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()] or ["arguments"]
-    named = lines[0].startswith('Parser key "') and lines[0].endswith('":')
-    key = lines[0][len('Parser key "') : -2] if named else "arguments"
-    detail = lines[1:] if named else lines
-    nested = [
-        line.rsplit('Parser key "', 1)[1][:-2] for line in lines[1:] if line.endswith('":') and 'Parser key "' in line
-    ]
-    key = ".".join([key, *nested])  # a nested value's own parser heads a line's end: `model.net`, then `channels`
-    # The innermost problem is the one to fix; else the first and last lines of detail.
-    problem = detail[-1] if nested else "; ".join(dict.fromkeys([detail[0], detail[-1]]))
-    problem = problem.split(". Got value: Namespace(")[0][:300]
-    if "NestedArg(key='" in text and not nested:  # `--data.batch_size abc` under a subclass group: `data` only
-        key += "." + text.split("NestedArg(key='", 1)[1].split("'", 1)[0]
-    elif lines[0].split(":")[0] in ("Unexpected config", "Problems parsing config"):  # a --config file's
-        key = "config"
-    elif lines[0].startswith("unrecognized arguments: --"):  # argparse's
-        key = lines[0].split()[2][2:]
-    elif "option '" in lines[0]:  # "Subcommand 'fit' does not accept option 'trainer.max_epoch'"
-        key = lines[0].split("option '", 1)[1].split("'", 1)[0]
-    elif lines[0].startswith("the following arguments are required: "):  # argparse's: `fit.model.net, fit.data`
-        key = lines[0].split(": ", 1)[1].split(",")[0].strip().split(".", 1)[-1]
-    return ConfigError(key, problem, "see `mixer COMMAND --help`")
+def argument_error(error: argparse.ArgumentError, argv: Iterable[str] = (), keys: Iterable[str] = ()) -> ConfigError:
+    """jsonargparse's (or argparse's) argument error as one line, in its own words (they name the key). The field
+    is the longest flag of `argv` (``--trainer.max_epochs``; not ``--config``, a file) whose every part the message
+    names, else the longest
+    of `keys` (the parser's) it names, else ``arguments``: looked up in the message, not cut out of its wording."""
+    text = " ".join(str(error).split()) or "arguments"
+    given = [arg[2:].split("=")[0] for arg in argv if arg.startswith("--") and arg[2:].split("=")[0] != "config"]
+    named = [key for key in given if key and all(part in text for part in key.split("."))]
+    named = named or [key for key in keys if key and key in text]
+    return ConfigError(max(named, key=len, default="arguments"), text, "see `mixer COMMAND --help`")

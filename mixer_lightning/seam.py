@@ -6,13 +6,12 @@ imported inside the functions, so this module sits beneath everything."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 # Each private name used below, by the object that has it ("module:Class"); tests/test_seam.py checks that
 # each still exists in the installed releases and that this table lists every one the module uses.
 PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
-    "lightning.pytorch.cli:LightningCLI": ("_parse_ckpt_path", "_subcommand_parsers"),
+    "lightning.pytorch.cli:LightningCLI": ("_subcommand_parsers",),
     "lightning.pytorch.loops.training_epoch_loop:_TrainingEpochLoop": (
         "_num_ready_batches_reached",
         "_should_accumulate",
@@ -27,28 +26,25 @@ PRIVATE_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-def lightning_cli_with_checkpoint_hparams(upgrade: Any) -> type:
-    """`LightningCLI` whose ``--ckpt_path`` hyper-parameters pass through `upgrade` (legacy checkpoints).
+# Warnings that ask nothing of a user of `mixer`, by the library module that words each and its words: the one
+# wording of a library the package depends on (tests/test_seam.py checks each module's source still words it so).
+LIBRARY_WARNINGS: dict[str, tuple[str, str]] = {
+    # a library's deprecation about another library (Lightning's use of torch's pytree)
+    "leaf_spec": ("torch.utils._pytree", r"`isinstance\(treespec, LeafSpec\)` is deprecated"),
+    # an epoch of fewer batches than log_every_n_steps: the line progress prints every epoch anyway
+    "log_interval": ("lightning.pytorch.loops.fit_loop", r"is smaller than the logging interval"),
+    # an evaluation needs the weights only, not the fit's callbacks
+    "checkpoint_callbacks": ("lightning.pytorch.trainer.call", r"callbacks used to create the checkpoint need to"),
+    # a resumed run's checkpoints folder holds its checkpoints
+    "checkpoint_folder": ("lightning.pytorch.callbacks.model_checkpoint", r"Checkpoint directory .* exists and is not"),
+}
 
-    Lightning: `LightningCLI._parse_ckpt_path` (2.6) reads ``hyper_parameters`` of the checkpoint with
-    ``torch.load(weights_only=True)`` and parses them over the config's model, after `parse_arguments`; this
-    override does the same with the hyper-parameters given to `upgrade` first, so that a checkpoint written
-    before the network became the module's ``net`` argument still rebuilds its network."""
-    import torch
-    from lightning.pytorch.cli import LightningCLI
 
-    class CheckpointHparamsCLI(LightningCLI):
-        def _parse_ckpt_path(self) -> None:
-            subcommand = self.config.get("subcommand")
-            path = self.config[subcommand].get("ckpt_path") if subcommand else None
-            if not path or not Path(path).is_file():
-                return
-            hparams = torch.load(path, weights_only=True, map_location="cpu").get("hyper_parameters") or {}
-            hparams = {k: v for k, v in upgrade(dict(hparams)).items() if k != "_instantiator"}
-            if hparams:
-                self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+def ignore_warning(name: str) -> None:
+    """Ignore the library warning `name` of `LIBRARY_WARNINGS` (until the caller's ``catch_warnings`` ends)."""
+    import warnings
 
-    return CheckpointHparamsCLI
+    warnings.filterwarnings("ignore", message=f".*{LIBRARY_WARNINGS[name][1]}")
 
 
 def option_names(cli: Any, subcommand: str) -> list[str]:

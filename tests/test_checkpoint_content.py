@@ -108,7 +108,7 @@ def test_a_checkpoint_naming_another_family_is_one_line(good, command, capsys) -
     argv = COMMANDS[command](ckpt) if command == "predict" else ["test", "--ckpt_path", ckpt]
     # predict builds the network the checkpoint names: the argument SWMLP does not take; test (no config
     # outside a run) asks for the config first.
-    assert refused(argv, capsys) == {"predict": "model.net.init", "test": "config"}[command]
+    assert refused(argv, capsys) == {"predict": "model.net", "test": "config"}[command]
 
 
 def test_a_compressed_record_is_refused_before_anything_is_inflated(good, monkeypatch, capsys) -> None:

@@ -118,7 +118,13 @@ def test_a_mistake_is_one_line_naming_the_field_and_writes_nothing(
     [
         ("--trainer.max_epoch", "trainer.max_epoch", "trainer.max_epochs"),  # no silent abbreviation
         ("--dataa.batch_size", "dataa.batch_size", "data.batch_size"),
-        ("--model.net.chanels", "model.net.chanels", "channels"),
+        ("--model.net.chanels", "model.net.chanels", "model.net.channels"),
+        # the model is no subclass group here: its arguments go without init_args (it suggested itself)
+        (
+            "--model.init_args.optimizer.init_args.lr",
+            "model.init_args.optimizer.init_args.lr",
+            "model.optimizer.init_args.lr",
+        ),
     ],
 )
 def test_a_misspelt_key_gets_a_did_you_mean(

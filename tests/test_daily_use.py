@@ -373,7 +373,7 @@ def test_a_failed_run_is_one_line_without_chatter(capsys) -> None:
     ("text", "field", "meant"),
     [
         ("trainer:\n  max_epoch: 3\n", "trainer.max_epoch", "trainer.max_epochs"),
-        ("model:\n  net:\n    init_args:\n      chanels: 8\n", "model.net.chanels", "channels"),
+        ("model:\n  net:\n    init_args:\n      chanels: 8\n", "model.net.init_args.chanels", "model.net.channels"),
     ],
 )
 def test_a_mistyped_config_key_is_one_line_with_a_suggestion(text, field, meant, capsys) -> None:

@@ -17,7 +17,6 @@ from helpers import CONFIGS, TEST_CONFIGS, error_field, field_of, read_json, run
 from mixer_lightning.cli import main
 from mixer_lightning.data import ImageDataModule
 from mixer_lightning.models import MLPMixer
-from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.models.upscale import upscale_tokens
 from mixer_lightning.weights import to_jax_npz
 
@@ -61,7 +60,7 @@ def test_convert_timm_weights_then_mixer_test_reproduces_timm(capsys: pytest.Cap
     torch.save(timm_model.state_dict(), "timm_digits.pth")
     main(["convert", "--from", "timm_digits.pth", "--out", "digits.ckpt"])  # architecture read from the shapes
     assert "Wrote digits.ckpt: mlp_mixer" in capsys.readouterr().out
-    net = upgrade_hparams(torch.load("digits.ckpt", weights_only=True)["hyper_parameters"])["net"]
+    net = torch.load("digits.ckpt", weights_only=True)["hyper_parameters"]["net"]
     assert net["class_path"] == "mixer_lightning.models.MLPMixer" and net["init_args"]["act"] == "gelu"
     main(["test", "--config", DIGITS, "--ckpt_path", "digits.ckpt", *QUIET])
     metrics = read_json(run_dirs("digits_mixer")[-1] / "test_metrics.json")
@@ -80,7 +79,7 @@ def test_convert_jax_npz_round_trip_defaults_and_errors(
     main(["convert", "--from", "digits.npz", "--model", "mlp_mixer", "--out", "digits.ckpt"])
     out = capsys.readouterr().out
     assert "act gelu_tanh" in out and "official JAX" in out
-    hparams = upgrade_hparams(torch.load("digits.ckpt", weights_only=True)["hyper_parameters"])
+    hparams = torch.load("digits.ckpt", weights_only=True)["hyper_parameters"]
     assert hparams["net"]["init_args"]["act"] == "gelu_tanh"
     # and back to the JAX layout from the converted checkpoint: the same arrays
     main(["convert", "--from", "digits.ckpt", "--out", "back.npz"])

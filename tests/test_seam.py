@@ -46,6 +46,15 @@ def test_the_existence_check_fails_on_a_renamed_private_name() -> None:
     assert missing_names(renamed) == [f"{path}.{names[0]}_renamed_by_a_release"]
 
 
+def test_every_library_warning_the_seam_ignores_is_still_worded_so() -> None:
+    """`seam.LIBRARY_WARNINGS`: the words of each warning are in the source of the module said to word it (a
+    release that rewords one fails here, not as chatter in a user's console)."""
+    import re
+
+    for name, (module, words) in seam.LIBRARY_WARNINGS.items():
+        assert re.search(words, inspect.getsource(importlib.import_module(module))), name
+
+
 def private_names_used(tree: ast.AST) -> set[str]:
     """The ``_names`` a module uses: attributes, string constants (keys of a library's state dicts) and
     imports (a ``_module`` segment or an imported ``_name``); dunders are not private."""

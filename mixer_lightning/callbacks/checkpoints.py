@@ -25,8 +25,6 @@ from mixer_lightning.errors import ConfigError, Stopped
 from mixer_lightning.loggers import run_directory
 from mixer_lightning.safety.atomic import atomic_write, remove_orphans
 
-# Lightning's special values of ckpt_path, resolved by Lightning itself.
-SPECIAL_CKPT_PATHS = ("best", "hpc", "registry")
 # The best checkpoint's name (the CLI's default `checkpoint.filename`).
 BEST_NAME = "best"
 # Where `ResumeCheckpoint` took a checkpoint, when Lightning's loop state needs adapting at load time.

@@ -12,24 +12,21 @@ from typing import Any
 
 import yaml
 
-from mixer_lightning.cli import runs
+from mixer_lightning.callbacks.run import EVALUATIONS, Run, run_dir_of_checkpoint
 from mixer_lightning.errors import ConfigError
-from mixer_lightning.models.registry import upgrade_hparams
-from mixer_lightning.tasks.loading import read_checkpoint
-
-EVALUATIONS = ("validate", "test", "predict")
 
 
-def completed_arguments(argv: list[str]) -> list[str]:
+def completed_arguments(argv: list[str], run: Run) -> list[str]:
     """validate/test/predict of a checkpoint without ``--config``: its run's config.yaml first (the user's flags
     after it win); outside a run, the network its hyper-parameters name; image files to predict read as the
-    checkpoint's evaluation images (`PredictionData`, from the data facts it carries)."""
+    checkpoint's evaluation images (`PredictionData`, from the data facts it carries). The checkpoint is read
+    by `run`, which keeps it for the command."""
     options, _ = _options().parse_known_args(argv[1:])
     if argv[0] not in EVALUATIONS or options.config or not options.ckpt_path or options.ckpt_path == "last":
         return argv
-    run = runs.run_dir_of_checkpoint(options.ckpt_path)
-    added = ["--config", current_config(run / "config.yaml")] if run is not None else []
-    checkpoint = read_checkpoint(options.ckpt_path) if run is None or options.predict_root else None
+    folder = run_dir_of_checkpoint(options.ckpt_path)
+    added = ["--config", str(folder / "config.yaml")] if folder is not None else []
+    checkpoint = run.read(options.ckpt_path) if folder is None or options.predict_root else None
     facts = (checkpoint or {}).get("data")
     if argv[0] == "predict" and options.predict_root and isinstance(facts, dict) and not options.data:
         from mixer_lightning.data.predict import PredictionData
@@ -37,10 +34,10 @@ def completed_arguments(argv: list[str]) -> list[str]:
         added += ["--data", "mixer_lightning.data.predict.PredictionData"]
         for key, value in PredictionData.arguments_from(facts).items():
             added += [f"--data.{key}", value if isinstance(value, str) else json.dumps(value)]
-    elif run is None and not options.data:
+    elif folder is None and not options.data:
         raise ConfigError("config", f"none given, and {options.ckpt_path!r} lies in no run directory", "give --config")
-    if run is None:
-        hparams = upgrade_hparams(dict(checkpoint.get("hyper_parameters") or {}))
+    if folder is None:
+        hparams = checkpoint["hyper_parameters"]
         added += ["--model.net", json.dumps(hparams.get("net"))] if hparams.get("net") else []
     return [argv[0], *added, *argv[1:]]
 
@@ -76,32 +73,21 @@ def pretrained_data_defaults(config: Any) -> None:
 def set_data_keys(argv: list[str]) -> set[str]:
     """The data arguments a flag or a ``--config`` file of `argv` sets (a value equal to the default included)."""
     keys = {arg[2:].split("=")[0].rsplit(".", 1)[-1] for arg in argv if arg.startswith("--data.")}
+    parts = [key.split(".") for key in config_keys(argv)]
+    return keys | {part[2] for part in parts if len(part) == 3 and part[:2] == ["data", "init_args"]}
+
+
+def config_keys(argv: list[str]) -> list[str]:
+    """The dotted keys (``trainer.max_epochs``) of the values that the ``--config`` files of `argv` set."""
+
+    def keys(value: Any, prefix: str = "") -> list[str]:
+        items = value.items() if isinstance(value, dict) else ()
+        return [k for key, sub in items for k in (keys(sub, f"{prefix}{key}.") or [f"{prefix}{key}"])]
+
+    found = []
     for path in _options().parse_known_args(argv[1:])[0].config or []:
-        data = (yaml.safe_load(Path(path).read_text()) or {}).get("data") if Path(path).is_file() else None
-        keys |= set((data.get("init_args") or {}) if isinstance(data, dict) else ())
-    return keys
-
-
-def current_config(path: Path) -> str:
-    """`path`, or, for a run config an earlier release wrote for a legacy family module, a temporary copy in the
-    current form (`models.registry.upgrade_config`): the run itself is left as it was."""
-    import atexit
-    import os
-    import tempfile
-
-    from mixer_lightning.models.registry import upgrade_config
-
-    upgraded = upgrade_config(yaml.safe_load(path.read_text()) or {}) if path.is_file() else None
-    if upgraded is None:
-        return str(path)
-    if isinstance(upgraded.get("step_checkpoint"), dict):  # then a ModelCheckpoint's arguments, now ResumeCheckpoint's
-        from inspect import signature
-
-        from mixer_lightning.callbacks.checkpoints import ResumeCheckpoint
-
-        taken = signature(ResumeCheckpoint).parameters
-        upgraded["step_checkpoint"] = {k: v for k, v in upgraded["step_checkpoint"].items() if k in taken}
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="mixer-upgraded-", delete=False) as f:
-        yaml.safe_dump(upgraded, f, sort_keys=False)
-    atexit.register(os.unlink, f.name)
-    return f.name
+        try:
+            found += keys(yaml.safe_load(Path(path).read_text()) if Path(path).is_file() else None)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):  # jsonargparse says what is wrong with it
+            continue
+    return found

@@ -71,13 +71,14 @@ def help_text() -> str:
     return HELP.format(lightning=lightning, project=summary())
 
 
-def one_line(error: BaseException) -> tuple[str, int] | None:
-    """The line and exit status for `error` (or what it was raised from), or None: a bug, shown as a traceback."""
+def one_line(error: BaseException, argv: list[str] = ()) -> tuple[str, int] | None:
+    """The line and exit status for `error` (or what it was raised from), or None: a bug, shown as a traceback;
+    an argument error names the flag of `argv` its message names."""
     seen = []
     while error is not None and error not in seen:
         seen.append(error)
         if isinstance(error, argparse.ArgumentError):
-            error = argument_error(error)
+            error = argument_error(error, argv)
         if isinstance(error, ConfigError):
             return f"mixer: error: {error}", 2
         if isinstance(error, (ResourceError, TrainingError)):
@@ -126,7 +127,7 @@ def main(args: list[str] | None = None) -> None:
     except KeyboardInterrupt:  # Ctrl+C outside training (Lightning handles it inside)
         raise SystemExit(130) from None
     except Exception as error:
-        line = None if debug else one_line(error)
+        line = None if debug else one_line(error, argv)
         if line is None:
             raise
         if line[0]:

@@ -1,11 +1,11 @@
 """``mixer fit|validate|test|predict``: `MixerCLI`, a LightningCLI on its public hooks.
 
 What it adds to Lightning's: the project's callbacks (best and resumable checkpoints, the run header and
-plain progress lines, throughput, SLURM requeue), the data facts linked into the model, ``--ckpt_path last``
-(the latest run, resumed in its own directory), evaluations of a checkpoint written into its run with
-results that name the checkpoint, one writer per run, and no code from configs or checkpoints (the import
-policy, `weights_only`). Imported only when one of these commands runs: the project's own commands start
-without Lightning.
+plain progress lines, throughput, SLURM requeue), the data facts linked into the model, and a `Run`
+(`mixer_lightning.callbacks.run`), resolved once from the parsed config: ``--ckpt_path last`` (the latest run,
+resumed in its own directory), evaluations of a checkpoint written into its run with results that name the
+checkpoint, one writer per run, and no code from configs or checkpoints (the import policy, `weights_only`).
+Imported only when one of these commands runs: the project's own commands start without Lightning.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import inspect
 import sys
 import warnings
 from contextlib import nullcontext
-from pathlib import Path
 from typing import Any, Literal
 
 from jsonargparse.typing import PositiveFloat, PositiveInt
@@ -24,43 +23,33 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import LightningDataModule
 from lightning.pytorch.callbacks import LearningRateMonitor
+from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.plugins.environments import SLURMEnvironment
-from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
+from lightning.pytorch.utilities import rank_zero_only
 
 from mixer_lightning.callbacks import DataFacts, PredictionWriter
 from mixer_lightning.callbacks.checkpoints import (
     BEST_NAME,
-    RUN_KEY,
     AtomicCheckpointIO,
     BestCheckpoint,
     ResumeCheckpoint,
     RunFingerprint,
 )
 from mixer_lightning.callbacks.console import RunHeader, line_progress
-from mixer_lightning.callbacks.slurm import (
-    SlurmRequeue,
-    command_key,
-    job_id,
-    mark_run,
-    requeue_on_signal,
-    requeued_run,
-)
+from mixer_lightning.callbacks.run import EVALUATIONS, Run, fit_summary, write_json
+from mixer_lightning.callbacks.slurm import SlurmRequeue, requeue_on_signal
 from mixer_lightning.callbacks.throughput import SpeedMonitor
-from mixer_lightning.cli import runs
-from mixer_lightning.cli.defaults import EVALUATIONS, completed_arguments, pretrained_data_defaults
+from mixer_lightning.cli.defaults import completed_arguments, config_keys, pretrained_data_defaults
 from mixer_lightning.commands import HelpFormatter, summary
 from mixer_lightning.commands.quiet import quiet_libraries
-from mixer_lightning.data import ImageDataModule  # noqa: F401  (the data module's short class name)
+from mixer_lightning.data import ImageDataModule  # (also the data module's short class name in configs)
 from mixer_lightning.errors import ConfigError
 from mixer_lightning.errors import argument_error as one_line_argument_error
 from mixer_lightning.hardware import set_threads, threads_of_command
-from mixer_lightning.loggers import run_directory
-from mixer_lightning.models.registry import upgrade_hparams
-from mixer_lightning.safety.atomic import check_output_file, remove_orphans
+from mixer_lightning.safety.atomic import check_output_file
 from mixer_lightning.safety.distributed import end_process_group
-from mixer_lightning.seam import batch_counts_as_ints, lightning_cli_with_checkpoint_hparams, option_names
+from mixer_lightning.seam import batch_counts_as_ints, option_names
 from mixer_lightning.tasks import ClassifierModule
-from mixer_lightning.tasks.loading import describe_mismatch, read_checkpoint
 
 LINKED_FROM_DATA = ("num_classes", "image_size", "in_chans")  # what the network must agree with
 TRAINER_DEFAULTS = {
@@ -72,15 +61,11 @@ TRAINER_DEFAULTS = {
 }
 
 
-class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
-    """LightningCLI with the project's callbacks and run directories (module docstring). `held` collects the
-    run locks this command takes, released by `run` however the command ends."""
+class MixerCLI(LightningCLI):
+    """LightningCLI with the project's callbacks and its `Run` (module docstring), which the hooks hand on."""
 
-    def __init__(self, *args: Any, held: list, **kwargs: Any) -> None:
-        self.held, self.evaluated, self.record, self.limited = held, None, None, False
-        self.command_key = ""  # `slurm.command_key` of a fit's config as given (before a resume changes it)
-        self.given_optimiser: dict = {}  # the config's optimiser and schedule, before the checkpoint's replace them
-        self.resumed_run = None  # the fingerprint of the checkpoint a fit resumes (`RunFingerprint`)
+    def __init__(self, *args: Any, run: Run, **kwargs: Any) -> None:
+        self.run = run
         super().__init__(*args, **kwargs)
 
     def add_arguments_to_parser(self, parser: Any) -> None:
@@ -109,70 +94,19 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as error:
-            raise argument_error(error, self, (sys.argv[1:] if args is None else args)[:1]) from None
-        config = self.config[self.config.subcommand]
-        if self.config.subcommand == "fit":
-            self.command_key = command_key(config)
-            if config.get("ckpt_path") in (None, "last"):
-                resume_requeued_run(config, self.command_key)
-        # Lightning parses the checkpoint's hyper-parameters over the model next, the optimiser's included: a
-        # resume would drop a changed --model.optimizer.lr unseen. The config's are kept to be compared.
-        self.given_optimiser = {key: config.model.get(key) for key in ("optimizer", "lr_scheduler")}
-        if config.get("ckpt_path") == "last":
-            logger = logger_args(config, "'last' needs a logger with a save_dir to find the run in")
-            experiment = Path(logger.save_dir) / str(logger.get("name") or "")
-            version = logger.get("version")
-            version = version if isinstance(version, str) or version is None else f"version_{version}"
-            config.ckpt_path = str(runs.find_last_run(experiment, version))
-        if config.get("ckpt_path"):
-            # Missing, damaged or untrusted: one line before Lightning reads it; kept until the model exists.
-            checkpoint = read_checkpoint(config.ckpt_path)
-            self.checkpoint_weights = (config.ckpt_path, checkpoint["state_dict"])
-            self.resumed_run = checkpoint.get(RUN_KEY)
-
-    def check_checkpoint_fits(self) -> None:
-        """A checkpoint of another model or data (10 classes tested on 3) is one line, not torch's size table."""
-        path, weights = self.__dict__.pop("checkpoint_weights", (None, None))
-        net = {key[len("net.") :]: value for key, value in (weights or {}).items() if key.startswith("net.")}
-        mismatch = describe_mismatch(self.model.net, net) if weights is not None else None  # the network only
-        if mismatch:
-            raise ConfigError("ckpt_path", f"{path!r} does not fit the model and data configured: {mismatch}",
-                              "give the config it was trained with (its run's config.yaml)")  # fmt: skip
+            raise argument_error(error, self, sys.argv[1:] if args is None else list(args)) from None
+        self.run.resolve(self.config.subcommand, self.config[self.config.subcommand])
 
     def before_instantiate_classes(self) -> None:
-        command, config = self.config.subcommand, self.config[self.config.subcommand]
-        if command == "fit" and config.get("ckpt_path"):  # built as given; `RunFingerprint` compares them
-            for key, given in self.given_optimiser.items():
-                config.model[key] = given
-        if config.get("weights_only") is None:
-            config.weights_only = True  # a checkpoint is data: tensors and plain containers, never code
-        ckpt = config.get("ckpt_path")
-        evaluated = runs.run_dir_of_checkpoint(ckpt) if ckpt and command in EVALUATIONS else None
-        if command in EVALUATIONS:  # weights only: the callbacks that wrote the checkpoint are a fit's business
-            warnings.filterwarnings("ignore", message=r".*callbacks used to create the checkpoint need to be provided")
-        if evaluated is not None:  # the results go into the checkpoint's own run; test/* to its logger too
-            logger = logger_args(config) if command == "test" else None  # (val/* would join the fit's curves)
-            experiment = Path(logger.save_dir, str(logger.get("name") or "")) if logger is not None else None
-            if experiment is not None and experiment.resolve() == evaluated.resolve().parent:
-                logger.version = evaluated.name
-            else:
-                config.trainer.logger = False
-            config.trainer.default_root_dir = str(evaluated)
-            self.save_config_kwargs["config_filename"] = runs.config_name(evaluated, command)
-        elif command == "fit" and ckpt and runs.run_dir_of_checkpoint(ckpt) is not None:
-            run = runs.run_dir_of_checkpoint(ckpt)  # a resumed run goes on in its own directory
-            logger = logger_args(config)
-            if logger is not None and Path(logger.save_dir) / str(logger.get("name") or "") == run.parent:
-                logger.version = run.name
-                self.save_config_kwargs["config_filename"] = runs.config_name(run, command)
-        elif command in EVALUATIONS and config.trainer.get("logger") in (False, None, []):
+        config = self.config[self.config.subcommand]
+        if not self.run.configure(config):
             self.save_config_callback = None  # no run to record it in: not a config.yaml in the working directory
-        self.evaluated = evaluated
+        self.save_config_kwargs["config_filename"] = self.run.config_name
         best = config.checkpoint  # top-k under one fixed name: each file would replace the one before
         if best.save_top_k not in (0, 1) and "{" not in (best.filename or "{") and best.filename != BEST_NAME:
             raise ConfigError("checkpoint.filename", f"{best.filename!r} names one file for {best.save_top_k} checkpoints",
                               "put {epoch} in it, or keep the default")  # fmt: skip
-        if not ckpt:
+        if not config.get("ckpt_path"):
             pretrained_data_defaults(config)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
@@ -184,7 +118,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
         if command == "fit":
             seed = config.get("seed_everything")  # the int LightningCLI seeded with (False: not seeded)
             seed = None if isinstance(seed, bool) else seed
-            ours += [RunFingerprint(self.resumed_run, config.get("ckpt_path"), seed), config.checkpoint]
+            ours += [RunFingerprint(self.run.fingerprint, config.get("ckpt_path"), seed), config.checkpoint]
             ours += [config.step_checkpoint, config.throughput, DataFacts(seed), SlurmRequeue()]
             ours += [config.lr_monitor] if config.trainer.get("logger") not in (False, None, []) else []
         elif command == "predict":
@@ -194,7 +128,7 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
                 **kwargs, callbacks=[*(given if isinstance(given, list) else [given]), *ours]
             )
         except (ValueError, MisconfigurationException) as error:  # FSDP on a CPU, a GPU that is not there
-            raise ConfigError("trainer", str(error).strip().splitlines()[0], "see `mixer fit --help`") from None
+            raise ConfigError("trainer", " ".join(str(error).split()), "see `mixer fit --help`") from None
         # SLURM gives each task its own CPUs (--cpus-per-task); Lightning's launcher and torchrun share the machine's
         shared = 1 if isinstance(getattr(trainer.strategy, "cluster_environment", None), SLURMEnvironment) else None
         set_threads(config.get("threads"), shared or trainer.num_devices, print if rank_zero_only.rank == 0 else None)
@@ -205,160 +139,91 @@ class MixerCLI(lightning_cli_with_checkpoint_hparams(upgrade_hparams)):
     # ---------------------------------------------------------------------------------------------- running
 
     def before_fit(self) -> None:
-        self.check_checkpoint_fits()
-        if self.trainer.fast_dev_run:  # no logger, no run directory
-            return
-        run_dir = Path(run_directory(self.trainer))  # a broadcast under DDP: every process asks
-        if not self.trainer.is_global_zero:
-            return
-        resuming = self.config_init.fit.get("ckpt_path")
-        if (run_dir / "config.yaml").exists() and not resuming:
-            raise ConfigError(
-                "trainer.logger.init_args.version",
-                f"{str(run_dir)!r} holds a run already; it is not overwritten",
-                "resume it with --ckpt_path last, or choose another version (or none: the next free one)",
-            )
-        if not run_dir.exists():  # a run that fails while it is set up leaves no directory behind
-            self.held.append(runs.NewRun(run_dir))
-        if run_dir.is_dir():  # a run resumed, or a version pinned: one writer at a time
-            self.held.append(runs.lock_run(run_dir))
-            for folder in (run_dir, run_dir / "checkpoints"):
-                remove_orphans(folder)
-        mark_run(run_dir, self.command_key)  # under SLURM: by which the requeued job's same command finds this run
-        if resuming:
-            warnings.filterwarnings("ignore", message=r".*Checkpoint directory .* exists and is not empty")
+        self.run.start(self.trainer, self.model)
 
     def after_fit(self) -> None:
-        trainer, best = self.trainer, self.trainer.checkpoint_callback
-        log_dir = run_directory(trainer)  # a broadcast under DDP: every process asks
-        if trainer.is_global_zero and not trainer.fast_dev_run and log_dir:
-            summary = runs.fit_summary(trainer, metrics(trainer, "val"), Path(log_dir))
-            runs.write_json(Path(log_dir) / "fit_summary.json", summary)
+        trainer, best, run_dir = self.trainer, self.trainer.checkpoint_callback, self.run.directory
+        if trainer.is_global_zero and not trainer.fast_dev_run and run_dir:
+            summary = fit_summary(trainer, metrics(trainer, "val"), run_dir)
+            write_json(run_dir / "fit_summary.json", summary)
             if best is not None and best.best_model_path:
                 print(f"Best checkpoint ({best.monitor} = {summary['best_score']:.4f}): {best.best_model_path}")
             if summary.get("test_checkpoint"):
                 why = " (best.ckpt was chosen on the test split)" if summary["validated_on"] == "test" else ""
-                print(f"Test it: mixer test --ckpt_path {Path(log_dir, summary['test_checkpoint'])}{why}", flush=True)
-
-    def _evaluation(self, command: str) -> None:
-        """Choose the results file: in the evaluated run, this checkpoint's (`runs.results_name`)."""
-        ckpt = self.config_init[command].get("ckpt_path")
-        self.record = runs.checkpoint_record(ckpt, self.evaluated) if ckpt and Path(ckpt).is_file() else None
-        limit = getattr(self.trainer, "limit_val_batches" if command == "validate" else "limit_test_batches")
-        self.limited = not (isinstance(limit, float) and limit == 1.0)
-        folder = self.evaluated or Path(run_directory(self.trainer) or self.trainer.default_root_dir)
-        self.results = folder / runs.results_name(folder, command, self.record, self.limited)
-
-    def _write_results(self, command: str) -> None:
-        stage = "val" if command == "validate" else "test"
-        header = next((c for c in self.trainer.callbacks if isinstance(c, RunHeader)), None)
-        content = {**metrics(self.trainer, stage), **((header.evaluated or {}) if header else {})}
-        saved = self.save_config_kwargs.get("config_filename", "config.yaml") if self.evaluated else None
-        content.update(checkpoint=self.record, config=saved)
-        content["partial"] = self.limited if content.get("partial") is None else content["partial"]
-        if self.trainer.is_global_zero and not self.trainer.fast_dev_run:
-            runs.write_json(self.results, content)
-            print(f"{'Validation' if stage == 'val' else 'Test'} metrics: {self.results}", flush=True)
+                print(f"Test it: mixer test --ckpt_path {run_dir / summary['test_checkpoint']}{why}", flush=True)
 
     def before_predict(self) -> None:
-        self.check_checkpoint_fits()
+        self.run.start(self.trainer, self.model)
         writer = next((c for c in self.trainer.callbacks if isinstance(c, PredictionWriter)), None)
         if writer is not None and writer.output:  # another file is never replaced unless told
             check_output_file(
                 writer.output, "prediction_writer.output", writer.overwrite, "--prediction_writer.overwrite true"
             )
 
-    def before_validate(self) -> None:
-        self.check_checkpoint_fits()
-        self._evaluation("validate")
-
-    def before_test(self) -> None:
-        self.check_checkpoint_fits()
-        self._evaluation("test")
+    before_validate = before_test = before_fit
 
     def after_validate(self) -> None:
-        self._write_results("validate")
+        header = next((c for c in self.trainer.callbacks if isinstance(c, RunHeader)), None)
+        stage = "val" if self.subcommand == "validate" else "test"
+        self.run.finish(self.trainer, metrics(self.trainer, stage), header.evaluated if header else None)
 
-    def after_test(self) -> None:
-        self._write_results("test")
+    after_test = after_validate
 
 
 def metrics(trainer: Any, stage: str) -> dict[str, float]:
     return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
 
 
-def logger_args(config: Any, problem: str | None = None) -> Any:
-    """The init args of the run's versioned logger (TensorBoard, CSV: a ``save_dir``), or None; with `problem`,
-    None is a `ConfigError` on ``ckpt_path``."""
-    init_args = getattr(config.trainer.get("logger"), "init_args", None)
-    if init_args is not None and init_args.get("save_dir") is not None:
-        return init_args
-    if problem:
-        raise ConfigError("ckpt_path", problem, "give the path of the checkpoint instead")
-    return None
+def argument_error(error: argparse.ArgumentError, cli: Any, args: list[str]) -> ConfigError:
+    """jsonargparse's error in its own words (`errors.argument_error`) on the flag or config key it names; a key
+    the command takes in no form gets the closest one it does (``trainer.max_epoch``: ``trainer.max_epochs``;
+    ``model.channels``: ``model.net.channels``; ``model.init_args.optimizer``: ``model.optimizer``, the model being
+    no subclass). Keys under a class whose arguments are not listed here (``trainer.logger``) are jsonargparse's."""
+    command = args[0] if args and args[0] in ("fit", *EVALUATIONS) else None
+    taken = option_names(cli, command) if command else []
+    line = one_line_argument_error(error, args, taken)
+    if f"--{line.field}" not in args:  # not a flag's: perhaps a key a --config file sets
+        in_file = one_line_argument_error(error, [f"--{key}" for key in config_keys(args)])
+        line = in_file if in_file.field != "arguments" else line
+    candidates = [*taken, *(f"model.net.{name}" for name in class_arguments("model.net"))]
+    candidates += [f"data.{name}" for name in class_arguments("data")]
+    word, parts = line.field, line.field.split(".")
+    # init_args follows a class (--data.init_args.x: an option with none under it); after a group (model), a mistake
+    kept: list[str] = []
+    for part in parts:
+        group = ".".join(kept)
+        kept += [] if part == "init_args" and any(key.startswith(f"{group}.") for key in taken) else [part]
+    short = ".".join(kept)
+    bare = ".".join(part for part in parts if part != "init_args")
+    listed = {key.rsplit(".", 1)[0] for key in candidates}  # the groups whose arguments are listed
+    opened = [key for key in taken if bare.startswith(f"{key}.") and key not in listed]  # jsonargparse's to judge
+    close = [short] if short != word else []
+    if not close and not opened and word != "arguments" and bare not in candidates:
+        close = difflib.get_close_matches(bare, candidates, n=1)
+        if not close and "." in bare:  # a misspelt group: dataa.batch_size
+            head, _, rest = bare.partition(".")
+            group = difflib.get_close_matches(head, sorted({key.split(".")[0] for key in candidates}), n=1)
+            close = [f"{group[0]}.{rest}"] if group and group[0] != head else []
+    fix = f"see `mixer {command} --help`" if command else "see `mixer --help`"
+    return ConfigError(word, line.problem, f"did you mean {close[0]!r}? {fix}" if close and close[0] != word else fix)
 
 
-def resume_requeued_run(config: Any, key: str) -> None:
-    """A SLURM job requeued after a preemption resumes the run this command (its config's digest `key`) made in
-    the job's first start, from its last.ckpt."""
-    logger = logger_args(config)
-    run = requeued_run(Path(logger.save_dir) / str(logger.get("name") or ""), key) if logger is not None else None
-    if run is not None and (run / "checkpoints" / "last.ckpt").is_file():
-        logger.version, config.ckpt_path = run.name, str(run / "checkpoints" / "last.ckpt")
-        rank_zero_info(f"SLURM job {job_id()} requeued: resuming {run}")
-
-
-def argument_error(error: argparse.ArgumentError, cli: Any, command: list[str]) -> ConfigError:
-    """jsonargparse's error (`errors.argument_error`) with a did-you-mean for an unknown key: the closest key the
-    subcommand takes (``trainer.max_epoch``: ``trainer.max_epochs``), or the closest argument of the class."""
-    line, text = one_line_argument_error(error), str(error)
-    field, word, candidates = line.field, None, []
-    if "Option '" in text:  # a class (the network, a callback) has no such argument
-        word = text.split("Option '", 1)[1].split("'", 1)[0]
-        field, candidates = f"{field}.{word}", class_arguments(text)
-    elif text.startswith("unrecognized arguments: ") or "does not accept option" in text:
-        field = text.split()[2].lstrip("-") if text.startswith("unrecognized") else field
-        word, candidates = field, option_names(cli, command[0]) if command else []
-        if word.startswith("model."):  # an argument of the network: --model.net.channels, not --model.channels
-            candidates += [f"model.net.{name}" for name in network_arguments()]
-    close = difflib.get_close_matches(word, candidates, n=1) if word else []
-    if close and close[0].startswith("model.net.") and not word.startswith("model.net."):
-        close = difflib.get_close_matches(word.replace("model.", "model.net.", 1), candidates, n=1) or close
-    if word and not close and "." in word:  # a misspelt group: dataa.batch_size
-        head, _, rest = word.partition(".")
-        group = difflib.get_close_matches(head, sorted({k.split(".")[0] for k in candidates}), n=1)
-        close = [f"{group[0]}.{rest}"] if group else []
-    fix = f"see `mixer {command[0]} --help`" if command else "see `mixer --help`"
-    return ConfigError(field, line.problem, f"did you mean {close[0]!r}? {fix}" if close else fix)
-
-
-def network_arguments() -> list[str]:
-    """The arguments of every registered family's network (a misspelt one is suggested under model.net)."""
+def class_arguments(group: str) -> list[str]:
+    """The arguments of the classes a config gives as `group`: every registered family's network (``model.net``)
+    or the project's data module (``data``)."""
+    if group == "data":
+        return list(inspect.signature(ImageDataModule).parameters)
     from mixer_lightning.models import get_entry, list_models
 
     classes = {get_entry(name).constructor for name in list_models()}
     return sorted({name for cls in classes for name in inspect.signature(cls).parameters})
 
 
-def class_arguments(problem: str) -> list[str]:
-    """The arguments of the class a jsonargparse message names as ``class_path='x.y.Z'`` (imported already)."""
-    import importlib
-
-    path = problem.split("class_path='", 1)[1].split("'", 1)[0] if "class_path='" in problem else None
-    if path is None:
-        return []
-    module, _, name = path.rpartition(".")
-    try:
-        return list(inspect.signature(getattr(importlib.import_module(module), name)).parameters)
-    except (ImportError, AttributeError, TypeError, ValueError):
-        return []
-
-
 def run(argv: list[str]) -> None:
     """``mixer fit|validate|test|predict`` with `argv`. LightningCLI reads sys.argv, where Lightning's DDP launcher
     also finds the arguments to start the other processes with: they are put there."""
-    saved, sys.argv = sys.argv, [sys.argv[0], *completed_arguments(argv)]
-    held: list = []
+    run = Run()
+    saved, sys.argv = sys.argv, [sys.argv[0], *completed_arguments(argv, run)]
     try:
         # Under SLURM, the requeue signal outside training (data being indexed, the fit's files written) too.
         with (
@@ -384,10 +249,10 @@ def run(argv: list[str]) -> None:
                     "exit_on_error": False,
                     "allow_abbrev": False,
                 },
-                held=held,
+                run=run,
             )
         end_process_group()
     finally:
-        for lock in held:
+        for lock in run.held:
             lock.release()
         sys.argv = saved

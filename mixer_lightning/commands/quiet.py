@@ -1,53 +1,47 @@
-"""The quiet console of every ``mixer`` command that runs a Lightning Trainer: Lightning's and torch's
-lines that ask nothing of the user ("GPU available: False", tips, "Seed set to", checkpoint-restoring
-lines, DDP's start-up banner, the log-interval warning the line progress makes moot) are dropped;
-warnings that ask for an action stay. No Lightning import: loggers are filtered by name."""
+"""The quiet console of every ``mixer`` command that runs a Lightning Trainer: Lightning's information lines
+("GPU available: False", tips, "Seed set to", checkpoint-restoring lines, DDP's start-up banner) are dropped by
+logger: the levels of Lightning's own loggers, and on the logger it shares with the project's lines
+(``rank_zero_info``) the records below WARNING that Lightning's own modules log. Warnings that ask for an action
+stay; those that ask nothing (`seam.LIBRARY_WARNINGS`) are ignored. No Lightning import: loggers go by name."""
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
-import warnings
+import os
+from importlib.util import find_spec
 
-_CHATTER = (
-    "GPU available:",
-    "TPU available:",
-    "HPU available:",
-    "💡 Tip:",
-    "Seed set to",
-    "Restoring states from the checkpoint path",
-    "Restored all states from the checkpoint",
-    "Loaded model weights from the checkpoint",
-    "SLURM auto-requeueing enabled",  # the project's own line replaces it
-    "Initializing distributed:",
-    "distributed_backend=",
-)
-_CHATTY_LOGGERS = [
-    f"lightning.{part}.utilities.{name}" for part in ("pytorch", "fabric") for name in ("rank_zero", "seed")
-]
-_CHATTY_LOGGERS += ["lightning.pytorch.trainer.connectors.signal_connector", "lightning.fabric.utilities.distributed"]
-_WARNINGS = (
-    r".*isinstance\(treespec, LeafSpec\).*",  # a library's deprecation about another library
-    r".*LeafSpec.*is deprecated.*",
-    r".*is smaller than the logging interval Trainer\(log_every_n_steps=.*",
-)
+from mixer_lightning.seam import ignore_warning
+
+_LIGHTNING_LOGGERS = ("lightning.fabric.utilities.seed", "lightning.fabric.utilities.distributed")
+_LIGHTNING_LOGGERS += ("lightning.pytorch.trainer.connectors.signal_connector",)  # its SLURM line: ours replaces it
+_SHARED_LOGGERS = [f"lightning.{part}.utilities.rank_zero" for part in ("pytorch", "fabric")]
 
 
-class _DropChatter(logging.Filter):
+@functools.cache
+def _lightning_folder() -> str:
+    spec = find_spec("lightning")
+    return os.path.join(list(spec.submodule_search_locations)[0], "") if spec else "<no lightning>"
+
+
+class _LightningInfo(logging.Filter):
+    """Drops a record below WARNING logged from inside Lightning's package (`rank_zero_info` logs its caller's)."""
+
     def filter(self, record: logging.LogRecord) -> bool:
-        message = re.sub(r"^\s*\[rank: \d+\]\s*", "", record.getMessage())  # Lightning's prefix under DDP
-        return not message.lstrip("-\n ").startswith(_CHATTER)  # the DDP banner opens with a line of dashes
+        return record.levelno >= logging.WARNING or not record.pathname.startswith(_lightning_folder())
 
 
-_FILTER = _DropChatter()
+_FILTER = _LightningInfo()
 
 
 def quiet_libraries() -> None:
-    """Drop the libraries' chatter from this process's output (idempotent; the warning filters last
+    """Drop the libraries' information lines from this process's output (idempotent; the warning filters last
     until the caller's ``warnings.catch_warnings()`` ends)."""
-    for name in _CHATTY_LOGGERS:
+    for name in _LIGHTNING_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    for name in _SHARED_LOGGERS:
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
             logger.addFilter(_FILTER)
-    for pattern in _WARNINGS:
-        warnings.filterwarnings("ignore", message=pattern)
+    for name in ("leaf_spec", "log_interval"):
+        ignore_warning(name)

@@ -1,6 +1,5 @@
 """The model registry: families (`mlp_mixer`, ...) and named presets (`mixer_b16`, ...), for `create_model`
-and ``mixer models``; and `upgrade_hparams`, which reads the hyper-parameters of checkpoints written
-before the LightningModule took the network (one module class per family, flat arguments, ``preset``).
+and ``mixer models``.
 
 A family is a network class (its signature starts with ``num_classes, image_size, in_chans``) with
 some arguments fixed; a preset is a family with a paper's architecture (still overridable). Configs
@@ -88,54 +87,6 @@ def class_path(cls: type) -> str:
     if getattr(models, cls.__name__, None) is cls:
         return f"mixer_lightning.models.{cls.__name__}"
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-# The LightningModule of each family before the module took the network, and its own arguments.
-LEGACY_MODULES = {
-    "MLPMixerModule": "mlp_mixer",
-    "SMixerModule": "s_mixer",
-    "SWMLPModule": "sw_mlp",
-    "KronMLPModule": "kron_mlp",
-    "MonarchMLPModule": "monarch_mlp",
-}
-TRAINING_ARGUMENTS = (*DATA_FACTS, "optimizer", "lr_scheduler", "scheduler_interval", "label_smoothing")
-TRAINING_ARGUMENTS += ("layer_decay", "init_from", "upscale", "compile")
-
-
-def upgrade_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
-    """Checkpoint hyper-parameters in the current form, ``{"net": {"class_path", "init_args"}, num_classes,
-    ..., optimizer, ...}``. Those of a legacy family module (``_class_path:
-    mixer_lightning.tasks.mixer.SMixerModule`` and flat arguments, None for "the preset's, else the
-    default") become the family's network class with the preset's architecture and every argument
-    given; anything else is returned unchanged (a copy). Pure: nothing is imported or built."""
-    hparams = dict(hparams)
-    module = str(hparams.get("_class_path") or "")
-    family = LEGACY_MODULES.get(module.rsplit(".", 1)[-1]) if module.startswith("mixer_lightning.tasks.") else None
-    if family is None or "net" in hparams:
-        return hparams
-    hparams.pop("_class_path")
-    preset = hparams.pop("preset", None)
-    entry = get_entry(preset or family, field="ckpt_path")
-    architecture = {k: v for k, v in entry.defaults.items() if k not in DATA_FACTS}
-    upgraded: dict[str, Any] = {}
-    for key, value in hparams.items():
-        if key in TRAINING_ARGUMENTS or key.startswith("_"):
-            upgraded[key] = value
-        elif value is not None:
-            architecture[key] = value
-    net = {"class_path": class_path(entry.constructor), "init_args": architecture}
-    return {"net": net, **upgraded}
-
-
-def upgrade_config(config: dict[str, Any]) -> dict[str, Any] | None:
-    """A config (a parsed YAML dict) written for a legacy family module (``model.class_path:
-    mixer_lightning.tasks.SMixerModule`` with flat ``init_args``) in the current form (``model.net`` and the
-    training arguments, as `upgrade_hparams`), or None if its model needs no upgrade."""
-    model = config.get("model") if isinstance(config, dict) else None
-    if not isinstance(model, dict) or not str(model.get("class_path", "")).startswith("mixer_lightning.tasks."):
-        return None
-    hparams = upgrade_hparams({"_class_path": model["class_path"], **(model.get("init_args") or {})})
-    return None if "net" not in hparams else {**config, "model": hparams}
 
 
 PAPER_NAMES = {"SMixer": "S-Mixer", "MLPMixer": "MLP-Mixer", "SWMLP": "SW-MLP"}  # Hayase & Karakida 2024's words

@@ -5,7 +5,6 @@ refused before anything imports it (`mixer_lightning.safety.trust`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -24,13 +23,10 @@ def deep_merge(base: dict, update: dict) -> dict:
     return merged
 
 
-def bounded_safe_load(text: str, field: str = "config", where: str = "") -> Any:
-    """``yaml.safe_load(text)`` (kept for its callers; YAML is read as jsonargparse reads it)."""
-    return yaml.safe_load(text)
-
-
-def load_configs(paths: list[str] | str, field: str = "config") -> dict:
-    """The YAML mappings at `paths` merged in order; a missing or malformed file is a `ConfigError` on `field`."""
+def load_configs(paths: list[str] | str, field: str = "config", imported: bool = True) -> dict:
+    """The YAML mappings at `paths` merged in order; a missing or malformed file is a `ConfigError` on `field`.
+    `imported`: what they name will be imported (built, run), so a class outside the trusted packages is refused
+    now, naming the file; a caller that only reads them (a run's figures) imports nothing and needs no trust."""
     config: dict = {}
     for path in [paths] if isinstance(paths, str) else paths:
         try:
@@ -42,6 +38,7 @@ def load_configs(paths: list[str] | str, field: str = "config") -> dict:
             ) from None
         if not isinstance(loaded, dict):
             raise ConfigError(field, f"{str(path)!r} is not a YAML mapping", "give a config of trainer:, model:, data:")
-        check_class_paths(loaded, field, repr(str(path)))
+        if imported:
+            check_class_paths(loaded, field, repr(str(path)))
         config = deep_merge(config, loaded)
     return config

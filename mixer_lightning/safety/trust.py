@@ -104,18 +104,23 @@ def load_torch_file(path: str | Path, field: str, fix: str) -> Any:
         raise ConfigError(field, f"no such file {str(path)!r}", fix)
     try:
         loaded = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        needs = re.search(r"GLOBAL\s+([\w.]+)", str(error), re.IGNORECASE)
+    except pickle.UnpicklingError:  # what weights_only refuses, named by torch (>= 2.5), or no pickle at all
+        unsafe = getattr(torch.serialization, "get_unsafe_globals_in_checkpoint", None)
+        try:
+            needs = ", ".join(unsafe(path)) if unsafe is not None else ""
+        except Exception:  # not a zip-format file: no globals to name
+            needs = ""
         if needs:
             raise ConfigError(
                 field,
-                f"{str(path)!r} needs pickled Python code ({needs.group(1)}) to load; refused (weights_only=True)",
+                f"{str(path)!r} needs pickled Python code ({needs}) to load; refused (weights_only=True)",
                 "if you trust it, re-save its tensors: torch.save(torch.load(FILE, weights_only=False)['state_dict'], 'w.pth')",
             ) from None
         raise ConfigError(field, f"{str(path)!r} is not a PyTorch file", fix) from None
     except Exception as error:  # torch's readers raise many types for a damaged file
-        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:120]
-        raise ConfigError(field, f"{str(path)!r} is truncated or not a PyTorch file ({first})", fix) from None
+        raise ConfigError(
+            field, f"{str(path)!r} is truncated or not a PyTorch file ({type(error).__name__})", fix
+        ) from None
     hparams = loaded.get("hyper_parameters") if isinstance(loaded, dict) else None
     if isinstance(hparams, dict):
         check_class_paths(hparams, field, repr(str(path)))

@@ -15,7 +15,6 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 
 from mixer_lightning.errors import ConfigError, field_prefix, require
-from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.models.upscale import upscale_tokens
 from mixer_lightning.safety.trust import is_trusted
 from mixer_lightning.weights import WeightsFile, load_weights, read_weights
@@ -43,15 +42,10 @@ def import_network(path: str, field: str, source: str, base: type = nn.Module) -
 
 def file_network(weights: WeightsFile) -> tuple[str | None, dict[str, Any], int | None]:
     """(network class path or None, the arguments it implies, its upscale) of a weights file."""
-    hparams = dict(weights.architecture)
-    if weights.class_path:
-        hparams["_class_path"] = weights.class_path
-    hparams = upgrade_hparams(hparams)
-    net = hparams.get("net")
-    if isinstance(net, dict):
-        return net.get("class_path"), dict(net.get("init_args") or {}), hparams.get("upscale")
-    path = hparams.get("_class_path")  # a network's own class path, or none (JAX: act; a timm folder)
-    return path, {k: v for k, v in hparams.items() if not k.startswith("_")}, None
+    net = weights.architecture.get("net")
+    if isinstance(net, dict):  # a checkpoint's ``model.net``
+        return net.get("class_path"), dict(net.get("init_args") or {}), weights.architecture.get("upscale")
+    return weights.class_path, dict(weights.architecture), None  # JAX: act; a timm folder: none
 
 
 def implied_arguments(factory: Any, weights: WeightsFile, source: str) -> tuple[dict[str, Any], int | None]:

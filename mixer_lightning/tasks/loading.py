@@ -1,6 +1,5 @@
 """Reading checkpoints safely: ``torch.load(weights_only=True)`` (tensors and plain containers, never
-pickled code), hyper-parameters in the current form (`upgrade_hparams`), and any family rebuilt without
-a config, its network class imported only from a trusted package (`mixer_lightning.safety.trust`)."""
+pickled code), in this release's layout, and any family rebuilt without a config, its network class imported only from a trusted package (`mixer_lightning.safety.trust`)."""
 
 from __future__ import annotations
 
@@ -11,22 +10,25 @@ from typing import Any
 import torch
 
 from mixer_lightning.errors import ConfigError, require
-from mixer_lightning.models.registry import upgrade_hparams
 from mixer_lightning.safety.trust import load_torch_file
 from mixer_lightning.tasks.classifier import NON_NETWORK_PREFIXES, ClassifierModule
 from mixer_lightning.tasks.initialise import import_network
-from mixer_lightning.weights.file import schema_problem
+from mixer_lightning.weights.file import layout_problem, schema_problem
 
 
 def read_checkpoint(path: str | Path, field: str = "ckpt_path") -> dict[str, Any]:
-    """The checkpoint dict at `path`, its ``hyper_parameters`` upgraded (`upgrade_hparams`), or a
-    `ConfigError` saying what is wrong with the file (not a checkpoint, untrusted names, NaN weights)."""
+    """The checkpoint dict at `path`, or a `ConfigError` saying what is wrong with the file (not a checkpoint,
+    another layout, untrusted names, NaN weights)."""
     checkpoint = load_torch_file(path, field, "give the path of a checkpoint written by `mixer fit` or `mixer convert`")
     fix = "turn it into one with `mixer convert --from FILE --model NAME --out model.ckpt`"
     require(isinstance(checkpoint, dict) and "state_dict" in checkpoint, field, f"{str(path)!r} is no checkpoint", fix)
     problem = schema_problem(checkpoint)
     require(problem is None, field, f"{str(path)!r} is damaged: {problem}", "give a checkpoint written by `mixer fit`")
-    checkpoint["hyper_parameters"] = upgrade_hparams(checkpoint.get("hyper_parameters") or {})
+    problem = layout_problem(checkpoint)
+    require(
+        problem is None, field, f"{str(path)!r}: {problem}", "give a checkpoint written by this release's `mixer fit`"
+    )
+    checkpoint["hyper_parameters"] = checkpoint.get("hyper_parameters") or {}
     check_finite(checkpoint["state_dict"], path, field)
     return checkpoint
 
@@ -72,14 +74,6 @@ def describe_mismatch(
         if keys
     ]
     return "; ".join(parts) or None
-
-
-def check_checkpoint(path: str, model: torch.nn.Module, field: str = "ckpt_path") -> None:
-    """A `ConfigError` naming what is wrong if the checkpoint at `path` cannot load into `model` (a head for
-    other classes: fine-tune with model.init_from, which starts a new head)."""
-    problem = describe_mismatch(model, read_checkpoint(path, field)["state_dict"], ignore=NON_NETWORK_PREFIXES)
-    fix = "use its run's config.yaml, or for other classes fine-tune it with model.init_from (a new head)"
-    require(problem is None, field, f"{path!r} does not fit the configured model ({problem})", fix)
 
 
 def load_classifier(path: str | Path, field: str = "ckpt_path") -> ClassifierModule:

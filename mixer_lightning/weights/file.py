@@ -88,3 +88,12 @@ def schema_problem(checkpoint: dict[str, Any]) -> str | None:
             if not all(isinstance(v, NUMBER) for v in value):
                 return f"its data fact {key} is {value!r}"
     return None
+
+
+def layout_problem(checkpoint: dict[str, Any]) -> str | None:
+    """Why `checkpoint` is of another layout than this release writes (None: it is this one's): hyper-parameters
+    naming a module of its own (``_class_path``) and no ``net``, as before the module took the network."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    if isinstance(hparams, dict) and "_class_path" in hparams and "net" not in hparams:
+        return f"its hyper-parameters are of another layout ({hparams['_class_path']}, no model.net)"
+    return None

@@ -19,7 +19,7 @@ import torch
 
 from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.safety.trust import load_torch_file
-from mixer_lightning.weights.file import WeightsFile, schema_problem
+from mixer_lightning.weights.file import WeightsFile, layout_problem, schema_problem
 from mixer_lightning.weights.hub_folder import read_hub_folder
 from mixer_lightning.weights.keys import TIMM_NAMES, about, from_jax_key, from_timm_key, jax_to_torch
 
@@ -62,6 +62,10 @@ def _read(path: str | Path, field: str) -> WeightsFile:
         if "pytorch-lightning_version" in raw:
             problem = schema_problem(dict(raw))
             require(problem is None, field, f"{str(path)!r} is damaged: {problem}", "give a `mixer fit` checkpoint")
+            problem = layout_problem(dict(raw))
+            require(
+                problem is None, field, f"{str(path)!r}: {problem}", "give a checkpoint of this release's `mixer fit`"
+            )
             fmt, hparams, data = "lightning", dict(raw.get("hyper_parameters") or {}), raw.get("data")
         raw = raw["state_dict"]
     elif isinstance(raw.get("model"), Mapping):  # {"model": state_dict}, as DeiT/ResMLP files

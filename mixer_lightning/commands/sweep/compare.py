@@ -50,7 +50,7 @@ def compare_runs(directories: list[str], out: Path, draw: bool = True) -> dict:
             {
                 "run": name,
                 "directory": run,
-                "parameters": _parameters(run),
+                "parameters": fit.get("parameters") or _parameters(run),  # counted by the fit: no import
                 "images_per_s": (fit.get("throughput") or {}).get("images_per_s"),
                 "epochs": max((max(c) + 1 for c in logged.values() if c), default=0),
                 "train_loss": last["train/loss"],

@@ -62,7 +62,7 @@ def run_config(run_dir: str | Path) -> dict[str, str] | None:
     path = Path(run_dir, "config.yaml")
     if not path.is_file():
         return None
-    flat = _flatten(load_configs([str(path)], "directories"))
+    flat = _flatten(load_configs([str(path)], "directories", imported=False))
     return {k: v for k, v in flat.items() if not k.startswith(UNNAMED)}
 
 

@@ -22,37 +22,9 @@ from mixer_lightning.safety.config_files import deep_merge, load_configs
 LOGS = "logs"  # <sweep>/logs/<run>.log: the output of each point of a side-by-side sweep
 
 
-def _key(key: str) -> str:
-    """An axis key of a sweep written before the network split (``model.init_args.impl``) as it reads now."""
-    from mixer_lightning.models.registry import TRAINING_ARGUMENTS
-
-    parts = key.split(".")
-    if parts[:2] != ["model", "init_args"] or len(parts) < 3:
-        return key
-    return ".".join(["model", *parts[2:]] if parts[2] in TRAINING_ARGUMENTS else ["model", "net", *parts[1:]])
-
-
 def _signature(manifest: dict) -> dict:
-    keys = [_key(a["key"]) for a in manifest.get("axes") or []]
+    keys = [a["key"] for a in manifest.get("axes") or []]
     return {k: manifest.get(k) for k in ("kind", "omega", "gamma", "width")} | {"axes": keys}
-
-
-def _same(path: Path, config: dict) -> bool:
-    """Whether the config at `path` is `config` written in the form before the network split: ``model:
-    {class_path: ...SMixerModule, init_args: {<network and training arguments>}}`` (a started run of such a
-    sweep gets its config in the current form when the sweep is emitted again, and resumes)."""
-    from mixer_lightning.models.registry import LEGACY_MODULES, TRAINING_ARGUMENTS, class_path, get_entry
-
-    old = yaml.safe_load(path.read_text())
-    model = old.get("model") or {}
-    family = LEGACY_MODULES.get(str(model.get("class_path", "")).rsplit(".", 1)[-1])
-    if family is None:
-        return False
-    given = model.get("init_args") or {}
-    training = {k: v for k, v in given.items() if k in TRAINING_ARGUMENTS}
-    net = {k: v for k, v in given.items() if k not in TRAINING_ARGUMENTS}
-    net = {"class_path": class_path(get_entry(family).constructor), "init_args": net}
-    return {**old, "model": {"net": net, **training}} == config
 
 
 def plan(args, directory: str, field: str) -> tuple[dict, dict[Path, str]]:
@@ -110,7 +82,7 @@ def plan(args, directory: str, field: str) -> tuple[dict, dict[Path, str]]:
             text = f"# Sweep point {point.id} (seed {seed}): {what}\n# From: {origin}\n"
             text += yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
             path, run_dir = root / "configs" / f"{name}.yaml", root / "runs" / point.id / f"seed{seed}"
-            if path.is_file() and path.read_text() != text and run_state(run_dir) != FRESH and not _same(path, config):
+            if path.is_file() and path.read_text() != text and run_state(run_dir) != FRESH:
                 raise ConfigError(
                     field,
                     f"{name} has started ({run_dir}) and this sweep would change its config",

@@ -109,8 +109,6 @@ def run_point(entry: dict, extra: list[str] | None = None, log=print) -> str:
                 state, "fitting"
             )
         )
-        if upgrade_config_file(Path(entry["config"])):
-            log(f"sweep: {name}: {entry['config']} rewritten for model.net (written by an earlier release)")
         arguments = fit_arguments(entry, state, extra)
         if arguments is not None:
             run_mixer(arguments)
@@ -118,20 +116,3 @@ def run_point(entry: dict, extra: list[str] | None = None, log=print) -> str:
         return state
     finally:
         lock.release()
-
-
-def upgrade_config_file(path: Path) -> bool:
-    """Rewrite the sweep's own config `path` in the current form if an earlier release wrote it for a legacy
-    family module (`models.registry.upgrade_config`), keeping its header comments; True if it did."""
-    import yaml
-
-    from mixer_lightning.models.registry import upgrade_config
-    from mixer_lightning.safety.atomic import write_text
-
-    text = path.read_text()
-    upgraded = upgrade_config(yaml.safe_load(text) or {})
-    if upgraded is None:
-        return False
-    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("#"))
-    write_text(path, header + yaml.safe_dump(upgraded, sort_keys=False), field="config")
-    return True

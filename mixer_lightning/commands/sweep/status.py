@@ -44,9 +44,9 @@ def _max_epochs(entry: dict) -> int | None:
     run_dir = Path(entry["run_dir"])
     saved = sorted(run_dir.glob("config*.yaml"), key=lambda p: int("0" + "".join(filter(str.isdigit, p.name))))
     try:
-        epochs = (load_configs([str(saved[-1] if saved else entry["config"])], "config").get("trainer") or {}).get(
-            "max_epochs"
-        )
+        epochs = (
+            load_configs([str(saved[-1] if saved else entry["config"])], "config", imported=False).get("trainer") or {}
+        ).get("max_epochs")
     except Exception:  # a config that no longer reads: its run's own commands say why
         return None
     return epochs if isinstance(epochs, int) and epochs > 0 else None
