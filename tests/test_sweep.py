@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import CONFIGS, TEST_CONFIGS, error_field
+from helpers import CONFIGS, TEST_CONFIGS, error_field, field_of
 from mixer_lightning.cli import main
 from mixer_lightning.commands.sweep import runs as sweep_runs
 from mixer_lightning.commands.sweep.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
@@ -463,12 +463,10 @@ def test_run_states_and_the_commands_they_give(tmp_path: Path) -> None:
 def test_sweep_point_does_what_each_state_needs(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """`mixer sweep point` (what run_all.sh and the SLURM array call) for a run in each state; the fit
     and test themselves are recorded, not run."""
-    import mixer_lightning.cli
-
     main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--emit", "s"])
     fresh, partial = manifest("s")["runs"]
     calls: list[list[str]] = []
-    monkeypatch.setattr(mixer_lightning.cli, "main", lambda arguments: calls.append(arguments))
+    monkeypatch.setattr(sweep_runs, "run_mixer", calls.append)
     monkeypatch.setenv("MIXER_ARGS", "--trainer.max_epochs 1")
     Path(fresh["run_dir"]).mkdir(parents=True)  # killed before its first checkpoint
     Path(fresh["run_dir"], "config.yaml").write_text("left over\n")
@@ -536,41 +534,18 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
 
 
-def test_a_sweep_run_here_lets_go_of_each_run_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`mixer sweep --run DIR` fits and tests its points one after another in this process: nothing a run
-    made (CLI, Trainer, model, optimizer state, data) is alive when the next starts, nor after the sweep
-    (a parser jsonargparse keeps in a ContextVar would hold them all: benchmarks/RESULTS.md)."""
-    import gc
-    import warnings
-    import weakref
-
-    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-    from lightning.pytorch.cli import LightningCLI
-
-    def instances() -> list:
-        gc.collect()
-        with warnings.catch_warnings():  # isinstance on every object touches torch's deprecated aliases
-            warnings.simplefilter("ignore")
-            kinds = (Trainer, LightningModule, LightningDataModule, LightningCLI)
-            # not weakref proxies, which pass isinstance for their referent and cannot be weakly referenced
-            return [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, weakref.ProxyTypes)]
-
-    before = weakref.WeakSet(instances())
-
-    def alive() -> list[str]:
-        return sorted(type(o).__name__ for o in instances() if o not in before)
-
-    seen, real = [], sweep_runs.run_mixer
-
-    def run_mixer(arguments: list[str]) -> None:
-        seen.append((arguments[0], alive()))
-        real(arguments)
-
-    monkeypatch.setattr(sweep_runs, "run_mixer", run_mixer)
-    monkeypatch.setenv("MIXER_ARGS", SHORT)
-    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--run", "sweeps/tiny"])
-    assert seen == [("fit", []), ("test", []), ("fit", []), ("test", [])]
-    assert alive() == []
+def test_a_point_runs_mixer_as_its_own_process_and_ends_as_it_did(
+    capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fit and test of a point is a `mixer` process of its own (the command line sits above the sweep); a
+    fit that fails ends `mixer sweep point` with its exit status, its one-line error naming the field."""
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4", "--emit", "s"])
+    monkeypatch.setenv("MIXER_ARGS", "--model.net.num_blocks=0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "point", "s", "C4_S20_seed0"])
+    assert exit_info.value.code == 2
+    assert field_of(capfd.readouterr().err) == "model.net.num_blocks"  # printed by the child
+    assert not Path("s/runs/C4_S20/seed0/checkpoints").exists()
 
 
 def test_points_side_by_side_through_the_sweep_and_its_script(

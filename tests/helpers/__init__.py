@@ -43,10 +43,7 @@ def read_json(path: Path) -> dict:
 
 def one_line_error(capsys: Any, args: list[str], code: int = 2) -> str:
     """The one ``mixer: error:`` line that `mixer args` prints to stderr, after checking that it exits
-    with `code`. It calls the entry point where it is defined (`mixer_lightning.cli.entry.main`), not
-    the package's ``mixer_lightning.cli.main``: tests replace that one to record what ``mixer sweep
-    point`` runs (test_sweep_point_does_what_each_state_needs), and a helper looking it up there when
-    called would run the recorder, which raises nothing."""
+    with `code`."""
     import pytest
 
     from mixer_lightning.cli.entry import main
