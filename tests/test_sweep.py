@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import CONFIGS, TEST_CONFIGS, error_field, field_of
+from helpers import CONFIGS, TEST_CONFIGS, error_field, field_of, read_json
 from mixer_lightning.cli import main
 from mixer_lightning.commands.sweep import runs as sweep_runs
 from mixer_lightning.commands.sweep.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
@@ -511,7 +511,9 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     with open("sweeps/tiny/summary.csv") as f:
         summary = list(csv.DictReader(f))
     assert [(row["C"], row["S"], row["seeds"]) for row in summary] == [("4", "20", "1"), ("8", "12", "1")]
-    assert all(0.0 <= float(row["test_error_mean"]) <= 1.0 for row in summary)
+    for row in summary:  # one seed: 1 − its test/acc1
+        tested = read_json(Path(f"sweeps/tiny/runs/C{row['C']}_S{row['S']}/seed0/test_metrics.json"))
+        assert float(row["test_error_mean"]) == pytest.approx(1 - tested["test/acc1"])
     assert Path("sweeps/tiny/error_vs_width.png").stat().st_size > 5000
     assert Path("sweeps/tiny/error_vs_channels.png").stat().st_size > 5000
     main(["sweep", "status", "sweeps/tiny"])  # the real runs' own logs: both tested, nothing left
@@ -602,7 +604,9 @@ def test_sw_mlp_sweep_runs_here_and_reports_against_width(
         ("p0.5_m64", 64, None),
         ("p0.25_m91", 91, None),
     ]
-    assert all(0.0 <= row["test_error_mean"] <= 1.0 for row in report["summary"])
+    for row in report["summary"]:  # one seed: 1 − its test/acc1
+        tested = read_json(Path("sweeps/sw_tiny/runs", row["point"], "seed0", "test_metrics.json"))
+        assert row["test_error_mean"] == pytest.approx(1 - tested["test/acc1"])
     assert all(row["train_loss_mean"] > 0 for row in report["summary"])  # Fig. S.1 left: trainability
     assert Path("sweeps/sw_tiny/error_vs_width.png").stat().st_size > 5000
     assert Path("sweeps/sw_tiny/error_vs_sparsity.png").stat().st_size > 5000
