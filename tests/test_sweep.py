@@ -272,6 +272,34 @@ def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     )
 
 
+def test_a_tie_within_the_seeds_spread_is_not_the_lowest_and_a_series_takes_a_label(capsys) -> None:
+    """γ = 1 and 2 at two seeds each: mean errors 0.40 ± 0.14 and 0.45 ± 0.07 overlap, so neither is named
+    the lowest; γ = 16 (0.20 ± 0.00) is, when it is there. ``--label`` names the series, one per directory."""
+    main(["sweep", "--config", TINY_MIXER, "--grid", "model.net.gamma=1,2,16", "--seeds", "0,1", "--emit", "g"])
+    accuracy = {(1, 0): 0.5, (1, 1): 0.7, (2, 0): 0.5, (2, 1): 0.6, (16, 0): 0.8, (16, 1): 0.8}
+    for run in manifest("g")["runs"]:
+        if run["axes"]["gamma"] != 16:
+            Path(run["run_dir"]).mkdir(parents=True)
+            acc1 = accuracy[run["axes"]["gamma"], run["seed"]]
+            Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": acc1}))
+    capsys.readouterr()
+    main(["sweep", "report", "g", "--label", "Mixer γ"])
+    out = capsys.readouterr().out
+    assert "lowest error: none: gamma1, gamma2 tie within the seeds' spread" in out
+    assert "lowest for Mixer γ base: gamma = 1 " in out and "tied within the seeds' spread with gamma2" in out
+    main(["sweep", "report", "g", "--label", "Mixer γ", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert {row["series"] for row in report["summary"]} == {"Mixer γ"} and report["best"][0]["tied"] == ["gamma2"]
+    for run in manifest("g")["runs"]:
+        if run["axes"]["gamma"] == 16:
+            Path(run["run_dir"]).mkdir(parents=True)
+            Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": 0.8}))
+    main(["sweep", "report", "g"])
+    out = capsys.readouterr().out
+    assert "lowest error: gamma16;" in out and "best for g base: gamma = 16 " in out
+    assert error_field(capsys, ["sweep", "report", "g", "--label", "a", "--label", "b"]) == "label"
+
+
 def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFixture) -> None:
     """App. D.5: a 2-block S-Mixer with one block random-permuted, for each position (a YAML list of lists)."""
     digits_rp = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
@@ -532,8 +560,10 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
         ("C8_S12", "val/loss", 1),
         ("C8_S12", "train/loss_epoch", 1),
     }
-    assert all([r["epoch"] for r in c["rows"]] == [0, 1] for c in curves)  # the config's 2 epochs
+    assert all([r["epoch"] for r in c["rows"]] == [1, 2] for c in curves)  # the config's 2 epochs, from 1
     assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
+    main(["sweep", "curves", "sweeps/tiny", "--label", "RP S-Mixer, lr 0.001", "--out", "labelled", "--json"])
+    assert {c["series"] for c in json.loads(capsys.readouterr().out)["curves"]} == {"RP S-Mixer, lr 0.001"}
 
 
 def test_a_point_runs_mixer_as_its_own_process_and_ends_as_it_did(
