@@ -14,16 +14,3 @@ The parts, by role (imports point down this list, never up: docs/architecture.md
 """
 
 __version__ = "0.1.0"
-
-# The `mixer` console script (pyproject's [project.scripts]).
-ENTRY_POINT = "mixer_lightning.cli:main"
-
-
-def run_mixer(arguments: list[str]) -> None:
-    """Run the ``mixer`` command in this process with `arguments`, as the console script would (a sweep
-    point, a benchmarked fit). Looked up by its name, as the shell finds it: the command line sits above
-    every part that runs it."""
-    import importlib
-
-    module, _, name = ENTRY_POINT.partition(":")
-    getattr(importlib.import_module(module), name)(arguments)

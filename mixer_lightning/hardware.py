@@ -161,3 +161,18 @@ def threads_of_command() -> Iterator[None]:
             os.environ.pop("OMP_NUM_THREADS", None)
         else:
             os.environ["OMP_NUM_THREADS"] = omp
+
+
+# ------------------------------------------------------------------------------ a `mixer` child process
+
+# `mixer` started as the console script starts it: without the working directory on sys.path (`-c` puts it
+# first), so that a `datasets.py` or `yaml.py` lying there is not imported in place of the package.
+CHILD = "import sys\nif sys.path and sys.path[0] in ('', '.'):\n    del sys.path[0]\nfrom mixer_lightning.cli import main\nmain()"
+
+
+def mixer_command(arguments: list[str]) -> list[str]:
+    """The command line of ``mixer ARGUMENTS`` in a process of its own, for the parts below the command line
+    that run it (a sweep's points, a benchmarked fit): they reach it as a shell does, never by import."""
+    import sys
+
+    return [sys.executable, "-c", CHILD, *arguments]

@@ -13,7 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
-from helpers import TEST_CONFIGS, error_field
+from helpers import TEST_CONFIGS, accuracy, error_field
 from mixer_lightning.cli import main
 
 
@@ -78,7 +78,8 @@ def test_average_is_the_mean_and_a_checkpoint_test_and_predict_take(
     results = sorted(run.parent.glob("version_*/test_metrics*.json"))
     assert results, "mixer test wrote no results"
     record = json.loads(results[-1].read_text())
-    assert 0.0 <= record["test/acc1"] <= 1.0 and record["checkpoint"]["sha256"] == digest
+    assert record["test/acc1"] == pytest.approx(accuracy(out, run / "config.yaml"))  # the mean's own figure
+    assert record["checkpoint"]["sha256"] == digest
 
     photos = tmp_path / "photos"
     photos.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import error_field
+from helpers import TEST_CONFIGS, error_field
 from helpers.trained import DATA_CONFIG
 from mixer_lightning.analysis.cka import MinibatchCKA, MinibatchSampler, gram_linear, hsic_unbiased
 from mixer_lightning.cli import main
@@ -127,3 +127,24 @@ def test_a_ddp_evaluation_leaves_no_process_group_behind(trained, capsys) -> Non
     result = cka(capsys, "--ckpt", mixer, "--ckpt", mixer, "--devices", "1", "--strategy", "ddp", "--batches", "2")
     assert result["batches"] == 2
     assert not dist.is_initialized()
+
+
+def test_the_run_config_by_default_and_the_data_where_it_lies_now(capsys: pytest.CaptureFixture) -> None:
+    """Without --config the first checkpoint's run config gives the images; ``--data.root`` where they lie now
+    (the run's data moved): the same data, the same matrix."""
+    from helpers.fakedata import write_image_folder
+
+    write_image_folder(Path("images"), classes=3, per_class=8, size=(8, 8))
+    tiny = str(TEST_CONFIGS / "digits_mixer.yaml")
+    main(["fit", "--config", tiny, "--data.dataset", "folder", "--data.root", "images", "--trainer.max_epochs", "1"])
+    last = "runs/digits_mixer/version_0/checkpoints/last.ckpt"
+    args = ["cka", "--ckpt", last, "--ckpt", last, "--batch_size", "8", "--accelerator", "cpu"]
+    capsys.readouterr()
+    main([*args, "--json"])
+    first = json.loads(capsys.readouterr().out)
+    Path("images").rename("moved")
+    assert error_field(capsys, args) == "data.root"
+    main([*args, "--data.root", "moved", "--json"])
+    moved = json.loads(capsys.readouterr().out)
+    assert moved["cka"] == first["cka"] and moved["examples"] == 24  # three minibatches of the 24 val/ images
+    assert error_field(capsys, ["cka", "--ckpt", "elsewhere.ckpt", "--ckpt", last]) == "config"

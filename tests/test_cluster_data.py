@@ -156,39 +156,36 @@ def _truncate_after_a_member(shard: Path) -> None:
 
 
 BAD_SHARDS = {
-    # name: (labels of write_wds, damage to a shard, shard, sample, problem)
-    "no_label": ({"train_00005": None}, None, "train-0000", "train_00005", "has no label (.cls)"),
+    # name: (labels of write_wds, damage to a shard, shard, sample)
+    "no_label": ({"train_00005": None}, None, "train-0000", "train_00005"),
     "label_too_large": (
         {"train_00009": b"9"},
         None,
         "train-0001",
         "train_00009",
-        "out of range",
     ),
-    "label_negative": ({"train_00017": b"-1"}, None, "train-0002", "train_00017", "its label -1 is out of range"),
+    "label_negative": ({"train_00017": b"-1"}, None, "train-0002", "train_00017"),
     "label_not_a_number": (
         {"train_00003": b"cat"},
         None,
         "train-0000",
         "train_00003",
-        "its label 'cat' is not a class number",
     ),
-    "val_label_too_large": ({"validation_00002": b"4"}, None, "validation-00", "validation_00002", "out of range"),
-    "truncated_inside_an_image": ({}, _truncate_inside_last_image, "train-0003", "train_00031", "truncated: "),
+    "val_label_too_large": ({"validation_00002": b"4"}, None, "validation-00", "validation_00002"),
+    "truncated_inside_an_image": ({}, _truncate_inside_last_image, "train-0003", "train_00031"),
     "truncated_after_a_member": (
         {},
         _truncate_after_a_member,
         "train-0002",
         "train_00022",
-        "truncated: the file ends without the tar's end-of-archive marker",
     ),
-    "not_a_tar": ({}, lambda shard: shard.write_bytes(b"\x00garbage" * 100), "train-0001", None, "not a readable tar"),
+    "not_a_tar": ({}, lambda shard: shard.write_bytes(b"\x00garbage" * 100), "train-0001", None),
 }
 
 
 @pytest.mark.parametrize("case", list(BAD_SHARDS))
 def test_a_bad_shard_is_one_line_naming_the_shard_and_the_sample(case: str, capsys: pytest.CaptureFixture) -> None:
-    labels, damage, shard, sample, problem = BAD_SHARDS[case]
+    labels, damage, shard, sample = BAD_SHARDS[case]
     root = write_wds(Path("shards"), labels=labels)
     if damage is not None:
         damage(root / f"imagenet1k-{shard}.tar")
@@ -198,7 +195,6 @@ def test_a_bad_shard_is_one_line_naming_the_shard_and_the_sample(case: str, caps
     line = last_error(capsys)
     assert field_of(line) == "data.root" and f"imagenet1k-{shard}.tar" in line, line  # the shard named ...
     assert sample is None or repr(sample) in line  # ... and the sample
-    assert problem in line
     assert not Path("runs").exists()
 
 

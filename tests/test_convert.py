@@ -136,10 +136,9 @@ def test_from_timm_custom_mixers(kwargs: dict, act: str) -> None:
 def test_timm_models_that_are_not_plain_mixers_are_refused(name: str) -> None:
     with torch.device("meta"):  # the check reads the structure only
         timm_model = timm.create_model(name, pretrained=False)
-    expected = {"gmixer": "gated (GLU) MLP", "gmlp": "gMLP blocks", "resmlp": "ResMLP blocks"}[name.split("_")[0]]
     with pytest.raises(ConfigError) as error:
         from_timm(timm_model)
-    assert error.value.field == "timm_model" and expected in error.value.problem  # what it has instead
+    assert error.value.field == "timm_model"
 
 
 @pytest.mark.parametrize(
@@ -344,7 +343,7 @@ def test_new_head_when_the_number_of_classes_differs() -> None:
     assert torch.count_nonzero(model.head.weight) == 0
     with pytest.raises(ConfigError) as error:
         load_weights(jax_mixer(num_classes=3), "mixer.npz", new_head=False)
-    assert "head/kernel" in error.value.problem
+    assert error.value.field == "init_from" and "head/kernel" in error.value.problem  # the key, as the file spells it
 
 
 def test_key_names_in_both_directions() -> None:

@@ -154,3 +154,21 @@ def test_the_real_hub_cifar10_gets_cifar_statistics_without_the_overlay(capsys: 
     assert tuple(facts["mean"]) == CIFAR10.info.mean and tuple(facts["std"]) == CIFAR10.info.std
     out = capsys.readouterr().out
     assert "ImageNet's mean/std" not in out and "data   hf (10 classes, 32×32×3)" in out
+
+
+def test_the_hyper_parameters_are_the_arguments_as_given_flat_and_plain() -> None:
+    """Configs and checkpoints write the data module's arguments flat (`data.arguments` groups them inside):
+    every argument as given (``train_crop`` None: the dataset's default is not saved), restricted numbers as
+    plain ones (checkpoints load with weights_only), tuples as lists (safe YAML), the resolved facts."""
+    import inspect
+
+    from jsonargparse.typing import PositiveInt
+
+    from mixer_lightning.data import ImageDataModule
+
+    data = ImageDataModule(batch_size=PositiveInt(16), mean=(0.5,), std=(0.25,), crop_scale=(0.5, 1.0))
+    assert set(data.hparams) == set(inspect.signature(ImageDataModule).parameters)
+    assert type(data.hparams["batch_size"]) is int and data.hparams["batch_size"] == 16
+    assert data.hparams["mean"] == [0.5] and data.hparams["crop_scale"] == [0.5, 1.0]
+    assert data.hparams["train_crop"] is None and data.augmentation.train_crop == "resize"  # digits: a resize
+    assert (data.hparams["image_size"], data.hparams["num_classes"]) == (8, 10)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from helpers import ROOT, TEST_CONFIGS, error_field, read_json, run_dirs
+from helpers import ROOT, TEST_CONFIGS, accuracy, error_field, read_json, run_dirs
 from helpers.fakedata import write_hf
 from mixer_lightning.cli import main
 from mixer_lightning.models import create_model
@@ -127,7 +127,11 @@ def test_bf16_mixed_training_through_the_cli() -> None:
     assert all(torch.isfinite(v).all() for v in checkpoint["state_dict"].values() if v.is_floating_point())
     assert torch.count_nonzero(checkpoint["state_dict"]["net.head.weight"]) > 0  # trained (the head starts at zero)
     assert summary["epochs"] == 1 and summary["steps"] == checkpoint["global_step"] > 0
-    assert math.isfinite(summary["val/loss"]) and 0.0 <= summary["val/acc1"] <= 1.0  # validated, in bf16 too
+    # validated, in bf16: the float32 figure up to a prediction that bf16 rounding flips (64 images)
+    assert math.isfinite(summary["val/loss"])
+    assert summary["val/acc1"] == pytest.approx(
+        accuracy(run / "checkpoints" / "last.ckpt", run / "config.yaml", "val"), abs=0.04
+    )
 
 
 def test_bench_ours_against_timm_through_the_cli(capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from helpers import TEST_CONFIGS, error_field, read_json, run_dirs
+from helpers import TEST_CONFIGS, accuracy, error_field, read_json, run_dirs
 from mixer_lightning.analysis import singular_values
 from mixer_lightning.cli import main
 from mixer_lightning.errors import ConfigError
@@ -140,7 +140,8 @@ def test_fit_then_test_through_the_cli(family: str) -> None:
     best = run / "checkpoints" / "best.ckpt"
     main(["test", "--config", str(run / "config.yaml"), "--ckpt_path", str(best)])
     metrics = read_json(run_dirs(f"shallow_{family}_digits")[-1] / "test_metrics.json")
-    assert 0.0 <= metrics["test/acc1"] <= metrics["test/acc5"] <= 1.0
+    assert metrics["test/acc1"] == pytest.approx(accuracy(best, run / "config.yaml"))
+    assert metrics["test/acc1"] <= metrics["test/acc5"]
     hparams = torch.load(best, weights_only=False)["hyper_parameters"]
     assert (hparams["image_size"], hparams["in_chans"]) == (8, 1)
 

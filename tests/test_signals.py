@@ -55,6 +55,7 @@ def test_the_same_stop_signal_twice_is_one_stop(tmp_path: Path, capsys: pytest.C
     status, err = stopped(["fit", *QUICK, "--config", config], capsys)
     assert status == 128 + signal.SIGTERM
     assert sum("received" in line for line in err.splitlines()) == 1, err[-2000:]
+    assert "at step 3 (epoch 1)" in err  # epochs counted from 1, as the progress lines count them
     assert torch.load(LAST, weights_only=True)["global_step"] == 3
     assert signal.getsignal(signal.SIGTERM) == before
 
@@ -65,8 +66,8 @@ def test_a_stop_after_the_epochs_last_batch_waits_for_the_epoch_boundary(
     """After an epoch's last batch the run is not resumable until the epoch's validation and figures are
     done: the stop saves last.ckpt as the next epoch starts (step 4), marked as an epoch boundary."""
     config = signal_config(tmp_path, moment="train_batch_end", step=4, signals=["SIGTERM"])
-    status, _ = stopped(["fit", *QUICK, "--config", config], capsys)
-    assert status == 128 + signal.SIGTERM
+    status, err = stopped(["fit", *QUICK, "--config", config], capsys)
+    assert status == 128 + signal.SIGTERM and "after epoch 1, at step 4" in err  # epochs counted from 1
     checkpoint = torch.load(LAST, weights_only=True)
     assert checkpoint["global_step"] == 4 and checkpoint[POSITION_KEY] == "epoch_boundary"
     assert checkpoint["loops"]["fit_loop"]["epoch_progress"]["total"]["completed"] == 1

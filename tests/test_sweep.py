@@ -16,7 +16,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import CONFIGS, TEST_CONFIGS, error_field
+from helpers import CONFIGS, TEST_CONFIGS, error_field, field_of, read_json
 from mixer_lightning.cli import main
 from mixer_lightning.commands.sweep import runs as sweep_runs
 from mixer_lightning.commands.sweep.runs import FITTED, FRESH, PARTIAL, TESTED, run_state
@@ -272,6 +272,34 @@ def test_axes_alone_vary_the_base_config(capsys: pytest.CaptureFixture) -> None:
     )
 
 
+def test_a_tie_within_the_seeds_spread_is_not_the_lowest_and_a_series_takes_a_label(capsys) -> None:
+    """γ = 1 and 2 at two seeds each: mean errors 0.40 ± 0.14 and 0.45 ± 0.07 overlap, so neither is named
+    the lowest; γ = 16 (0.20 ± 0.00) is, when it is there. ``--label`` names the series, one per directory."""
+    main(["sweep", "--config", TINY_MIXER, "--grid", "model.net.gamma=1,2,16", "--seeds", "0,1", "--emit", "g"])
+    accuracy = {(1, 0): 0.5, (1, 1): 0.7, (2, 0): 0.5, (2, 1): 0.6, (16, 0): 0.8, (16, 1): 0.8}
+    for run in manifest("g")["runs"]:
+        if run["axes"]["gamma"] != 16:
+            Path(run["run_dir"]).mkdir(parents=True)
+            acc1 = accuracy[run["axes"]["gamma"], run["seed"]]
+            Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": acc1}))
+    capsys.readouterr()
+    main(["sweep", "report", "g", "--label", "Mixer γ"])
+    out = capsys.readouterr().out
+    assert "lowest error: none: gamma1, gamma2 tie within the seeds' spread" in out
+    assert "lowest for Mixer γ base: gamma = 1 " in out and "tied within the seeds' spread with gamma2" in out
+    main(["sweep", "report", "g", "--label", "Mixer γ", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert {row["series"] for row in report["summary"]} == {"Mixer γ"} and report["best"][0]["tied"] == ["gamma2"]
+    for run in manifest("g")["runs"]:
+        if run["axes"]["gamma"] == 16:
+            Path(run["run_dir"]).mkdir(parents=True)
+            Path(run["run_dir"], "test_metrics.json").write_text(json.dumps({"test/acc1": 0.8}))
+    main(["sweep", "report", "g"])
+    out = capsys.readouterr().out
+    assert "lowest error: gamma16;" in out and "best for g base: gamma = 16 " in out
+    assert error_field(capsys, ["sweep", "report", "g", "--label", "a", "--label", "b"]) == "label"
+
+
 def test_an_axis_of_lists_is_one_rp_block_per_position(capsys: pytest.CaptureFixture) -> None:
     """App. D.5: a 2-block S-Mixer with one block random-permuted, for each position (a YAML list of lists)."""
     digits_rp = str(TEST_CONFIGS / "digits_rp_s_mixer.yaml")
@@ -455,12 +483,10 @@ def test_run_states_and_the_commands_they_give(tmp_path: Path) -> None:
 def test_sweep_point_does_what_each_state_needs(capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """`mixer sweep point` (what run_all.sh and the SLURM array call) for a run in each state; the fit
     and test themselves are recorded, not run."""
-    import mixer_lightning.cli
-
     main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--emit", "s"])
     fresh, partial = manifest("s")["runs"]
     calls: list[list[str]] = []
-    monkeypatch.setattr(mixer_lightning.cli, "main", lambda arguments: calls.append(arguments))
+    monkeypatch.setattr(sweep_runs, "run_mixer", calls.append)
     monkeypatch.setenv("MIXER_ARGS", "--trainer.max_epochs 1")
     Path(fresh["run_dir"]).mkdir(parents=True)  # killed before its first checkpoint
     Path(fresh["run_dir"], "config.yaml").write_text("left over\n")
@@ -505,7 +531,9 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
     with open("sweeps/tiny/summary.csv") as f:
         summary = list(csv.DictReader(f))
     assert [(row["C"], row["S"], row["seeds"]) for row in summary] == [("4", "20", "1"), ("8", "12", "1")]
-    assert all(0.0 <= float(row["test_error_mean"]) <= 1.0 for row in summary)
+    for row in summary:  # one seed: 1 − its test/acc1
+        tested = read_json(Path(f"sweeps/tiny/runs/C{row['C']}_S{row['S']}/seed0/test_metrics.json"))
+        assert float(row["test_error_mean"]) == pytest.approx(1 - tested["test/acc1"])
     assert Path("sweeps/tiny/error_vs_width.png").stat().st_size > 5000
     assert Path("sweeps/tiny/error_vs_channels.png").stat().st_size > 5000
     main(["sweep", "status", "sweeps/tiny"])  # the real runs' own logs: both tested, nothing left
@@ -524,45 +552,24 @@ def test_run_here_then_report(capsys: pytest.CaptureFixture, monkeypatch: pytest
         ("C8_S12", "val/loss", 1),
         ("C8_S12", "train/loss_epoch", 1),
     }
-    assert all([r["epoch"] for r in c["rows"]] == [0, 1] for c in curves)  # the config's 2 epochs
+    assert all([r["epoch"] for r in c["rows"]] == [1, 2] for c in curves)  # the config's 2 epochs, from 1
     assert Path("sweeps/tiny/curves_train_loss_epoch.png").stat().st_size > 5000
+    main(["sweep", "curves", "sweeps/tiny", "--label", "RP S-Mixer, lr 0.001", "--out", "labelled", "--json"])
+    assert {c["series"] for c in json.loads(capsys.readouterr().out)["curves"]} == {"RP S-Mixer, lr 0.001"}
 
 
-def test_a_sweep_run_here_lets_go_of_each_run_before_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`mixer sweep --run DIR` fits and tests its points one after another in this process: nothing a run
-    made (CLI, Trainer, model, optimizer state, data) is alive when the next starts, nor after the sweep
-    (a parser jsonargparse keeps in a ContextVar would hold them all: benchmarks/RESULTS.md)."""
-    import gc
-    import warnings
-    import weakref
-
-    from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-    from lightning.pytorch.cli import LightningCLI
-
-    def instances() -> list:
-        gc.collect()
-        with warnings.catch_warnings():  # isinstance on every object touches torch's deprecated aliases
-            warnings.simplefilter("ignore")
-            kinds = (Trainer, LightningModule, LightningDataModule, LightningCLI)
-            # not weakref proxies, which pass isinstance for their referent and cannot be weakly referenced
-            return [o for o in gc.get_objects() if isinstance(o, kinds) and not isinstance(o, weakref.ProxyTypes)]
-
-    before = weakref.WeakSet(instances())
-
-    def alive() -> list[str]:
-        return sorted(type(o).__name__ for o in instances() if o not in before)
-
-    seen, real = [], sweep_runs.run_mixer
-
-    def run_mixer(arguments: list[str]) -> None:
-        seen.append((arguments[0], alive()))
-        real(arguments)
-
-    monkeypatch.setattr(sweep_runs, "run_mixer", run_mixer)
-    monkeypatch.setenv("MIXER_ARGS", SHORT)
-    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4,8", "--run", "sweeps/tiny"])
-    assert seen == [("fit", []), ("test", []), ("fit", []), ("test", [])]
-    assert alive() == []
+def test_a_point_runs_mixer_as_its_own_process_and_ends_as_it_did(
+    capfd: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each fit and test of a point is a `mixer` process of its own (the command line sits above the sweep); a
+    fit that fails ends `mixer sweep point` with its exit status, its one-line error naming the field."""
+    main(["sweep", "--config", TINY_S_MIXER, "--omega", "1000", "--channels", "4", "--emit", "s"])
+    monkeypatch.setenv("MIXER_ARGS", "--model.net.num_blocks=0")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", "point", "s", "C4_S20_seed0"])
+    assert exit_info.value.code == 2
+    assert field_of(capfd.readouterr().err) == "model.net.num_blocks"  # printed by the child
+    assert not Path("s/runs/C4_S20/seed0/checkpoints").exists()
 
 
 def test_points_side_by_side_through_the_sweep_and_its_script(
@@ -619,7 +626,9 @@ def test_sw_mlp_sweep_runs_here_and_reports_against_width(
         ("p0.5_m64", 64, None),
         ("p0.25_m91", 91, None),
     ]
-    assert all(0.0 <= row["test_error_mean"] <= 1.0 for row in report["summary"])
+    for row in report["summary"]:  # one seed: 1 − its test/acc1
+        tested = read_json(Path("sweeps/sw_tiny/runs", row["point"], "seed0", "test_metrics.json"))
+        assert row["test_error_mean"] == pytest.approx(1 - tested["test/acc1"])
     assert all(row["train_loss_mean"] > 0 for row in report["summary"])  # Fig. S.1 left: trainability
     assert Path("sweeps/sw_tiny/error_vs_width.png").stat().st_size > 5000
     assert Path("sweeps/sw_tiny/error_vs_sparsity.png").stat().st_size > 5000

@@ -4,8 +4,8 @@
 - a ``--parallel`` sweep passes SIGTERM on to its points and waits for them; each point logs to its own file;
 - a damaged ``sweep.json`` is one line, and a damaged ``test_metrics.json`` is tested again.
 
-Fast tests record the fits and tests a point would run instead of running them (``mixer_lightning.cli.main``
-is what `run_mixer` calls, looked up by name)."""
+Fast tests record the fits and tests a point would run instead of running them (`runs.run_mixer`, which starts
+each as a ``mixer`` process)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
 @pytest.fixture
 def recorded(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """The `mixer` commands a sweep point runs, recorded; a test writes test_metrics.json as the real one would."""
-    import mixer_lightning.cli
+    from mixer_lightning.commands.sweep import runs
 
     calls: list[list[str]] = []
 
@@ -50,7 +50,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
             run_dir.mkdir(parents=True, exist_ok=True)
             run_dir.joinpath("test_metrics.json").write_text('{"test/acc1": 0.75}\n')
 
-    monkeypatch.setattr(mixer_lightning.cli, "main", record)
+    monkeypatch.setattr(runs, "run_mixer", record)
     monkeypatch.delenv("MIXER_ARGS", raising=False)
     return calls
 

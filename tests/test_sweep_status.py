@@ -192,9 +192,7 @@ def test_a_sweep_written_before_the_network_split_is_read(capsys: pytest.Capture
     main(["sweep", "report", "old", "--json"])
     report = json.loads(capsys.readouterr().out)
     assert [(r["point"], r["seeds"], r["test_error_mean"]) for r in report["summary"]] == [("C4_S20", 1, 0.25)]
-    assert (
-        figure_title([json.loads(Path("old/sweep.json").read_text())], ["old"], "") == "old: SMixer, digits, 3 epochs"
-    )
+    assert figure_title([json.loads(Path("old/sweep.json").read_text())], ["old"], "") == "old: digits, 3 epochs"
     main(["sweep", "curves", "old", "--metric", "val/acc1", "--json"])
     (curve,) = json.loads(capsys.readouterr().out)["curves"]
-    assert curve["runs"] == 2 and [r["epoch"] for r in curve["rows"]] == [0, 1]
+    assert curve["runs"] == 2 and [r["epoch"] for r in curve["rows"]] == [1, 2]  # counted from 1

@@ -162,11 +162,13 @@ def compute_matrix(
     batch_size: int | None = None,
     batches: int | None = None,
     seed: int = 0,
+    data: dict[str, Any] | None = None,
     **trainer_args: Any,
 ) -> dict:
     """Minibatch CKA between the skip-connection inputs of the networks in two checkpoints, on the
-    images of the ``data:`` section of `configs` (`mixer cka`, and `mixer sweep report` for Fig. 2(a));
-    `trainer_args` (accelerator, devices, strategy, num_nodes, precision) go to Lightning's Trainer."""
+    images of the ``data:`` section of `configs` with `data`'s init args over it (`mixer cka`, and `mixer sweep
+    report` for Fig. 2(a)); `trainer_args` (accelerator, devices, strategy, num_nodes, precision) go to
+    Lightning's Trainer."""
     from lightning.pytorch import Trainer
 
     from mixer_lightning.analysis.features import check_fits_data, datamodule_from_config, skip_input_names
@@ -179,7 +181,7 @@ def compute_matrix(
         fix = "compare Mixers (MLP-Mixer, S-Mixer, RP) and SW-MLPs"
         problem = f"{path!r} holds a {type(net).__name__}, which exposes no features before skip connections"
         require(bool(layers) and hasattr(net, "forward_skip_inputs"), "ckpt", problem, fix)
-    datamodule = datamodule_from_config(configs)
+    datamodule = datamodule_from_config(configs, data)
     for module in modules:
         check_fits_data(module, datamodule, "config")
     datamodule.setup("test" if split == "test" else "validate")

@@ -94,7 +94,8 @@ def epoch_curves(run_dir: str | Path, metrics: list[str]) -> dict[str, dict[int,
 
 
 def spread(curves: list[dict[int, float]]) -> list[dict]:
-    """Mean, min and max over runs at every epoch all of them reached (their common epochs)."""
+    """Mean, min and max over runs at every epoch all of them reached (their common epochs), the epochs counted
+    from 1 as the progress lines and the stop message count them (Lightning logs them from 0)."""
     require(bool(curves), "curves", "no runs to average")
     epochs = set(curves[0])
     for curve in curves[1:]:
@@ -104,7 +105,7 @@ def spread(curves: list[dict[int, float]]) -> list[dict]:
         values = [curve[epoch] for curve in curves]
         rows.append(
             {
-                "epoch": epoch,
+                "epoch": epoch + 1,
                 "mean": statistics.fmean(values),
                 "min": min(values),
                 "max": max(values),

@@ -17,9 +17,8 @@ import torch
 from torch import nn
 
 from mixer_lightning.errors import require
-from mixer_lightning.models.layers import FcBlock, MlpBlock
 from mixer_lightning.models.pk import MixingLayer
-from mixer_lightning.models.protocols import MixingNetwork, SparseNetwork, StructuredNetwork
+from mixer_lightning.models.protocols import EffectiveWeight, MixingNetwork, SparseNetwork, StructuredNetwork
 from mixer_lightning.models.shallow import KronLinear
 from mixer_lightning.models.sparse import MaskedLinear, SparseLinear
 
@@ -46,7 +45,7 @@ def singular_values(layer: nn.Module, max_entries: int = DEFAULT_MAX_ENTRIES) ->
         return layer.singular_values()
     if isinstance(layer, nn.Linear):
         return _svdvals(layer.weight)
-    if not callable(getattr(layer, "effective_weight", None)):
+    if not isinstance(layer, EffectiveWeight):
         raise TypeError(f"no singular values for a {type(layer).__name__} (no effective_weight())")
     rows, cols = getattr(layer, "out_features", 0), getattr(layer, "in_features", 0)
     _check_size(rows, cols, max_entries, type(layer).__name__)  # before the dense weight is formed
@@ -63,20 +62,28 @@ def mixing_blocks(layer: MixingLayer) -> int:
     return layer.channels if layer.axis == "token" else layer.tokens
 
 
-def mixing_weights(layer: MixingLayer) -> list[tuple[str, nn.Linear]]:
-    """The FC layers of a mixing layer's function f: ``fc`` (S-Mixer) or ``fc1``, ``fc2`` (MLP-Mixer)."""
-    if isinstance(layer.mlp, FcBlock):
-        return [("fc", layer.mlp.fc)]
-    if isinstance(layer.mlp, MlpBlock):
-        return [("fc1", layer.mlp.fc1), ("fc2", layer.mlp.fc2)]
-    return [(name, m) for name, m in layer.mlp.named_children() if isinstance(m, nn.Linear)]
+def mixing_weights(layer: MixingLayer) -> list[tuple[str, nn.Module]]:
+    """The FC layers of a mixing layer's function f, input to output: its children holding weights, as
+    `MixingLayer.connections` counts them (``fc`` of the S-Mixer, ``fc1``, ``fc2`` of the MLP-Mixer)."""
+    return [(name, m) for name, m in layer.mlp.named_children() if any(p.ndim > 1 for p in m.parameters())]
+
+
+def fc_weight(fc: nn.Module) -> torch.Tensor:
+    """The matrix W an FC layer applies: an ``nn.Linear``'s weight, or the ``effective_weight()`` a structured
+    layer offers (`models.protocols.EffectiveWeight`: a low-rank A·B, an SW-MLP's M ⊙ W); a `ConfigError`
+    naming the network for a layer with neither (an analysis cannot read its weights)."""
+    if isinstance(fc, nn.Linear):
+        return fc.weight
+    fix = "give the layer an effective_weight() method returning its (out, in) matrix (CONTRIBUTING.md)"
+    require(isinstance(fc, EffectiveWeight), "model.net", f"a {type(fc).__name__} layer has no weight matrix", fix)
+    return fc.effective_weight()
 
 
 def mixing_layer_spectra(layer: MixingLayer, repeat: bool = True) -> dict[str, torch.Tensor]:
     """The singular values of each FC layer of a mixing layer in the effective wide MLP (I ⊗ W between
     permutations): W's, each repeated n1 times (``repeat: false`` gives W's once)."""
     blocks = mixing_blocks(layer) if repeat else 1
-    return {name: _svdvals(fc.weight).repeat_interleave(blocks) for name, fc in mixing_weights(layer)}
+    return {name: _svdvals(fc_weight(fc)).repeat_interleave(blocks) for name, fc in mixing_weights(layer)}
 
 
 # --------------------------------------------------------------------------------- monitoring helpers

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mixer_lightning.errors import ConfigError
+from mixer_lightning.errors import ConfigError, require
 from mixer_lightning.models.protocols import MixingNetwork
 from mixer_lightning.models.registry import paper_name
 
@@ -74,12 +74,13 @@ def paired_order(images: torch.Tensor) -> list[tuple[int, int]]:
 
 
 def token_mixing_weight(layer: nn.Module) -> torch.Tensor:
-    """The first FC weight of a token-mixing layer's function: W1 (D_S×S_in) or the S-Mixer's W (S×S_in)."""
-    mlp = layer.mlp
-    fc = getattr(mlp, "fc1", None) or getattr(mlp, "fc", None)
-    if fc is None:
-        raise TypeError(f"no FC layer in {type(mlp).__name__}")
-    return fc.weight
+    """The first FC weight of a token-mixing layer's function: W1 (D_S×S_in), the S-Mixer's W (S×S_in), or
+    whatever matrix another family's first FC layer applies (`spectrum.fc_weight`: A·B of a low-rank W)."""
+    from mixer_lightning.analysis.spectrum import fc_weight, mixing_weights
+
+    fcs = mixing_weights(layer)
+    require(bool(fcs), "model.net", f"the token mixing {type(layer.mlp).__name__} holds no weights", "draw stem_units")
+    return fc_weight(fcs[0][1])
 
 
 def spatial_token_blocks(net: nn.Module, blocks: list[int] | None = None) -> tuple[list[int], list[str]]:
@@ -147,12 +148,12 @@ def first_effective_weight(layer: nn.Module) -> torch.Tensor:
     ((I ⊗ W1) P_in, or P_out (I ⊗ W) P_in for a single-FC layer), with the permutations applied by
     indexing instead of m×m matrix products (O(m²) rather than O(m³): m = 4096 takes a second)."""
     from mixer_lightning.analysis.effective import kron_identity, layer_permutations
-    from mixer_lightning.analysis.spectrum import mixing_blocks, mixing_weights
+    from mixer_lightning.analysis.spectrum import fc_weight, mixing_blocks, mixing_weights
 
     p_in, p_out = layer_permutations(layer, torch.float32)
     # A @ J = A[:, argsort(index)] and J @ A = A[index] for (J x)[k] = x[index[k]].
     in_index, out_index = p_in.argmax(1), p_out.argmax(1)
     fcs = mixing_weights(layer)
-    weight = kron_identity(fcs[0][1].weight.detach().float().cpu(), mixing_blocks(layer))
+    weight = kron_identity(fc_weight(fcs[0][1]).detach().float().cpu(), mixing_blocks(layer))
     weight = weight[:, torch.argsort(in_index)]
     return weight[out_index] if len(fcs) == 1 else weight

@@ -1,25 +1,27 @@
 """End-to-end ``mixer fit`` against the model's own training step (`fit_vs_step`; ``mixer bench --fit`` and
 the ``cifar_fit_*`` figures of ``mixer bench --json``): images/s of the Fig. 5 config (S-Mixer, Ω = 2^18,
-C = S = 64) through the tensor path and the PIL path, beside the bare step, in one process. Each fit runs the
-``mixer`` command itself (`mixer_lightning.run_mixer`), timed by a callback (`FitTimer`)."""
+C = S = 64) through the tensor path and the PIL path, beside the bare step. Each fit runs the ``mixer`` command
+itself in a process of its own (`hardware.mixer_command`), timed by a callback (`FitTimer`) that writes its
+figures to a file."""
 
 from __future__ import annotations
 
-import contextlib
+import json
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 from lightning.pytorch import Callback
 
-from mixer_lightning import run_mixer
 from mixer_lightning.benchmarks.data import REPO, checkout_relative, data_root
 from mixer_lightning.errors import require
+from mixer_lightning.hardware import mixer_command
 
 FIG5_CONFIG = REPO / "configs" / "cifar10_fig5_s_mixer.yaml"
 # Hayase & Karakida Fig. 5 at Ω = 2^18 with C = S = 64 (Ω = (C²S + CS²)/2): the point the issue times.
@@ -55,15 +57,14 @@ def _bare_step(net, optimizer, x: torch.Tensor, y: torch.Tensor, label_smoothing
 
 class FitTimer(Callback):
     """Times a ``mixer fit`` over its batches after the first `warmup`: each batch's cycle (fetch, transfer,
-    the step, Lightning's bookkeeping) and the part spent waiting for the batch; keeps the module and its
-    first batch. `paired`: after each batch, the bare step of a copy of the network on that batch, outside
-    the cycle's timing, so that the two are measured moments apart whatever the machine's load (only
-    where nothing runs beside the main process: no loader workers, no asynchronous GPU work)."""
+    the step, Lightning's bookkeeping) and the part spent waiting for the batch, written as JSON to `record`.
+    `paired`: after each batch, the bare step of a copy of the network on that batch, outside the cycle's
+    timing, so that the two are measured moments apart whatever the machine's load (only where nothing runs
+    beside the main process: no loader workers, no asynchronous GPU work); else `step_batches` > 0: that many
+    bare steps on the first batch after the fit (`_step`)."""
 
-    runs: ClassVar[list[dict[str, Any]]] = []
-
-    def __init__(self, warmup: int = 4, paired: bool = False):
-        self.warmup, self.paired = warmup, paired
+    def __init__(self, record: str, warmup: int = 4, paired: bool = False, step_batches: int = 0):
+        self.record, self.warmup, self.paired, self.step_batches = Path(record), warmup, paired, step_batches
         self.cycles, self.waits, self.steps = [], [], []
         self.resumed = self.batch = self.twin = None
 
@@ -93,14 +94,18 @@ class FitTimer(Callback):
         require(bool(self.cycles), "fit_batches", "the fit ended before the timed batches", "time fewer batches")
         seconds = sum(self.cycles)
         run = {"seconds": seconds, "batches": len(self.cycles), "waiting_share": sum(self.waits) / seconds}
-        run |= {"paired_step_seconds": sum(self.steps) if self.steps else None, "module": pl_module}
-        run |= {"batch": self.batch, "workers": trainer.train_dataloader.num_workers}
-        FitTimer.runs.append(run | {"pipeline": trainer.datamodule.pipeline})
+        run |= {"paired_step_seconds": sum(self.steps) if self.steps else None, "batch_size": len(self.batch[0])}
+        run |= {"workers": trainer.train_dataloader.num_workers, "pipeline": trainer.datamodule.pipeline}
+        if self.step_batches and not self.paired:
+            batch = tuple(t.to(pl_module.device) for t in self.batch)
+            run["step_seconds"] = _step(pl_module, batch, self.warmup, self.step_batches, trainer.precision)
+        self.record.write_text(json.dumps(run))
 
 
 def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, workdir: Path, extra=(), paired=False):
     """One ``mixer fit`` of `warmup` + `batches` training batches (no validation, no checkpoints), timed by
-    `FitTimer`."""
+    `FitTimer`; its output goes to stderr (not into --json output)."""
+    record = workdir / "fit_timer.json"
     flags = {
         "--data.dataset": "hf",
         "--data.root": root,
@@ -113,15 +118,19 @@ def _fit(config: Path, root: Path, pipeline: str, warmup: int, batches: int, wor
         "--trainer.logger.init_args.save_dir": workdir,
         "--trainer.logger.init_args.name": pipeline,
         "--trainer.callbacks+": "mixer_lightning.benchmarks.fit.FitTimer",
+        "--trainer.callbacks.record": record,
         "--trainer.callbacks.warmup": warmup,
         "--trainer.callbacks.paired": str(paired).lower(),
+        "--trainer.callbacks.step_batches": 0 if paired else batches,
         "--checkpoint.save_last": "false",
         "--checkpoint.save_top_k": 0,
     }
     args = ["fit", "--config", str(config), *extra, *(f"{k}={v}" for k, v in flags.items())]
-    with contextlib.redirect_stdout(sys.stderr):  # Lightning's and the CLI's prints: not in --json output
-        run_mixer(args)
-    return FitTimer.runs.pop()
+    done = subprocess.run(mixer_command(args), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(done.stdout, end="", file=sys.stderr)
+    if done.returncode:
+        raise SystemExit(done.returncode)
+    return json.loads(record.read_text())
 
 
 def _step(module, batch: tuple[torch.Tensor, torch.Tensor], warmup: int, steps: int, precision: str) -> float:
@@ -178,16 +187,12 @@ def fit_vs_step(
             for name in ("tensor", "pil") if round_ % 2 == 0 else ("pil", "tensor"):
                 run = _fit(config, real, name, warmup, batches, Path(tmp), extra, paired and name == "tensor")
                 require(run["pipeline"] == name, "data.pipeline", f"the fit took the {run['pipeline']} path")
-                batch_size = len(run["batch"][0])
+                batch_size = run["batch_size"]
                 rates[name].append(run["batches"] * batch_size / run["seconds"])
                 waiting[name].append(run["waiting_share"])
                 workers[name] = run["workers"]
                 if name == "tensor":
-                    seconds = (
-                        run["paired_step_seconds"]
-                        if paired
-                        else _step(run["module"], run["batch"], warmup, batches, precision)
-                    )
+                    seconds = run["paired_step_seconds"] if paired else run["step_seconds"]
                     rates["step"].append(batches * batch_size / seconds)
             log(f"round {round_ + 1}/{repeats}: " + ", ".join(f"{k} {v[-1]:.1f} img/s" for k, v in rates.items()))
     median = {name: statistics.median(values) for name, values in rates.items()}

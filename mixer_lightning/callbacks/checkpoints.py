@@ -196,13 +196,13 @@ class ResumeCheckpoint(Checkpoint):
         if (stop or (every and trainer.global_step % every == 0)) and self.due(trainer):
             self.save(trainer, seam.logger_step(trainer) + 1)  # Lightning counts the batch after this hook
         if stop:
-            self.stop(trainer, f"at step {trainer.global_step} (epoch {trainer.current_epoch})")
+            self.stop(trainer, f"at step {trainer.global_step} (epoch {trainer.current_epoch + 1})")  # from 1
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.due(trainer):
             self.save(trainer, seam.logger_step(trainer), boundary=True)
         if self.stop_requested(trainer):
-            self.stop(trainer, f"after epoch {trainer.current_epoch - 1}, at step {trainer.global_step}")
+            self.stop(trainer, f"after epoch {trainer.current_epoch}, at step {trainer.global_step}")  # from 1
 
     def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.restore_handler()

@@ -3,14 +3,15 @@ Figure 2(b, c); Nguyen, Raghu & Kornblith 2021, Sec. 3.1: linear kernel, unbiase
 
 The features are those before every skip connection (App. C.1): the input of each mixing layer of a
 Mixer (``block.token`` / ``block.channel``), of each block of an SW-MLP (``block``). The images are the
-test split (or ``--split val``) of the data config, shuffled once with ``--seed`` and cut into full
-minibatches of ``--batch_size``. The HSIC sums are torchmetrics states: several devices (``--devices
+test split (or ``--split val``) of the data config (default: the first checkpoint's run config; ``--data.root``
+where the data lies now), shuffled once with ``--seed`` and cut into full minibatches of ``--batch_size``. The HSIC sums are torchmetrics states: several devices (``--devices
 2``) give the one-process matrix. ``--strategy ddp`` relaunches the command line (use it from a shell).
 
 Examples:
     mixer cka --ckpt runs/mixer/version_0/checkpoints/best.ckpt --ckpt runs/sw_mlp/version_0/checkpoints/best.ckpt \\
         --config configs/cifar10_fig2_mixer.yaml --plot cka.png
     mixer cka --ckpt A.ckpt --ckpt B.ckpt --config data.yaml --batches 20 --json
+    mixer cka --ckpt runs/a/version_0/checkpoints/last.ckpt --ckpt B.ckpt --data.root /scratch/cifar10 --json
     mixer cka --ckpt A.ckpt --ckpt B.ckpt --config data.yaml --accelerator gpu --devices 4 --strategy ddp
 """
 
@@ -30,7 +31,16 @@ from mixer_lightning.safety.atomic import pyplot, save_figure
 
 def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--ckpt", type=str, action="append", required=True, help="a checkpoint; give it twice (A, B)")
-    parser.add_argument("--config", type=str, action="append", required=True, help="config(s) whose data: gives images")
+    parser.add_argument(
+        "--config",
+        type=str,
+        action="append",
+        default=None,
+        help="config(s) whose data: gives images (default: A's run's)",
+    )
+    parser.add_argument(
+        "--data.root", type=str | None, default=None, help="where the data lies (the config's data.root)"
+    )
     parser.add_argument("--split", type=Literal["test", "val"], default="test", help="which split's images")
     parser.add_argument(
         "--batch_size",  # the unbiased HSIC needs n >= 4
@@ -54,9 +64,13 @@ def compute(args: Namespace) -> dict:
     from mixer_lightning.analysis.cka import compute_matrix
 
     require(len(args.ckpt) == 2, "ckpt", f"needs two checkpoints, got {len(args.ckpt)}", "give --ckpt A --ckpt B")
+    configs = args.config or [str(Path(args.ckpt[0]).parent.parent / "config.yaml")]  # <run>/checkpoints/A.ckpt
+    fix = "give --config with the data: section (or A's run directory's config.yaml)"
+    require(Path(configs[0]).is_file(), "config", f"no --config, and no run config {configs[0]!r} beside A", fix)
     lightning_args = {key: args[key] for key in ("accelerator", "devices", "strategy", "num_nodes", "precision")}
+    data = {"root": args.data.root} if args.data.root else None
     return compute_matrix(
-        *args.ckpt, args.config, args.split, args.batch_size, args.batches, args.seed, **lightning_args
+        *args.ckpt, configs, args.split, args.batch_size, args.batches, args.seed, data=data, **lightning_args
     )
 
 

@@ -69,6 +69,9 @@ def run(args: Namespace) -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'name':<14} {'family':<12} {'params (M, w/o head)':>21}  source")
+    # columns as wide as their longest entry: a preset or family named past 14 characters shifts nothing
+    name, family = (max([len(key), *(len(row[key]) for row in rows)]) for key in ("name", "family"))
+    print(f"{'name':<{name}} {'family':<{family}} {'params (M, w/o head)':>21}  source")
     for row in rows:
-        print(f"{row['name']:<14} {row['family']:<12} {row['params_without_head'] / 1e6:>21.2f}  {row['source']}")
+        params = row["params_without_head"] / 1e6
+        print(f"{row['name']:<{name}} {row['family']:<{family}} {params:>21.2f}  {row['source']}")

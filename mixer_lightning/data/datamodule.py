@@ -13,8 +13,7 @@ the training device).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
-from types import SimpleNamespace
+from dataclasses import asdict
 from typing import Any, Literal
 
 import torch
@@ -23,22 +22,22 @@ from lightning.pytorch import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
+from mixer_lightning.data.arguments import Evaluation, Images, Loading, Mixing, plain
 from mixer_lightning.data.pil_path import TransformedDataset
 from mixer_lightning.data.sampling import (
+    evaluation_sampler,
     mix,
     seeded,
     split_train,
     train_subset,
     training_loader,
     training_seed,
-    worker_options,
 )
 from mixer_lightning.data.sources import get_source
 from mixer_lightning.data.sources.base import say
 from mixer_lightning.data.tensor_path import (
     DecodedImages,
     KeyCollate,
-    KeyView,
     Pipeline,
     TensorPath,
     batched_plans,
@@ -56,20 +55,8 @@ from mixer_lightning.data.transforms import (
     eval_transform,
     train_transform,
 )
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 from mixer_lightning.hardware import usable_cpus
-
-
-def plain(value: Any) -> Any:
-    """`value` with jsonargparse's restricted numbers (`PositiveInt`, ...) as the int or float they are:
-    hyper-parameters go into checkpoints read with ``weights_only=True`` and into YAML."""
-    if isinstance(value, dict):
-        return {key: plain(v) for key, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(plain(v) for v in value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return int(value) if isinstance(value, int) else float(value)
-    return value
 
 
 class ImageDataModule(LightningDataModule):
@@ -187,51 +174,73 @@ class ImageDataModule(LightningDataModule):
         predict_root: str | list[str] | None = None,
     ):
         super().__init__()
-        a = SimpleNamespace(**plain({k: v for k, v in locals().items() if k not in ("self", "__class__")}))
-        options = dict(image_column=image_column, label_column=label_column, num_classes=a.num_classes)
-        self.source = get_source(dataset, root, download, streaming, cache_dir, **options)
-        # Facts linked into the model by the CLI (known without reading the data).
+        images = Images(
+            dataset, root, download, image_column, label_column, num_classes, streaming, val_split, split_seed,
+            train_subset, image_size, mean, std, input_permutation, permutation_patch_size, permutation_seed,
+        )  # fmt: skip
+        loading = Loading(
+            batch_size, eval_batch_size, num_workers, pin_memory, persistent_workers, prefetch_factor, pipeline,
+            cache_dir, tensor_limit_gb, shuffle_window, shuffle_buffer,
+        )  # fmt: skip
+        augmentation = plain(dict(  # as given: `Augmentation.for_dataset` fills in the dataset's defaults
+            train_crop=train_crop, crop_padding=crop_padding, crop_scale=crop_scale, hflip=hflip, auto_augment=auto_augment,
+            color_jitter=color_jitter, interpolation=interpolation, random_erasing=random_erasing,
+            random_erasing_mode=random_erasing_mode, random_erasing_count=random_erasing_count,
+        ))  # fmt: skip
+        mixing = Mixing(mixup, cutmix, mixup_prob, mixup_switch_prob, mixup_mode)
+        evaluation = Evaluation(eval_crop, eval_crop_pct, predict_root)
+        self._init_source(images, loading)
+        # Every argument as given, with the resolved size and classes, as the model's linked hparams are (the
+        # logger merges both sets); tuples as lists: hparams.yaml is safe YAML.
+        given = {**asdict(images), **asdict(loading), **augmentation, **asdict(mixing), **asdict(evaluation)}
+        saved = {k: list(v) if isinstance(v, tuple) else v for k, v in given.items()}
+        self.save_hyperparameters({**saved, "image_size": self.image_size, "num_classes": self.num_classes})
+        # Loading (plain numbers: loaders and their state end up in checkpoints).
+        self.loading = loading
+        self.batch_size, self.eval_batch_size = loading.batch_size, loading.eval_batch_size or loading.batch_size
+        workers = 0 if self.source.in_memory else min(8, usable_cpus())
+        self.num_workers = loading.num_workers if loading.num_workers is not None else workers
+        self.pin_memory = torch.cuda.is_available() if loading.pin_memory is None else loading.pin_memory
+        # Augmentation of the training images, evaluation, and the input permutation of every image.
+        info = self.info
+        self.augmentation = Augmentation.for_dataset(info.natural, info.small, **augmentation)
+        if self.source.in_memory:
+            self.augmentation.refuse_image_augmentation(images.dataset)
+        self.eval_crop = evaluation.eval_crop or ("resize" if info.small else "resmall_crop")
+        self.eval_crop_pct, self.predict_root = evaluation.eval_crop_pct, evaluation.predict_root
+        self.interpolation = self.augmentation.interpolation  # of the evaluation resizes too
+        self.mixup_fn = build_mixup(info.num_classes, *asdict(mixing).values())
+        permuted = (images.input_permutation, self.image_size, images.permutation_patch_size, images.permutation_seed)
+        self.permutation = InputPermutation(*permuted) if images.input_permutation != "none" else None
+        self.train_set = self.val_set = self.test_set = self.predict_set = None  # Datasets once setup() has run
+        self.stream_layout = self.saved_stream_layout = None  # a streamed split's workers × processes (resuming)
+        self.said: set[str] = set()  # what the loaders' one-time lines said already
+        # The tensor path's batched plans (None: the PIL path); the path taken is known once setup() has run.
+        in_batches = self.source.sharded or self.source.streaming  # no whole split to decode into memory
+        plans = batched_plans(
+            loading.pipeline, self.source.in_memory, images.dataset, self._image_transform, in_batches
+        )
+        forced, root, limit = loading.pipeline == "tensor", images.root, loading.tensor_limit_gb
+        self.tensor_path = plans and TensorPath(plans, forced, images.dataset, root, loading.cache_dir, limit)
+        self.plans, self.pipeline = plans, None if plans is not None else "pil"
+
+    def _init_source(self, images: Images, loading: Loading) -> None:
+        """The source of `images` and the facts the CLI links into the model, known without reading the data."""
+        options = dict(image_column=images.image_column, label_column=images.label_column)
+        where = (images.dataset, images.root, images.download, images.streaming, loading.cache_dir)
+        self.source = get_source(*where, num_classes=images.num_classes, **options)
         self.info = info = self.source.info
         self.num_classes, self.in_chans = info.num_classes, info.in_chans
-        self.image_size = a.image_size or info.image_size
-        # The resolved size and classes, as the model's linked hparams are (the logger merges both sets).
-        saved = {k: list(v) if isinstance(v, tuple) else v for k, v in vars(a).items()}  # hparams.yaml: safe YAML
-        self.save_hyperparameters({**saved, "image_size": self.image_size, "num_classes": info.num_classes})
-        if image_size is None and not self.source.square:
-            raise ConfigError("data.image_size", f"the images of {root!r} are not square", "set data.image_size")
-        self.dataset, self.val_split, self.split_seed, self.train_subset = dataset, val_split, split_seed, train_subset
-        self.mean, self.std = tuple(a.mean or info.mean), tuple(a.std or info.std)
-        if (mean is None or std is None) and self.source.statistics_note:
+        self.image_size = images.image_size or info.image_size
+        problem, fix = f"the images of {images.root!r} are not square", "set data.image_size"
+        require(images.image_size is not None or self.source.square, "data.image_size", problem, fix)
+        self.dataset, self.val_split = images.dataset, images.val_split
+        self.split_seed, self.train_subset = images.split_seed, images.train_subset
+        self.mean, self.std = tuple(images.mean or info.mean), tuple(images.std or info.std)
+        if (images.mean is None or images.std is None) and self.source.statistics_note:
             say(self.source.statistics_note)  # e.g. ImageNet's statistics on 32 px hub images
         for name, values in (("mean", self.mean), ("std", self.std)):  # else broadcast silently over the channels
             require(len(values) == self.in_chans, f"data.{name}", f"has {len(values)} values, not {self.in_chans}")
-        # Loading (plain numbers: loaders and their state end up in checkpoints).
-        self.batch_size, self.eval_batch_size = a.batch_size, a.eval_batch_size or a.batch_size
-        self.num_workers_given, self.prefetch_factor = a.num_workers, a.prefetch_factor
-        self.persistent_workers = persistent_workers
-        self.shuffle_window, self.shuffle_buffer = a.shuffle_window, a.shuffle_buffer
-        workers = 0 if self.source.in_memory else min(8, usable_cpus())
-        self.num_workers = a.num_workers if num_workers is not None else workers
-        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        # Augmentation of the training images, evaluation, and the input permutation of every image.
-        settings = {field.name: getattr(a, field.name) for field in fields(Augmentation)}
-        self.augmentation = Augmentation.for_dataset(info.natural, info.small, **settings)
-        if self.source.in_memory:
-            self.augmentation.refuse_image_augmentation(dataset)
-        self.eval_crop = eval_crop or ("resize" if info.small else "resmall_crop")
-        self.eval_crop_pct, self.interpolation, self.predict_root = a.eval_crop_pct, interpolation, predict_root
-        self.mixup_fn = build_mixup(info.num_classes, a.mixup, a.cutmix, a.mixup_prob, a.mixup_switch_prob, mixup_mode)
-        permuted = (input_permutation, self.image_size, a.permutation_patch_size, permutation_seed)
-        self.permutation = InputPermutation(*permuted) if input_permutation != "none" else None
-        self.train_set: Dataset | None = None
-        self.val_set: Dataset | None = None
-        self.test_set: Dataset | None = None
-        # The tensor path's batched plans (None: the PIL path); the path taken is known once setup() has run.
-        in_batches = self.source.sharded or self.source.streaming  # no whole split to decode into memory
-        self.plans = plans = batched_plans(pipeline, self.source.in_memory, dataset, self._image_transform, in_batches)
-        forced = pipeline == "tensor"
-        self.tensor_path = plans and TensorPath(plans, forced, dataset, root, cache_dir, a.tensor_limit_gb)
-        self.pipeline: str | None = None if plans is not None else "pil"
 
     @property
     def validates_on_test(self) -> str | None:  # why val is the test split (`DatasetSource.test_as_val`), or None
@@ -269,10 +278,13 @@ class ImageDataModule(LightningDataModule):
         return sets
 
     def setup(self, stage: str | None = None) -> None:
-        if self.source.streaming:
-            from mixer_lightning.data.streaming import setup_streams
+        if self.source.streaming:  # the PIL path
+            from mixer_lightning.data.streaming import stream_splits
 
-            return setup_streams(self, stage)
+            self.pipeline, wanted = "pil", {name for name in ("train", "test") if getattr(self, f"{name}_set") is None}
+            for name, split in stream_splits(self.source, stage, self.val_split, self.train_subset, wanted).items():
+                setattr(self, f"{name}_set", split)
+            return
         if stage in (None, "fit", "validate") and self.train_set is None:
             train = self.source.load("train")
             train_idx, val_idx = list(range(len(train))), None
@@ -281,11 +293,8 @@ class ImageDataModule(LightningDataModule):
             elif self.val_split == 0:  # no held-out images: validate on the test split
                 val_base, val_split = self.source.load("test"), "test"
             else:
-                (train_idx, val_idx), val_base, val_split = (
-                    split_train(len(train), self.val_split, self.split_seed),
-                    train,
-                    "train",
-                )
+                train_idx, val_idx = split_train(len(train), self.val_split, self.split_seed)
+                val_base, val_split = train, "train"
             train_idx = train_subset(train_idx, self.train_subset, self.split_seed)
             requests = [("train", train, "train", train_idx, True), ("val", val_base, val_split, val_idx, False)]
             decoded = self._decoded(requests)
@@ -300,29 +309,26 @@ class ImageDataModule(LightningDataModule):
             self.test_set = decoded[0] if decoded is not None else TransformedDataset(test, self.transform(train=False))
         self.pipeline = self.pipeline or "pil"
 
-    def evaluation_batch_size(self, dataset: Any) -> int:
-        """The batch size of `dataset`'s evaluation loader: ``eval_batch_size``, which defaults to 4 ×
-        ``batch_size`` on the tensor path (one gather per batch), else to ``batch_size``."""
-        tensor = isinstance(dataset, (DecodedImages, KeyView))
-        given = self.hparams["eval_batch_size"]
-        return (given or 4 * self.batch_size) if tensor else self.eval_batch_size
-
     def _loader(self, dataset: Dataset | None, train: bool) -> DataLoader:
         assert dataset is not None, "setup() has not been called"
+        loading, trainer = self.loading, self.trainer
         if self.source.streaming:
             from mixer_lightning.data.streaming import datamodule_loader
 
-            return datamodule_loader(self, dataset, train)
+            batch_size = self.batch_size if train else self.eval_batch_size
+            options = dict(num_workers=self.num_workers, pin_memory=self.pin_memory)
+            loader, layout = datamodule_loader(
+                dataset, self.transform(train), train, batch_size, loading, options, trainer, self.saved_stream_layout,
+                announce="stream" not in self.said,
+            )  # fmt: skip
+            if train:
+                self.stream_layout = layout
+                self.said.add("stream")
+            return loader
         tensor = isinstance(dataset, DecodedImages)
         # The tensor path needs no workers (a key batch costs microseconds), unless asked for.
-        workers = (self.num_workers_given or 0) if tensor else self.num_workers
-        common: dict[str, Any] = dict(
-            num_workers=workers,
-            pin_memory=self.pin_memory,
-            persistent_workers=self.persistent_workers and workers > 0,
-            prefetch_factor=self.prefetch_factor if workers > 0 else None,
-            **worker_options(workers, self.trainer),
-        )
+        workers = (loading.num_workers or 0) if tensor else self.num_workers
+        common = loading.options(workers, self.pin_memory, trainer)
         length = len(dataset)
         if tensor:
             # Under a trainer, key batches go to the device and `on_after_batch_transfer` makes the images
@@ -333,29 +339,19 @@ class ImageDataModule(LightningDataModule):
             # Its own generator: making an iterator draws the workers' base seed from it, not from the global
             # RNG, which would shift dropout after a validation (and a resumed run would not be exact).
             generator = torch.Generator().manual_seed(training_seed())
-            sampler = self._evaluation_sampler(dataset)
-            batch_size = self.evaluation_batch_size(dataset)
+            sampler = evaluation_sampler(dataset, trainer)
+            # ``eval_batch_size`` defaults to 4 × ``batch_size`` on the tensor path (one gather per batch)
+            batch_size = (loading.eval_batch_size or 4 * self.batch_size) if tensor else self.eval_batch_size
             return DataLoader(dataset, batch_size=batch_size, sampler=sampler, generator=generator, **common)
         if self.source.sharded:  # the shard-local order (`shard_order`)
             from mixer_lightning.data.shard_order import shard_loader
 
-            return shard_loader(self, dataset, training_seed(), common)
+            window, announce = loading.shuffle_window, "shards" not in self.said
+            self.said.add("shards")
+            return shard_loader(dataset, training_seed(), self.batch_size, window, trainer, common, announce)
         # Mixup pairs images within a batch: every training batch full (hence even) when it is on.
         drop_last = self.mixup_fn is not None or length > self.batch_size
         return training_loader(dataset, self.batch_size, drop_last, self.trainer, **common)
-
-    def _evaluation_sampler(self, dataset: Any) -> Any:
-        """Under DDP, each evaluation image on exactly one process: Lightning's own padding
-        `DistributedSampler` would repeat images until every process has as many, and count them twice in
-        the metrics (torchmetrics states summed at the epoch's end take uneven shards)."""
-        trainer = self.trainer
-        if getattr(trainer, "world_size", 1) <= 1:
-            return None
-        from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
-
-        return UnrepeatedDistributedSampler(
-            dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
-        )
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.train_set, train=True)
@@ -368,15 +364,15 @@ class ImageDataModule(LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_root is not None:  # image files, not the test split
-            from mixer_lightning.data.predict import files_loader
+            from mixer_lightning.data.predict import data_facts, files_dataset, files_loader
 
-            return files_loader(self, self.predict_root)
+            self.predict_set = files_dataset(data_facts(self), self.predict_root)  # (the prediction writer's)
+            return files_loader(self.predict_set, self.eval_batch_size, self.num_workers, self.pin_memory, self.trainer)
         return self._loader(self.test_set, train=False)
 
     # A streamed dataset's order depends on its workers and processes: recorded in checkpoints, compared on resuming.
     def state_dict(self) -> dict[str, Any]:
-        layout = getattr(self, "stream_layout", None)
-        return {"stream_layout": dict(layout)} if layout else {}
+        return {"stream_layout": dict(self.stream_layout)} if self.stream_layout else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.saved_stream_layout = state_dict.get("stream_layout")

@@ -142,18 +142,11 @@ def files_dataset(facts: dict[str, Any], root: str | Sequence[str]) -> ImageFile
     return ImageFiles(paths, names, prediction_transform(facts), "L" if int(facts["in_chans"]) == 1 else "RGB")
 
 
-def files_loader(datamodule: Any, root: str | Sequence[str]) -> DataLoader:
-    """The predict loader of the image files `root`, pre-processed as `datamodule`'s evaluation images
-    (kept as ``datamodule.predict_set`` for the prediction writer)."""
-    datamodule.predict_set = files_dataset(data_facts(datamodule), root)
-    workers = getattr(datamodule, "num_workers", 0) or 0
+def files_loader(files: ImageFiles, batch_size: int, workers: int, pin_memory: bool, trainer: Any) -> DataLoader:
+    """The predict loader of the image `files` (`files_dataset`), in their order."""
+    options = worker_options(workers, trainer)
     return DataLoader(
-        datamodule.predict_set,
-        batch_size=datamodule.eval_batch_size,
-        shuffle=False,
-        num_workers=workers,
-        pin_memory=bool(getattr(datamodule, "pin_memory", False)),
-        **worker_options(workers, datamodule.trainer),
+        files, batch_size=batch_size, shuffle=False, num_workers=workers, pin_memory=pin_memory, **options
     )
 
 
@@ -237,9 +230,7 @@ class PredictionData(LightningDataModule):
 
     def predict_dataloader(self) -> DataLoader:
         self.setup("predict")
-        workers = self.num_workers
-        options = worker_options(workers, self.trainer)
-        return DataLoader(self.predict_set, batch_size=self.batch_size, shuffle=False, num_workers=workers, **options)
+        return files_loader(self.predict_set, self.batch_size, self.num_workers, False, self.trainer)
 
     @staticmethod
     def arguments_from(facts: dict[str, Any]) -> dict[str, Any]:

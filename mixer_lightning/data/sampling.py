@@ -185,6 +185,19 @@ def training_seed() -> int:
     return int(os.environ.get("PL_GLOBAL_SEED", 0))
 
 
+def evaluation_sampler(dataset: Any, trainer: Any) -> Any:
+    """Under DDP, each evaluation image on exactly one process: Lightning's own padding `DistributedSampler`
+    would repeat images until every process has as many, and count them twice in the metrics (torchmetrics
+    states summed at the epoch's end take uneven shards)."""
+    if getattr(trainer, "world_size", 1) <= 1:
+        return None
+    from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
+
+    return UnrepeatedDistributedSampler(
+        dataset, num_replicas=trainer.world_size, rank=trainer.global_rank, shuffle=False
+    )
+
+
 def training_loader(dataset: Any, batch_size: int, drop_last: bool, trainer: Any, **options: Any) -> DataLoader:
     """The training loader of `dataset`, seeded, and under a `trainer` that resumes, from its checkpoint."""
     seed = training_seed()

@@ -87,15 +87,15 @@ class ShardOrder(DistributedSampler):
                 yield mix(self.seed, epoch, index), index
 
 
-def shard_loader(datamodule: Any, dataset: Dataset, seed: int, common: dict[str, Any]) -> DataLoader:
+def shard_loader(
+    dataset: Dataset, seed: int, batch_size: int, window: int, trainer: Any, common: dict[str, Any], announce: bool
+) -> DataLoader:
     """The training loader of a sharded split (`ShardOrder` over the data module's `TransformedDataset`):
-    this rank's share, resumed where the trainer's checkpoint was taken."""
+    this rank's share, resumed where the trainer's checkpoint was taken; the order said once where `announce`."""
     base = dataset.base
     positions = np.arange(len(base)) if dataset.indices is None else np.asarray(dataset.indices)
     shard_of = base.index.shard[positions]
-    trainer = datamodule.trainer
     world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
-    batch_size, window = datamodule.batch_size, datamodule.shuffle_window
     steps = len(dataset) // (batch_size * world)
     require(steps > 0, "data.batch_size", f"{len(dataset):,} training images make no batch of {batch_size} × {world}")
     resume = None
@@ -105,8 +105,7 @@ def shard_loader(datamodule: Any, dataset: Dataset, seed: int, common: dict[str,
             trainer.current_epoch, done, steps * batch_size, batch_size, True, trainer.limit_train_batches
         )
     sampler = ShardOrder(dataset, shard_of, batch_size, seed, window, world, rank, resume)
-    if rank == 0 and not getattr(datamodule, "_shard_line_said", False):
-        datamodule._shard_line_said = True
+    if rank == 0 and announce:
         say(
             f"data   wds: {len(dataset):,} training images in {len(np.unique(shard_of)):,} shards, shuffled in "
             f"windows of {window} shards; {world} × {batch_size} images a step; a stopped run resumes at its exact batch"

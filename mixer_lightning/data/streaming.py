@@ -241,60 +241,62 @@ def stream_loader(
     return StreamLoader(dataset, epoch, agree, **options)
 
 
-def setup_streams(datamodule: Any, stage: str | None) -> None:
-    """`ImageDataModule.setup` for a streamed source: the splits as `StreamImages` (nothing is read yet)."""
-    source = datamodule.source
-    require(datamodule.train_subset is None, "data.train_subset", "a stream keeps no subset", "remove it")
-    datamodule.pipeline = "pil"
-    if stage in (None, "fit", "validate") and datamodule.train_set is None:
+def stream_splits(
+    source: Any, stage: str | None, val_split: float, train_subset: float | None, wanted: set[str]
+) -> dict[str, StreamImages]:
+    """The splits of a streamed `source` that `stage` needs among `wanted` (``train``: train and val; ``test``)
+    as `StreamImages` (nothing is read yet)."""
+    require(train_subset is None, "data.train_subset", "a stream keeps no subset", "remove it")
+    splits = {}
+    if stage in (None, "fit", "validate") and "train" in wanted:
         has_val = source.split_names["val"] is not None  # (also when it serves as the test split: ImageNet's)
         problem = f"{source.root!r} has no validation split, and a stream cannot hold out training images"
-        require(has_val or datamodule.val_split == 0, "data.val_split", problem, "set data.val_split: 0")
-        datamodule.train_set = source.load("train")
-        datamodule.val_set = source.load("val" if has_val else "test")
-    if stage in (None, "test", "predict") and datamodule.test_set is None:
-        datamodule.test_set = source.load("test")
+        require(has_val or val_split == 0, "data.val_split", problem, "set data.val_split: 0")
+        splits["train"], splits["val"] = source.load("train"), source.load("val" if has_val else "test")
+    if stage in (None, "test", "predict") and "test" in wanted:
+        splits["test"] = source.load("test")
+    return splits
 
 
-def datamodule_loader(datamodule: Any, dataset: StreamImages, train: bool) -> StreamLoader:
-    """`ImageDataModule`'s loader of a streamed split; training prints the resume granularity once."""
-    trainer = datamodule.trainer
+def datamodule_loader(
+    dataset: StreamImages,
+    transform: Any,
+    train: bool,
+    batch_size: int,
+    loading: Any,
+    options: dict[str, Any],
+    trainer: Any,
+    saved_layout: dict | None,
+    announce: bool,
+) -> tuple[StreamLoader, dict | None]:
+    """`ImageDataModule`'s loader of a streamed split (`loading`: its `data.arguments.Loading`; `options`: the
+    workers and pinned memory it resolved), and for training the layout it streams in (workers × processes),
+    compared with the stopped run's `saved_layout`; training prints the resume granularity where `announce`."""
     skip = 0
     if train and trainer is not None and trainer.fit_loop.restarting:
         skip = trainer.fit_loop.epoch_loop.batch_progress.current.processed
-    workers = datamodule.num_workers
+    workers = options["num_workers"]
     common = dict(
-        num_workers=workers,
-        pin_memory=datamodule.pin_memory,
-        prefetch_factor=datamodule.prefetch_factor if workers > 0 else None,
+        **options,
+        prefetch_factor=loading.prefetch_factor if workers > 0 else None,
         **worker_options(workers, trainer),
     )
-    loader = stream_loader(
-        dataset,
-        datamodule.transform(train),
-        train,
-        datamodule.batch_size if train else datamodule.eval_batch_size,
-        training_seed(),
-        datamodule.shuffle_buffer,
-        trainer,
-        skip,
-        common,
-    )
-    if train:
-        layout = {"workers": loader.num_workers, "processes": dataset.world}
-        saved, datamodule.stream_layout = getattr(datamodule, "saved_stream_layout", None), layout
-        if dataset.rank == 0 and saved and saved != layout and skip:
-            warnings.warn(
-                f"data.streaming: the run was stopped with {saved['workers']} workers × {saved['processes']} processes "
-                f"and resumes with {layout['workers']} × {layout['processes']}: the rest of this epoch is not the "
-                "batches the stopped run would have trained on",
-                stacklevel=2,
-            )
-        if dataset.rank == 0 and not getattr(datamodule, "_stream_line_said", False):
-            datamodule._stream_line_said = True
-            say(
-                f"data   hf streaming: {dataset.examples:,} training examples, {dataset.batches:,} batches of "
-                f"{dataset.batch_size} per process per epoch ({loader.num_workers} workers × {dataset.world} "
-                f"processes); {GRANULARITY}"
-            )
-    return loader
+    seed, buffer = training_seed(), loading.shuffle_buffer
+    loader = stream_loader(dataset, transform, train, batch_size, seed, buffer, trainer, skip, common)
+    if not train:
+        return loader, None
+    layout = {"workers": loader.num_workers, "processes": dataset.world}
+    if dataset.rank == 0 and saved_layout and saved_layout != layout and skip:
+        warnings.warn(
+            f"data.streaming: the run was stopped with {saved_layout['workers']} workers × {saved_layout['processes']} "
+            f"processes and resumes with {layout['workers']} × {layout['processes']}: the rest of this epoch is not the "
+            "batches the stopped run would have trained on",
+            stacklevel=2,
+        )
+    if dataset.rank == 0 and announce:
+        say(
+            f"data   hf streaming: {dataset.examples:,} training examples, {dataset.batches:,} batches of "
+            f"{dataset.batch_size} per process per epoch ({loader.num_workers} workers × {dataset.world} "
+            f"processes); {GRANULARITY}"
+        )
+    return loader, layout

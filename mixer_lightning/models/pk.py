@@ -124,10 +124,12 @@ class MixingLayer(nn.Module):
         return self.permute_out is not None
 
     def connections(self) -> list[int]:
-        """Non-zero weights of each FC layer of the branch in the effective wide MLP: the n1 blocks of
-        I_{n1} ⊗ W each hold W's entries (n1 = C for token mixing, S for channel mixing)."""
+        """Weights of each FC layer of the branch in the effective wide MLP: the n1 blocks of I_{n1} ⊗ W each
+        hold W's (n1 = C for token mixing, S for channel mixing). An FC layer is a child of f holding weights
+        (matrices, not biases or norms), counted whole: a low-rank W = A·B holds A's and B's entries, not W's."""
         blocks = self.channels if self.axis == "token" else self.tokens
-        return [m.weight.numel() * blocks for m in self.mlp.modules() if isinstance(m, nn.Linear)]
+        counts = [sum(p.numel() for p in child.parameters() if p.ndim > 1) for child in self.mlp.children()]
+        return [count * blocks for count in counts if count]
 
     def branch(self, x: torch.Tensor) -> torch.Tensor:
         """The residual branch: Mat ∘ J2 ∘ (I ⊗ f) ∘ J1 ∘ vec, on an already normalised (B, S_in, C) input."""

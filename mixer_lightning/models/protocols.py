@@ -8,6 +8,8 @@ structure has; it need not inherit anything; an analysis that needs one it lacks
   token-mixing pictures (Mixer Fig. 5), ``mixer width``'s connections per FC layer.
 - `SparseNetwork`: an SW-MLP's sparse layers (App. A.2.5), input to output, for spectra and pictures.
 - `StructuredNetwork`: a shallow Kronecker or Monarch MLP's layers with ``effective_weight()`` (Sec. 3.3).
+- `EffectiveWeight`: an FC layer other than ``nn.Linear`` (a low-rank A·B, M ⊙ W, a Monarch product), as the
+  analyses read its matrix W (spectra, the token-mixing pictures, the effective wide MLP).
 """
 
 from __future__ import annotations
@@ -61,4 +63,11 @@ class SparseNetwork(Protocol):
 class StructuredNetwork(Protocol):
     def structured_layers(self) -> list[nn.Module]:
         """Every structured layer (with ``effective_weight()``), input to output."""
+        ...
+
+
+@runtime_checkable
+class EffectiveWeight(Protocol):
+    def effective_weight(self) -> torch.Tensor:
+        """The (out_features, in_features) matrix W the layer applies to its input."""
         ...

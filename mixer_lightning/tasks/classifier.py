@@ -31,6 +31,18 @@ from mixer_lightning.tasks.initialise import build_network, import_network, netw
 NON_NETWORK_PREFIXES = ("train_metrics.", "train_loss.")
 
 
+def mixer_connections(net) -> float:
+    """Ω of a Mixer as built: the mean weights of its token- and of its channel-mixing FC layers, averaged
+    (γ(C²S + CS²)/2 for full matrices, eq. 14; fewer for a low-rank W = A·B). The first block's S0 → S token
+    mixing is left out where later blocks have S tokens in (its Ω is not the model's: App. A.2.4)."""
+    layers = [layer for layer in net.mixing_layers() if layer.tokens_in == layer.tokens] or net.mixing_layers()
+    means = []
+    for axis in ("token", "channel"):
+        counts = [count for layer in layers if layer.axis == axis for count in layer.connections()]
+        means.append(sum(counts) / len(counts))
+    return sum(means) / 2
+
+
 def accuracy_metrics(num_classes: int, stage: str, top5: bool) -> MetricCollection:
     top_k = {"acc1": 1, **({"acc5": min(5, num_classes)} if top5 else {})}
     metrics = {name: MulticlassAccuracy(num_classes, top_k=k, average="micro") for name, k in top_k.items()}
@@ -162,15 +174,18 @@ class ClassifierModule(LightningModule):
 
     def architecture(self) -> dict[str, float]:
         """The widths the paper compares models by (Hayase & Karakida Sec. 4.1, as ``mixer width``): a Mixer's
-        S, C, m = S·C, Ω = γ(C²S + CS²)/2 (eq. 14), p = Ω/(γm²); an SW-MLP's m, Ω = γpm², p; else none."""
-        from mixer_lightning.width import density, omega
+        S, C, m = S·C, p = Ω/(γm²) and Ω, the weights its mixing layers hold (`mixer_connections`); an SW-MLP's
+        m, Ω = γpm², p; none for another family."""
+        from mixer_lightning.models.pk import PKMixer
+        from mixer_lightning.models.sw_mlp import SWMLP
+        from mixer_lightning.width import density
 
         net = getattr(self, "net", None)
-        if isinstance(getattr(net, "tokens", None), int) and isinstance(getattr(net, "channels", None), int):
-            tokens, channels, gamma = int(net.tokens), int(net.channels), getattr(net, "gamma", 1.0)
-            m, o, p = tokens * channels, omega(tokens, channels, gamma), density(tokens, channels, gamma)
-            return {"S": tokens, "C": channels, "m": m, "Ω": o, "p": p}
-        if all(isinstance(getattr(net, name, None), (int, float)) for name in ("width", "omega", "density")):
+        if isinstance(net, PKMixer):
+            tokens, channels = net.tokens, net.channels
+            p = density(tokens, channels, net.gamma)
+            return {"S": tokens, "C": channels, "m": tokens * channels, "Ω": mixer_connections(net), "p": p}
+        if isinstance(net, SWMLP):
             return {"m": net.width, "Ω": net.omega, "p": net.density}
         return {}
 

@@ -43,10 +43,7 @@ def read_json(path: Path) -> dict:
 
 def one_line_error(capsys: Any, args: list[str], code: int = 2) -> str:
     """The one ``mixer: error:`` line that `mixer args` prints to stderr, after checking that it exits
-    with `code`. It calls the entry point where it is defined (`mixer_lightning.cli.entry.main`), not
-    the package's ``mixer_lightning.cli.main``: tests replace that one to record what ``mixer sweep
-    point`` runs (test_sweep_point_does_what_each_state_needs), and a helper looking it up there when
-    called would run the recorder, which raises nothing."""
+    with `code`."""
     import pytest
 
     from mixer_lightning.cli.entry import main
@@ -141,3 +138,27 @@ def field_of(stderr: str) -> str:
     assert lines, stderr[-2000:]
     rest = lines[-1].split(":", 2)[-1]  # after "mixer: error:" (or "mixer: error (rank 1):")
     return rest.split(": ", 1)[0].strip().removeprefix("--")  # a project command's flag: --out is `out`
+
+
+def accuracy(ckpt: str | Path, config: str | Path, split: str = "test") -> float:
+    """Top-1 accuracy of the checkpoint's network on `split` of the config's data, as `mixer fit` (``val``) and
+    `mixer test` evaluate it (its first ``trainer.limit_<split>_batches`` batches), computed here in float32
+    without Lightning: the known value an evaluation's record must hold."""
+    import torch
+    import yaml
+
+    from mixer_lightning.analysis.features import datamodule_from_config
+    from mixer_lightning.tasks.loading import load_classifier
+
+    module = load_classifier(str(ckpt)).eval()
+    datamodule = datamodule_from_config(str(config))
+    datamodule.setup("fit" if split == "val" else split)
+    limit = (yaml.safe_load(Path(config).read_text()).get("trainer") or {}).get(f"limit_{split}_batches")
+    correct = total = 0
+    with torch.no_grad():
+        for i, (x, y) in enumerate(getattr(datamodule, f"{split}_dataloader")()):
+            if isinstance(limit, int) and i >= limit:
+                break
+            correct += int((module(x).argmax(1) == y).sum())
+            total += len(y)
+    return correct / total

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mixer_lightning.analysis.curves import epoch_curves, spread
-from mixer_lightning.commands.sweep.curves import plot, run_config, run_directories, run_names, validation_of
+from mixer_lightning.commands.sweep.curves import labelled, plot, run_config, run_directories, run_names, validation_of
 from mixer_lightning.commands.sweep.manifest import load_metrics
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import write_csv
@@ -26,7 +26,7 @@ def _parameters(run_dir: str) -> int | None:
     return sum(p.numel() for p in load_classifier(ckpt, "directories").parameters()) if ckpt.is_file() else None
 
 
-def compare_runs(directories: list[str], out: Path, draw: bool = True) -> dict:
+def compare_runs(directories: list[str], out: Path, draw: bool = True, labels: list[str] | None = None) -> dict:
     """One row per run of `directories`, the CSV and the plots; what `mixer sweep report --json` prints."""
     runs = [run for directory in directories for run in run_directories(directory)]
     require(
@@ -36,7 +36,7 @@ def compare_runs(directories: list[str], out: Path, draw: bool = True) -> dict:
         "give sweep directories or run directories (runs/NAME/version_N)",
     )
     configs = [run_config(run) for run in runs]
-    names = run_names(configs, ["/".join(Path(run).parts[-2:]) for run in runs])
+    names = labelled(run_names(configs, ["/".join(Path(run).parts[-2:]) for run in runs]), labels, "run")
     known = [c for c in configs if c is not None]
     differ = [k for k in sorted({k for c in known for k in c}) if len({c.get(k) for c in known}) > 1]
     rows, curves = [], []

@@ -41,7 +41,20 @@ def add_curves_arguments(parser) -> None:
     )
     parser.add_argument("--points", type=str, default=None, help="comma-separated grid points to draw (default: all)")
     parser.add_argument("--out", type=str, default=None, help="where to write (default: the first directory)")
+    parser.add_argument("--label", type=str, action="append", default=None, help=LABEL_HELP)
     parser.add_argument("--json", action="store_true", help="print the curves as JSON")
+
+
+LABEL_HELP = "a series' name in the legends and tables, one per directory in their order (default: from the configs)"
+
+
+def labelled(names: list[str], labels: list[str] | None, what: str = "directory") -> list[str]:
+    """`names`, or the ``--label`` given for each (the names from the configs list three differing keys at most)."""
+    if not labels:
+        return names
+    problem = f"{len(labels)} labels for {len(names)} series"
+    require(len(labels) == len(names), "label", problem, f"give one --label per {what}, in order")
+    return list(labels)
 
 
 def _flatten(config, prefix: str = "") -> dict[str, str]:
@@ -184,10 +197,12 @@ def names_of(directories: list[str]) -> list[str]:
     return [b if Path(d, MANIFEST).is_file() else n for d, b, n in zip(directories, by_name, names, strict=True)]
 
 
-def compute(directories: list[str], metrics: list[str], points: list[str] | None) -> list[dict]:
+def compute(
+    directories: list[str], metrics: list[str], points: list[str] | None, labels: list[str] | None = None
+) -> list[dict]:
     """One entry per (series, point, metric): the curve's rows (epoch, mean, min, max) over its runs."""
     curves = []
-    for directory, series in zip(directories, names_of(directories), strict=True):
+    for directory, series in zip(directories, labelled(names_of(directories), labels), strict=True):
         found = groups(directory, series)
         require(bool(found), "directories", f"{directory!r} holds no runs with logs yet", "run the sweep first")
         for point, run_dirs in sorted(found.items()):
@@ -261,7 +276,7 @@ def plot(curves: list[dict], metric: str, path: Path) -> Path:
     spread_of = (
         "mean over seeds, min–max shaded (App. D.7)" if any(c["runs"] > 1 for c in drawn) else "one run per curve"
     )
-    ax.set(xlabel="epoch (from 0)", ylabel=what, title=f"{names}: {what.rsplit(', ', 1)[0]} per epoch\n{spread_of}")
+    ax.set(xlabel="epoch", ylabel=what, title=f"{names}: {what.rsplit(', ', 1)[0]} per epoch\n{spread_of}")
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=120)
@@ -273,7 +288,7 @@ def run_curves(args) -> None:
     metrics = list(dict.fromkeys(args.metric or ["val/loss"]))
     points = [p.strip() for p in args.points.split(",") if p.strip()] if args.points else None
     out = check_output_dir(args.out or args.directories[0], "out")
-    curves = compute(args.directories, metrics, points)
+    curves = compute(args.directories, metrics, points, args.label)
     out.mkdir(parents=True, exist_ok=True)
     write_csv(
         out / "curves.csv",

@@ -22,7 +22,7 @@ from typing import Any
 
 from mixer_lightning.commands.lists import integers, reals
 from mixer_lightning.commands.sweep.axes import Axis, format_value, nested, parse_axes
-from mixer_lightning.errors import ConfigError, require
+from mixer_lightning.errors import require
 from mixer_lightning.safety.config_files import deep_merge
 from mixer_lightning.width import (
     check_omega,
@@ -33,24 +33,31 @@ from mixer_lightning.width import (
     solve_tokens,
 )
 
-# network class -> (family, γ when the family fixes it); read from the config's class path, so that
-# emitting a sweep imports no Lightning
-FAMILIES = {"SMixer": ("s_mixer", 1.0), "MLPMixer": ("mlp_mixer", None), "SWMLP": ("sw_mlp", None)}
 PAPER_DENSITIES_AT_OMEGA = (0.9, 0.7, 0.5, 0.3, 0.1)  # Fig. 5 (App. C.4): sparsity 1-p = 0.1 … 0.9
 PAPER_DENSITIES_AT_WIDTH = tuple(2.0**-n for n in range(11))  # Fig. 2(a) (App. C.1): p = 2^-n
 MODEL_SIZE_KEYS = ("channels", "tokens", "omega", "gamma", "patch_size", "density", "width")
 
 
 def network(config: dict) -> tuple[str, dict, str]:
-    """(class name, init args, dotted key of the init args) of a config's network: ``model.net`` (the
-    LightningModule takes the network), or in a config written before that, ``model`` itself, whose
-    class was the family's LightningModule (``mixer_lightning.tasks.SMixerModule``: "SMixer")."""
+    """(class path, init args, dotted key of the init args) of a config's network, ``model.net``."""
     model = config.get("model") if isinstance(config.get("model"), dict) else {}
-    net, key = (
-        (model["net"], "model.net.init_args") if isinstance(model.get("net"), dict) else (model, "model.init_args")
-    )
-    name = str(net.get("class_path") or "").rsplit(".", 1)[-1].removesuffix("Module")
-    return name, net.get("init_args") or {}, key
+    net = model.get("net") if isinstance(model.get("net"), dict) else {}
+    return str(net.get("class_path") or ""), net.get("init_args") or {}, "model.net.init_args"
+
+
+def family(path: str) -> tuple[str | None, set[str]]:
+    """The width grid a network class takes, by what it is: a Mixer of PK layers (`models.pk.PKMixer`, any
+    family built on it) is swept over C at fixed Ω, an SW-MLP over densities; none for another class. With
+    the parameters it declares: a Mixer without ``gamma`` has γ = 1 (the S-Mixer's FC + σ)."""
+    if not path:
+        return None, set()
+    from mixer_lightning.models.pk import PKMixer
+    from mixer_lightning.models.sw_mlp import SWMLP
+    from mixer_lightning.tasks.initialise import import_network
+
+    cls = import_network(path, "config", "the base config")
+    kind = "mixer" if issubclass(cls, PKMixer) else "sw_mlp" if issubclass(cls, SWMLP) else None
+    return kind, set(inspect.signature(cls).parameters)
 
 
 @dataclass
@@ -102,7 +109,7 @@ class Grid:
         return {k: getattr(self, k) for k in keys} | {"axes": [a.key for a in self.axes]}
 
 
-def _mixer_grid(args, init_args: dict, omega: int, gamma: float, family: str) -> list[GridPoint]:
+def _mixer_grid(args, init_args: dict, omega: int, gamma: float, free_gamma: bool) -> list[GridPoint]:
     """Width points at fixed Ω: per C (or per P, C = in_chans·P²), S solved from (Ω, C, γ)."""
     if args.patch_sizes:
         require(not args.channels, "channels", "give --channels or --patch_sizes, not both")
@@ -118,7 +125,7 @@ def _mixer_grid(args, init_args: dict, omega: int, gamma: float, family: str) ->
         point.id += f"_S{point.S}"
         point.m, point.p, point.gamma = point.S * point.C, density(point.S, point.C, gamma), gamma
         point.overrides.update(channels=point.C, omega=omega, tokens=None)
-        if family == "mlp_mixer":
+        if free_gamma:
             point.overrides["gamma"] = gamma
     return points
 
@@ -193,19 +200,20 @@ def width_grid(
     if args.omega is not None:
         omega = parse_int_expression(args.omega, "omega")
         check_omega(omega)
-    name, init_args, _ = network(base)
+    path, init_args, _ = network(base)
+    name = path.rsplit(".", 1)[-1] or "(none)"
     sizes = args.channels or args.patch_sizes or args.width is not None or args.densities is not None
-    family, fixed_gamma = FAMILIES.get(name, (None, None))
-    require(family or (omega is None and not sizes), "config", f"network {name or '(none)'} has no width grid")
-    if family == "sw_mlp":
+    kind, parameters = family(path) if omega is not None or sizes else (None, set())
+    require(kind or (omega is None and not sizes), "config", f"network {name} has no width grid")
+    if kind == "sw_mlp":
         kind, points, gamma, width = _sw_mlp_grid(args, config_paths, init_args, omega)
         return kind, points, omega, gamma, width
-    if family is not None:
-        require(args.densities is None, "densities", f"the {family} family is swept over channels, not densities")
-        if fixed_gamma is not None and args.gamma not in (None, fixed_gamma):
-            raise ConfigError("gamma", f"the {family} family has γ = {fixed_gamma:g}", "drop --gamma")
+    free_gamma = "gamma" in parameters
+    if kind is not None:
+        require(args.densities is None, "densities", f"the {name} is swept over channels, not densities")
+        require(free_gamma or args.gamma in (None, 1), "gamma", f"the {name} has γ = 1", "drop --gamma")
     if args.width is not None:
-        require(family == "mlp_mixer", "width", f"{family} has γ = 1: a fixed width cannot keep Ω (eq. S.46)")
+        require(free_gamma, "width", f"the {name} has γ = 1: a fixed width cannot keep Ω (eq. S.46)")
         require(omega is not None, "omega", "a γ grid at fixed width needs --omega (eq. S.46)")
         require(not args.patch_sizes and args.gamma is None, "width", "a fixed-width grid takes --channels only")
         width = parse_int_expression(args.width, "width")
@@ -214,9 +222,9 @@ def width_grid(
         require(not sizes, "omega", "a channel or patch-size grid needs --omega (S is solved at fixed Ω)")
         require(args.gamma is None, "gamma", "γ belongs to a width grid", "vary it with --grid")
         return "base", [GridPoint("base")], None, None, None
-    gamma = float(fixed_gamma or args.gamma or init_args.get("gamma") or 4.0)
+    gamma = float(args.gamma or init_args.get("gamma") or 4.0) if free_gamma else 1.0
     kind = "patch_sizes" if args.patch_sizes else "channels"
-    return kind, _mixer_grid(args, init_args, omega, gamma, family), omega, gamma, None
+    return kind, _mixer_grid(args, init_args, omega, gamma, free_gamma), omega, gamma, None
 
 
 def build(args, base: dict, config_paths: list[str]) -> Grid:

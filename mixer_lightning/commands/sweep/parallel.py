@@ -6,18 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from mixer_lightning.commands.sweep.emit import LOGS
 from mixer_lightning.commands.sweep.manifest import load_metrics
 from mixer_lightning.errors import Stopped
-from mixer_lightning.hardware import usable_cpus
-
-# A point starts as the `mixer` console script does: without the working directory on sys.path (`-c`
-# puts it first), so that a `datasets.py` or `yaml.py` lying there is not imported in place of the package.
-CHILD = "import sys\nif sys.path and sys.path[0] in ('', '.'):\n    del sys.path[0]\nfrom mixer_lightning.cli import main\nmain()"
+from mixer_lightning.hardware import mixer_command, usable_cpus
 
 
 def threads_per_run(parallel: int) -> str:
@@ -60,7 +55,7 @@ def run_points_in_parallel(directory: str | Path, runs: list[dict], parallel: in
                 with open(path, "ab") as out:
                     out.write(f"==== mixer sweep point {directory} {entry['name']}: started {time.ctime()}\n".encode())
                     out.flush()
-                    command = [sys.executable, "-c", CHILD, "sweep", "point", str(directory), entry["name"]]
+                    command = mixer_command(["sweep", "point", str(directory), entry["name"]])
                     process = subprocess.Popen(
                         command, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                     )

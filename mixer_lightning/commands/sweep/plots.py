@@ -112,7 +112,7 @@ def figure_title(manifests: list[dict], series: list[str], context: str, vary: s
         config = _first_config(manifest)
         data = (config.get("data") or {}).get("init_args") or {}
         epochs = (config.get("trainer") or {}).get("max_epochs")
-        facts.append({"model": network(config)[0], "data": str(data.get("dataset") or "")})
+        facts.append({"model": network(config)[0].rsplit(".", 1)[-1], "data": str(data.get("dataset") or "")})
         if isinstance(epochs, int) and vary != "max_epochs":
             facts[-1]["epochs"] = f"{epochs} epoch{'s' if epochs != 1 else ''}"
     parts = [" / ".join(dict.fromkeys(f[k] for f in facts if f.get(k))) for k in ("model", "data", "epochs")]

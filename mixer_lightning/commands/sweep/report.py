@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jsonargparse.typing import PositiveInt
 
-from mixer_lightning.commands.sweep.curves import series_names
+from mixer_lightning.commands.sweep.curves import LABEL_HELP, labelled, series_names
 from mixer_lightning.commands.sweep.manifest import MANIFEST, METRICS, REFERENCE, load_metrics, read_manifest
 from mixer_lightning.errors import require
 from mixer_lightning.safety.atomic import check_output_dir, write_csv
@@ -96,24 +96,39 @@ def summarise(rows: list[dict], axis_names: list[str]) -> list[dict]:
     return sorted(summary, key=order)
 
 
+def lowest(rows: list[dict]) -> list[dict]:
+    """The row of the lowest mean test error and those tied with it: whose mean less its std over seeds reaches
+    the lowest's mean plus its std (the seeds cannot tell them apart). One seed has no spread: no tie."""
+    low = min(rows, key=lambda r: r["test_error_mean"])
+    reach = low["test_error_mean"] + (low["test_error_std"] or 0.0)
+    tied = [r for r in rows if r is not low and r["test_error_mean"] - (r["test_error_std"] or 0.0) <= reach]
+    return [low, *tied] if low["test_error_std"] is not None else [low]
+
+
 def best_by_axes(summary: list[dict], axis_names: list[str]) -> list[dict]:
-    """Per series and width point with a choice (two settings or more), the axis values of the lowest mean error."""
+    """Per series and width point with a choice (two settings or more), the axis values of the lowest mean error,
+    and the points tied with it within the seeds' spread (`lowest`: then none is the best)."""
     groups: dict[tuple, list[dict]] = {}
     for row in summary if axis_names else ():
         groups.setdefault((row["series"], row["width_point"]), []).append(row)
     best = []
     for (series, point), members in groups.items():
         if len(members) > 1:
-            w = min(members, key=lambda r: r["test_error_mean"])
+            w, *tied = lowest(members)
             best.append(
                 {"series": series, "point": point, **{n: w[n] for n in axis_names}}
                 | {k: w[k] for k in ("test_error_mean", "test_error_std", "seeds")}
+                | {"tied": [r["point"] for r in tied]}
             )
     return best
 
 
 def report_directories(
-    directories: list[str], plot: bool = True, out: str | None = None, cka_options: dict | None = None
+    directories: list[str],
+    plot: bool = True,
+    out: str | None = None,
+    cka_options: dict | None = None,
+    labels: list[str] | None = None,
 ) -> dict:
     """Collect, summarise, write the CSVs and plots; the CKA diagonals where a sweep has a reference. Returns
     what `mixer sweep report --json` prints."""
@@ -121,8 +136,8 @@ def report_directories(
     if not any(Path(d, MANIFEST).is_file() for d in directories):  # ordinary runs, side by side
         from mixer_lightning.commands.sweep.compare import compare_runs
 
-        return compare_runs(directories, out_dir, plot)
-    rows, manifests, names = [], [], series_names(directories)
+        return compare_runs(directories, out_dir, plot, labels)
+    rows, manifests, names = [], [], labelled(series_names(directories), labels)
     for directory, series in zip(directories, names, strict=True):
         manifest, found = collect(directory, series)
         manifests.append(manifest)
@@ -158,6 +173,7 @@ def add_report_arguments(parser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
     parser.add_argument("--out", type=str, default=None, help="where to write the CSVs and plots (default: the first)")
+    parser.add_argument("--label", type=str, action="append", default=None, help=f"{LABEL_HELP}; runs: one per run")
     parser.add_argument(
         "--cka_batches", type=PositiveInt | None, default=None, help="CKA: test minibatches per CKA (default: all)"
     )
@@ -184,7 +200,7 @@ def run_report(args) -> None:
         mixer sweep report runs/cifar10_s_mixer/version_3 runs/cifar10_rp_s_mixer/version_1 --out compare
     """
     cka_options = {"batches": args.cka_batches, "batch_size": args.cka_batch_size, "accelerator": args.accelerator}
-    result = report_directories(args.directories, out=args.out, cka_options=cka_options)
+    result = report_directories(args.directories, out=args.out, cka_options=cka_options, labels=args.label)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -207,13 +223,15 @@ def run_report(args) -> None:
         )
     for b in result["best"]:
         values = ", ".join(f"{name} = {b[name]}" for name in result["axes"])
+        seeds = f"{b['seeds']} seed{'s' if b['seeds'] != 1 else ''}"
+        tie = f"; tied within the seeds' spread with {', '.join(b['tied'])}" if b["tied"] else ""
         print(
-            f"best for {b['series']} {b['point']}: {values} (test error {_error(b, cell=False)}, {b['seeds']} seed{'s' if b['seeds'] != 1 else ''})"
+            f"{'lowest' if tie else 'best'} for {b['series']} {b['point']}: {values} (test error {_error(b, cell=False)}, {seeds}){tie}"
         )
     if result["summary"]:
-        print(
-            f"lowest error: {min(result['summary'], key=lambda r: r['test_error_mean'])['point']}; written: {result['csv']}"
-        )
+        low = [r["point"] for r in lowest(result["summary"])]
+        said = low[0] if len(low) == 1 else f"none: {', '.join(low)} tie within the seeds' spread"
+        print(f"lowest error: {said}; written: {result['csv']}")
     for row in (result.get("cka") or {}).get("summary", []):
         print(
             f"CKA {row['series']} {row['point']}: p = {row['p']:.4g}, mean diagonal {row['cka_mean']:.4f} ± {row['cka_std']:.4f} ({row['seeds']} seeds)"

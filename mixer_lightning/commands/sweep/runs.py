@@ -14,18 +14,20 @@ fresh      none of these                          ``mixer fit``, then the test; 
                                                   to ``<run>.aborted-N`` first
 =========  =====================================  ===========================================
 
-Each run goes through the ``mixer`` command itself, in this process (`mixer_lightning.run_mixer`).
+Each fit and test is the ``mixer`` command itself in a process of its own (`run_mixer`), started as the
+console script starts: the command line sits above the sweep, which reaches it as a shell does, not by import.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import signal
+import subprocess
 from pathlib import Path
 
 from filelock import Timeout
 
-from mixer_lightning import run_mixer
 from mixer_lightning.commands.sweep.manifest import (
     FITTED,
     FRESH,
@@ -37,10 +39,35 @@ from mixer_lightning.commands.sweep.manifest import (
     run_state,
 )
 from mixer_lightning.errors import ConfigError, ResourceError
+from mixer_lightning.hardware import mixer_command
 
 EXTRA_ARGS_ENV = "MIXER_ARGS"  # flags for every fit and test of a sweep, e.g. a trainer overlay
 # A point waits this long for its lock: a `sweep status` probing it at that moment lets go at once.
 LOCK_WAIT_S = 2.0
+
+
+# Passed on to the `mixer` child when sent to this process alone. A terminal's Ctrl+C and SLURM's signals reach
+# the whole process group, the child included, directly; a stop signal twice is one stop (tests/test_signals.py).
+FORWARDED = (signal.SIGTERM, signal.SIGHUP)
+
+
+def run_mixer(arguments: list[str]) -> None:
+    """``mixer ARGUMENTS`` as a process of its own in this one's process group, waited for; its failure ends
+    this process with its exit status (its one-line error is already on stderr; 128 + N if signal N ended it)."""
+    process = subprocess.Popen(mixer_command(arguments))
+    handlers = {s: signal.signal(s, lambda signum, frame: process.send_signal(signum)) for s in FORWARDED}
+    try:
+        while True:
+            try:
+                code = process.wait()
+                break
+            except KeyboardInterrupt:  # Ctrl+C reached the child too: it stops (last.ckpt) and ends; wait for it
+                continue
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+    if code:
+        raise SystemExit(code if code > 0 else 128 - code)
 
 
 def fit_arguments(entry: dict, state: str, extra: list[str] = ()) -> list[str] | None:
