@@ -170,7 +170,8 @@ def test_a_run_s_saved_config_is_checked_before_test_imports_from_it(trained, tm
     assert not (copy / "test_metrics.json").exists()
 
 
-def test_a_sweep_manifest_naming_a_text_config_is_checked(tmp_path, capsys, no_this) -> None:
+def test_a_sweep_manifest_naming_a_text_config_is_checked(tmp_path, capfd, no_this) -> None:
+    """(capfd: the point's fit is a `mixer` process of its own, which refuses the config on its stderr.)"""
     sweep = tmp_path / "sweep"
     (sweep / "configs").mkdir(parents=True)  # a manifest's configs lie in the sweep's configs/ (or are refused)
     (sweep / "configs" / "x.txt").write_text(yaml.safe_dump({"trainer": {"callbacks": [ZEN]}}))
@@ -181,8 +182,8 @@ def test_a_sweep_manifest_naming_a_text_config_is_checked(tmp_path, capsys, no_t
         "run_dir": str(sweep / "runs" / "a" / "seed0"),
     }
     (sweep / "sweep.json").write_text(json.dumps({"version": 2, "runs": [run]}))
-    refused(capsys, ["sweep", "point", str(sweep), "a"])
-    assert_this_not_imported(capsys.readouterr().out)
+    assert refused(capfd, ["sweep", "point", str(sweep), "a"]) == "trainer.callbacks"
+    assert_this_not_imported(capfd.readouterr().out)
 
 
 def test_a_package_trusted_earlier_in_the_process_is_not_trusted_later(tmp_path, capsys, monkeypatch) -> None:
