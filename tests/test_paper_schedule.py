@@ -991,7 +991,7 @@ def test_the_page_reads_the_committed_record_as_the_issue_asks(findings, tmp_pat
     assert "**partly, displaced**" in rows["5"] and "lowest at C/S 2.4" in rows["5"] and "next C/S 1.6" in rows["5"]
     assert "−0.82 [−4.57, 2.92] (2 seeds)" in rows["6"]  # the RP's C < S end at 2^16: two seeds, zero inside
     assert "+1.02 [0.65, 1.38]" in rows["4"] and "+1.35, +0.89, +0.85" in rows["4"]  # the means' slope
-    assert "**queued**" in rows["11"] and "lr 0.1 600-epoch and output-only RP arms training" in rows["11"]
+    assert "**queued**" in rows["11"] and "(a) +3.61 ± 5.46 pts, holds; (b) training" in rows["11"]  # rp_regimes.py
     ranks = [line for line in texts["ranks.md"].splitlines() if line.startswith("| 2^16")]
     assert ranks and all(line.endswith("| n/a | n/a |") for line in ranks)  # three points, ends at one m
     verdicts = texts["verdicts.md"]

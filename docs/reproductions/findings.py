@@ -260,11 +260,8 @@ def read_summary(path: Path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------- the tables
 
 
-def omega_table(runs: list[dict]) -> tuple[list[dict], list[dict]]:
-    """RP − normal at each Ω's S ≈ C point: per Ω the two families' final errors and their paired gap, each with
-    its 95 % interval; and per epoch (10, 50, final) the slope of the per-Ω mean gaps against log2 Ω with its
-    interval, beside the increments between successive Ω."""
-    rows, by_epoch = [], defaultdict(dict)
+def centre_finals(runs: list[dict]):
+    """Per Ω (ascending), its S ≈ C point and the two families' final errors by seed, over the seeds both have."""
     for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
         points = grid(runs, exponent, "s_mixer")
         if not points:
@@ -273,9 +270,17 @@ def omega_table(runs: list[dict]) -> tuple[list[dict], list[dict]]:
         where = {"item": "fig5", "omega_exp": exponent, "C": C, "S": S}
         normal, rp = finals(runs, family="s_mixer", **where), finals(runs, family="rp_s_mixer", **where)
         seeds = sorted(set(normal) & set(rp))
-        if not seeds:
-            continue
-        normal, rp = {s: normal[s] for s in seeds}, {s: rp[s] for s in seeds}
+        if seeds:
+            yield exponent, where, {s: normal[s] for s in seeds}, {s: rp[s] for s in seeds}
+
+
+def omega_table(runs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """RP − normal at each Ω's S ≈ C point: per Ω the two families' final errors and their paired gap, each with
+    its 95 % interval; and per epoch (10, 50, final) the slope of the per-Ω mean gaps against log2 Ω with its
+    interval, beside the increments between successive Ω."""
+    rows, by_epoch = [], defaultdict(dict)
+    for exponent, where, normal, rp in centre_finals(runs):
+        C, S, seeds = where["C"], where["S"], list(normal)
         gap = paired(rp, normal)
         by_epoch["final"][exponent] = gap.mean
         for epoch in (10, 50):
@@ -822,7 +827,7 @@ def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> lis
         "RP in the paper's regimes: “RP can prevent the overfitting”",
         "H&K D.7, S.6, S.8",
         "**queued**" if across.startswith("pending") else f"**{across}**",
-        "lr 0.1 600-epoch and output-only RP arms training",
+        regime_headline(HERE / "rp_regimes" / "regimes.csv"),
         "[rules](reproductions/rp_regimes.md)",
     )
     graded = sec34_verdict(runs)
@@ -860,6 +865,20 @@ def claims_table(runs: list[dict], judged: list[dict], timed: list[dict]) -> lis
     for _key, claim, passage, cost, _command in NOT_RUN:
         add("not-run", claim, passage, "not run", human(cost.core_hours(model)), "–")
     return rows
+
+
+def regime_headline(path: Path) -> str:
+    """Row 11's headline: each regime's RP − normal (rp_regimes.py's table), or where its runs stand."""
+    with open(path, newline="") as file:
+        rows = [r for r in csv.DictReader(file) if r["regime"] != "App. C.4" and r["verdict"]]
+    parts = []
+    for row in rows:
+        arm = row["regime"].split(")")[0] + ")"
+        if "provisional" in row["verdict"]:
+            parts.append(f"{arm} training")
+        else:
+            parts.append(f"{arm} {row['RP − normal, points (95 % CI)']} pts, {row['verdict']}")
+    return "; ".join(parts) + "; 2^14, 2 seeds"
 
 
 def readme_lines(runs: list[dict], judged: list[dict], claims: list[dict]) -> str:
@@ -912,16 +931,8 @@ def plot_omega(runs: list[dict], out: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     xs, means = [], []
-    for exponent in sorted({r["omega_exp"] for r in runs if r["item"] == "fig5"}):
-        points = grid(runs, exponent, "s_mixer")
-        if not points:
-            continue
-        C, S, _ = centre_of(points)
-        where = {"item": "fig5", "omega_exp": exponent, "C": C, "S": S}
-        normal, rp = finals(runs, family="s_mixer", **where), finals(runs, family="rp_s_mixer", **where)
-        gaps = [100 * (rp[s] - normal[s]) for s in sorted(set(rp) & set(normal))]
-        if not gaps:
-            continue
+    for exponent, _, normal, rp in centre_finals(runs):
+        gaps = [100 * (rp[s] - normal[s]) for s in normal]
         interval = mean_ci(gaps)
         xs.append(exponent)
         means.append(interval.mean)

@@ -182,7 +182,7 @@ def argument_error(error: argparse.ArgumentError, cli: Any, args: list[str]) -> 
     command = args[0] if args and args[0] in ("fit", *EVALUATIONS) else None
     taken = option_names(cli, command) if command else []
     line = one_line_argument_error(error, args, taken)
-    if f"--{line.field}" not in args:  # not a flag's: perhaps a key a --config file sets
+    if line.field not in {arg[2:].split("=")[0] for arg in args}:  # not a flag's (--k v, --k=v): a --config key?
         in_file = one_line_argument_error(error, [f"--{key}" for key in config_keys(args)])
         line = in_file if in_file.field != "arguments" else line
     candidates = [*taken, *(f"model.net.{name}" for name in class_arguments("model.net"))]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from importlib.util import find_spec
+import sys
 
 from mixer_lightning.seam import ignore_warning
 
@@ -20,8 +20,9 @@ _SHARED_LOGGERS = [f"lightning.{part}.utilities.rank_zero" for part in ("pytorch
 
 @functools.cache
 def _lightning_folder() -> str:
-    spec = find_spec("lightning")
-    return os.path.join(list(spec.submodule_search_locations)[0], "") if spec else "<no lightning>"
+    # Called on a record of Lightning's loggers, so Lightning is imported by then.
+    lightning = sys.modules.get("lightning")
+    return os.path.join(list(lightning.__path__)[0], "") if lightning else "<no lightning>"
 
 
 class _LightningInfo(logging.Filter):
