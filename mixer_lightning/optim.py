@@ -53,16 +53,16 @@ class WarmupDecayLR(LRScheduler):
         self.warmup_start_lr = warmup_start_lr
         self.decay = decay
         self.min_lr = min_lr
-        self.total_steps = total_steps
-        self.steps_per_epoch = steps_per_epoch
+        self.total_steps = self.total_steps_arg = total_steps
+        self.steps_per_epoch = self.steps_per_epoch_arg = steps_per_epoch
         super().__init__(optimizer, last_epoch)
 
     def set_training_length(self, total_steps: int, steps_per_epoch: int) -> None:
-        """Called by the Lightning module before training with the trainer's step counts."""
-        if self.total_steps is None:
-            self.total_steps = total_steps
-        if self.steps_per_epoch is None:
-            self.steps_per_epoch = steps_per_epoch
+        """Called by the Lightning module as training starts, a resumed fit's included, with the trainer's step
+        counts: the schedule's length is the config's (a resume with a larger max_epochs decays over the new
+        length, not the checkpoint's, whose end would leave the added epochs at min_lr)."""
+        self.total_steps = total_steps if self.total_steps_arg is None else self.total_steps_arg
+        self.steps_per_epoch = steps_per_epoch if self.steps_per_epoch_arg is None else self.steps_per_epoch_arg
 
     @property
     def warmup_length(self) -> int:

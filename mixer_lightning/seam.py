@@ -35,7 +35,7 @@ LIBRARY_WARNINGS: dict[str, tuple[str, str]] = {
     "log_interval": ("lightning.pytorch.loops.fit_loop", r"is smaller than the logging interval"),
     # an evaluation needs the weights only, not the fit's callbacks
     "checkpoint_callbacks": ("lightning.pytorch.trainer.call", r"callbacks used to create the checkpoint need to"),
-    # a resumed run's checkpoints folder holds its checkpoints
+    # a resumed run's checkpoints folder holds its checkpoints; a folder of the user's own, its lock file
     "checkpoint_folder": ("lightning.pytorch.callbacks.model_checkpoint", r"Checkpoint directory .* exists and is not"),
 }
 

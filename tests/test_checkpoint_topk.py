@@ -58,3 +58,30 @@ def test_top_k_with_one_fixed_filename_is_refused(capsys) -> None:
     args = ["fit", "--config", TINY, "--checkpoint.filename", "fixed", "--checkpoint.save_top_k", "2"]
     assert error_field(capsys, args) == "checkpoint.filename"
     assert not Path("runs").exists()
+
+
+def test_the_checkpoint_mode_follows_the_monitor(capsys) -> None:
+    """``--checkpoint.monitor val/loss`` alone kept the highest loss as best.ckpt (the mode stayed ``max``): the
+    mode follows the monitor; a metric that is neither an accuracy nor a loss must say which way is better."""
+    main(["fit", "--config", TINY, "--config", CSV, "--trainer.max_epochs", "4", "--checkpoint.monitor", "val/loss"])
+    (run,) = run_dirs("digits_mixer")
+    losses = logged(run, "val/loss")
+    assert read_json(run / "fit_summary.json")["best_score"] == pytest.approx(min(losses.values()), rel=1e-6)
+    args = ["fit", "--config", TINY, "--checkpoint.monitor", "val/ece"]
+    assert error_field(capsys, args) == "checkpoint.mode"
+
+
+def test_a_checkpoint_folder_of_ones_own_belongs_to_one_run(capsys) -> None:
+    """Two fits with one ``--checkpoint.dirpath``: the second replaced the first's best.ckpt (fixed name, no
+    version counter), which the first's fit_summary.json still named. Refused; one writer at a time."""
+    from filelock import FileLock
+
+    folder = ["--checkpoint.dirpath", "shared", "--trainer.max_epochs", "1"]
+    main(["fit", "--config", TINY, *folder])
+    kept = Path("shared/best.ckpt").read_bytes()
+    assert error_field(capsys, ["fit", "--config", TINY, *folder]) == "checkpoint.dirpath"
+    assert Path("shared/best.ckpt").read_bytes() == kept and len(run_dirs("digits_mixer")) == 1
+    Path("free").mkdir()
+    with FileLock("free/.mixer.lock"):  # another process's fit into it
+        args = ["fit", "--config", TINY, "--checkpoint.dirpath", "free", "--trainer.max_epochs", "1"]
+        assert error_field(capsys, args, code=1) == "checkpoint.dirpath"

@@ -743,6 +743,12 @@ CATALOGUE = [
         2,
         "ckpt_path",
     ),
+    (
+        "a monitor neither an accuracy nor a loss",
+        ["fit", "--config", TINY, "--checkpoint.monitor", "val/ece"],
+        2,
+        "checkpoint.mode",
+    ),  # fmt: skip
     ("push into a folder of other files", ["push", "--ckpt_path", "{good}", "--out", "{with_a_key}"], 2, "out"),
 ]
 

@@ -36,6 +36,22 @@ def test_a_resume_with_another_learning_rate_or_weight_decay_is_refused(capsys: 
     assert (run / "config.resume1.yaml").is_file()
 
 
+def test_a_resume_with_more_epochs_trains_them_on_the_configs_schedule() -> None:
+    """The schedule kept the checkpoint's length: a resume with a larger max_epochs trained the added epochs at
+    lr 0 (AdamW at lr 0 leaves the weights bit-identical) and said it had trained them."""
+    short = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1"]
+    schedule = ["--model.lr_scheduler", "mixer_lightning.optim.WarmupDecayLR"]
+    main(["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), *short, *schedule, "--trainer.max_epochs", "1"])
+    (run,) = run_dirs("digits_mixer")
+    before = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    config = ["--config", str(run / "config.yaml"), *short, "--trainer.max_epochs", "3", "--ckpt_path", "last"]
+    main(["fit", *config])
+    after = torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)
+    assert after["global_step"] == 6 and after["lr_schedulers"][0]["total_steps"] == 6
+    weights = [key for key in before["state_dict"] if key.startswith("net.")]
+    assert all(not torch.equal(before["state_dict"][key], after["state_dict"][key]) for key in weights)
+
+
 def test_a_resume_onto_other_data_is_refused_and_a_copy_of_the_same_data_resumes(
     capsys: pytest.CaptureFixture,
 ) -> None:

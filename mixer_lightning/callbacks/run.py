@@ -151,12 +151,22 @@ class Run:
                 f"{str(self.directory)!r} holds a run already; it is not overwritten",
                 "resume it with --ckpt_path last, or choose another version (or none: the next free one)",
             )
+        # A checkpoint folder of the user's own belongs to one run: a new fit would replace another's best.ckpt
+        # (the counter that versions file names is off: best.ckpt is a fixed name), which its summary names.
+        best = trainer.checkpoint_callback
+        folder = Path(best.dirpath) if best is not None and best.dirpath and "://" not in str(best.dirpath) else None
+        if folder is not None and not self.ckpt_path and any(folder.glob("*.ckpt")):
+            raise ConfigError("checkpoint.dirpath", f"{str(folder)!r} holds another run's checkpoints; they are kept",
+                              "give a folder of this run's own, or none (the run's checkpoints/)")  # fmt: skip
         if not self.directory.exists():  # a run that fails while it is set up leaves no directory behind
             self.held.append(NewRun(self.directory))
         if self.directory.is_dir():  # a run resumed, or a version pinned: one writer at a time
             self.held.append(lock_run(self.directory))
-            for folder in (self.directory, self.directory / "checkpoints"):
-                remove_orphans(folder)
+            for path in (self.directory, self.directory / "checkpoints"):
+                remove_orphans(path)
+        if folder is not None:
+            self.held.append(lock_run(folder, "checkpoint.dirpath"))
+            ignore_warning("checkpoint_folder")  # its lock file: it holds no other run's checkpoints (above)
         mark_run(self.directory, self.key)  # under SLURM: by which the requeued job's same command finds this run
 
     def finish(self, trainer: Any, metrics: dict[str, float], evaluated: dict | None) -> None:
@@ -237,7 +247,7 @@ def config_name(run_dir: Path, command: str) -> str:
     return next(name for n in count(1) if not (run_dir / (name := f"config.{stem}{n}.yaml")).exists())
 
 
-def lock_run(run_dir: Path) -> FileLock:
+def lock_run(run_dir: Path, field: str = "trainer.logger") -> FileLock:
     """Hold ``<run_dir>/.mixer.lock``: a second process writing the same run is refused in one line."""
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = FileLock(run_dir / LOCK_NAME)
@@ -245,7 +255,7 @@ def lock_run(run_dir: Path) -> FileLock:
         lock.acquire(timeout=0)
     except Timeout:
         raise ResourceError(
-            "trainer.logger", f"the run {str(run_dir)!r} is being written by another process", "wait for it to end"
+            field, f"{str(run_dir)!r} is being written by another process", "wait for it to end"
         ) from None
     return lock
 

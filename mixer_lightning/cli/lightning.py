@@ -73,7 +73,8 @@ class MixerCLI(LightningCLI):
         # best.ckpt by val/acc1 (top-k: k files, best.ckpt the best); last.ckpt is step_checkpoint's, written only
         # where a resumed run continues exactly, and on SIGTERM: `mixer fit ... --ckpt_path last` goes on.
         parser.add_class_arguments(BestCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.monitor": "val/acc1", "checkpoint.mode": "max", "checkpoint.filename": "best"})
+        # checkpoint.mode: none given, it follows the monitor (`monitor_mode`); Lightning's "min" would rank val/acc1 upside down
+        parser.set_defaults({"checkpoint.monitor": "val/acc1", "checkpoint.mode": None, "checkpoint.filename": "best"})
         parser.set_defaults({"checkpoint.enable_version_counter": False})
         parser.add_class_arguments(ResumeCheckpoint, "step_checkpoint")
         parser.add_class_arguments(LearningRateMonitor, "lr_monitor")
@@ -103,6 +104,7 @@ class MixerCLI(LightningCLI):
             self.save_config_callback = None  # no run to record it in: not a config.yaml in the working directory
         self.save_config_kwargs["config_filename"] = self.run.config_name
         best = config.checkpoint  # top-k under one fixed name: each file would replace the one before
+        best.mode = best.mode or monitor_mode(best.monitor)
         if best.save_top_k not in (0, 1) and "{" not in (best.filename or "{") and best.filename != BEST_NAME:
             raise ConfigError("checkpoint.filename", f"{best.filename!r} names one file for {best.save_top_k} checkpoints",
                               "put {epoch} in it, or keep the default")  # fmt: skip
@@ -172,6 +174,17 @@ class MixerCLI(LightningCLI):
 
 def metrics(trainer: Any, stage: str) -> dict[str, float]:
     return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
+
+
+def monitor_mode(monitor: str | None) -> str:
+    """The checkpoint mode that keeps the best of `monitor`: ``max`` of an accuracy, ``min`` of a loss; another
+    metric must say which it is."""
+    name = (monitor or "").rsplit("/", 1)[-1]
+    if monitor is None or "acc" in name:
+        return "max"
+    if "loss" in name:
+        return "min"
+    raise ConfigError("checkpoint.mode", f"is {monitor!r} better high or low?", "give --checkpoint.mode max or min")
 
 
 def argument_error(error: argparse.ArgumentError, cli: Any, args: list[str]) -> ConfigError:
