@@ -145,6 +145,27 @@ def test_debug_shows_the_traceback() -> None:
     assert any(isinstance(e, ConfigError) and e.field.endswith("patch_size") for e in chain)
 
 
+@pytest.mark.parametrize(
+    ("flag", "raised"),
+    [
+        (["--model.optimizer.lr", "-1"], "ValueError"),  # torch's AdamW
+        (["--checkpoint.save_top_k", "-5"], "MisconfigurationException"),  # Lightning's ModelCheckpoint
+        (["--seed_everything", "-5"], "ValueError"),  # numpy's seed
+    ],
+)
+def test_a_librarys_error_is_its_type_and_first_line(
+    capsys: pytest.CaptureFixture[str], flag: list[str], raised: str
+) -> None:
+    """A value a library refuses was its full traceback (docs/reliability.md says `mixer` prints its first line)."""
+    assert error_field(capsys, ["fit", "--config", TINY, *ONE_EPOCH, *flag], code=1) == raised
+
+
+def test_an_error_raised_inside_the_package_is_a_bug_and_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("mixer_lightning.cli.lightning.fit_summary", None)  # called after the fit: a TypeError here
+    with pytest.raises(TypeError):
+        main(["fit", "--config", TINY, *ONE_EPOCH, "--trainer.limit_train_batches", "1"])
+
+
 def test_an_optimiser_switched_by_a_flag_takes_its_own_defaults() -> None:
     main(["fit", "--config", TINY, *ONE_EPOCH, "--model.optimizer", "torch.optim.SGD", "--model.optimizer.lr", "0.1"])
     states = torch.load(run_dirs("digits_mixer")[0] / "checkpoints" / "last.ckpt", weights_only=True)

@@ -5,7 +5,7 @@ project's own commands (`mixer_lightning.commands`). `main` is the console scrip
 
 Errors a user can act on are one line, ``mixer: error: FIELD: problem; fix``: status 2 for the input (a
 `ConfigError`, jsonargparse's argument errors), 1 for the machine or the run (`ResourceError`,
-`TrainingError`, an unwritable path); a run stopped by SIGTERM or SLURM's requeue signal at a resumable point
+`TrainingError`, an unwritable path, a library's own error: its type and first line); a run stopped by SIGTERM or SLURM's requeue signal at a resumable point
 is one line with status 128 + the signal. ``--debug`` (or ``MIXER_DEBUG=1``) shows the traceback instead.
 """
 
@@ -16,10 +16,15 @@ import contextvars
 import difflib
 import os
 import sys
+import sysconfig
+from pathlib import Path
 
 from mixer_lightning.commands import COMMANDS, run_command, summary
 from mixer_lightning.errors import ConfigError, ResourceError, Stopped, TrainingError, argument_error
 
+PACKAGE = Path(__file__).resolve().parents[1]  # mixer_lightning/
+# Where installed libraries and the standard library live (a user's own callback elsewhere keeps its traceback).
+LIBRARIES = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
 LIGHTNING_COMMANDS = {
     "fit": "train a model: mixer fit --config CONFIG.yaml (resume: --ckpt_path last)",
     "validate": "evaluate a checkpoint on the validation split (val_metrics.json, in its run directory)",
@@ -90,7 +95,20 @@ def one_line(error: BaseException, argv: list[str] = ()) -> tuple[str, int] | No
         if isinstance(error, OSError) and error.filename is not None:  # a full disk, a path we may not write
             return f"mixer: error: {error.filename}: {error.strerror}", 1
         error = error.__cause__ or error.__context__
-    return None
+    return library_line(seen[0])
+
+
+def library_line(error: BaseException) -> tuple[str, int] | None:
+    """A library's own error (raised in torch, Lightning, PIL… from a value it was given) is its type and first
+    line, status 1; one raised in this package or in a user's own code is a bug, None: its traceback."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = Path(frame.tb_frame.f_code.co_filename).resolve() if frame is not None else PACKAGE
+    if where.is_relative_to(PACKAGE) or not any(where.is_relative_to(folder) for folder in LIBRARIES):
+        return None
+    first = next(iter(str(error).strip().splitlines()), "")
+    return f"mixer: error: {type(error).__name__}: {first}; --debug shows the traceback", 1
 
 
 def main(args: list[str] | None = None) -> None:
