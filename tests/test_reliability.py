@@ -450,7 +450,11 @@ def _checkpoint_files(tmp: Path) -> dict[str, str]:
     weights = torch.load(good, weights_only=True)
     next(v for k, v in weights["state_dict"].items() if k.startswith("net.")).view(-1)[0] = float("nan")
     torch.save(weights, non_finite)
+    weights_only = tmp / "weights_only.ckpt"  # weights and hyper-parameters, no training state (issue 60, item 8)
+    checkpoint = torch.load(good, weights_only=True)
+    torch.save({key: checkpoint[key] for key in ("state_dict", "hyper_parameters")}, weights_only)
     return {
+        "weights_only": str(weights_only),
         "good": good,
         "good_best": str(Path(good).with_name("best.ckpt")),
         "listed": str(listed),
@@ -743,6 +747,7 @@ CATALOGUE = [
         2,
         "ckpt_path",
     ),
+    ("weights only as a resume", ["fit", "--config", TINY, "--ckpt_path", "{weights_only}"], 2, "ckpt_path"),
     (
         "a monitor neither an accuracy nor a loss",
         ["fit", "--config", TINY, "--checkpoint.monitor", "val/ece"],

@@ -51,6 +51,7 @@ class Run:
         self.record: dict | None = None  # the checkpoint an evaluation's results are of
         self.results: Path | None = None
         self.limited = False  # an evaluation of part of the split
+        self.resumable = False  # the checkpoint read holds Lightning's training state, not only weights
 
     @property
     def fingerprint(self) -> Any:
@@ -64,6 +65,7 @@ class Run:
         if self.checkpoint is None or self.ckpt_path != str(path):
             checkpoint = read_checkpoint(path)
             self.ckpt_path, self.checkpoint = str(path), {key: checkpoint[key] for key in KEPT if key in checkpoint}
+            self.resumable = "optimizer_states" in checkpoint and "pytorch-lightning_version" in checkpoint
         return self.checkpoint
 
     def resolve(self, command: str, config: Any) -> None:
@@ -85,6 +87,9 @@ class Run:
         if config.get("ckpt_path"):
             self.read(config.ckpt_path)
             self.directory = run_dir_of_checkpoint(config.ckpt_path)
+            if command == "fit" and not self.resumable:  # (Lightning's restore: a KeyError on its version key)
+                raise ConfigError("ckpt_path", f"{config.ckpt_path!r} holds weights, not a run to resume",
+                                  f"start from them with --model.init_from {config.ckpt_path}")  # fmt: skip
 
     def configure(self, config: Any) -> bool:
         """Complete the config before the classes are built: the fit's optimiser as given (`RunFingerprint`
