@@ -115,3 +115,23 @@ def test_report_sets_ordinary_runs_side_by_side(trained, capsys: pytest.CaptureF
     assert out.startswith("run ") and "val: the held-out validation images" in out
     Path("empty").mkdir()
     assert error_field(capsys, ["sweep", "report", "empty"]) == "directories"  # neither a sweep nor runs
+
+
+def test_report_gives_the_whole_test_of_the_checkpoint_the_fit_named(trained, capsys: pytest.CaptureFixture) -> None:
+    """A 1-batch test of last.ckpt (test_metrics.json) was the run's figure beside the full test of best.ckpt,
+    the checkpoint fit_summary.json names; a fit_summary.json cut short was a traceback."""
+    import shutil
+
+    run = Path("runs/copy/version_0")
+    shutil.copytree(Path(trained("mixer")).parent.parent, run)
+    main(["test", "--ckpt_path", str(run / "checkpoints/last.ckpt"), "--trainer.limit_test_batches", "1"])
+    main(["test", "--ckpt_path", str(run / "checkpoints/best.ckpt")])
+    assert json.loads((run / "fit_summary.json").read_text())["test_checkpoint"] == "checkpoints/best.ckpt"
+    for cut in (False, True):
+        if cut:
+            (run / "fit_summary.json").write_text('{"epochs": 1, "para')
+        capsys.readouterr()
+        main(["sweep", "report", str(run), "--out", "side", "--json"])
+        (row,) = json.loads(capsys.readouterr().out)["runs"]
+        assert row["tested"] == "checkpoints/best.ckpt"
+        assert row["test_acc1"] == pytest.approx(accuracy(run / "checkpoints/best.ckpt", run / "config.yaml", "test"))
