@@ -122,6 +122,11 @@ def test_sweep_report_figures(drawn, capsys: pytest.CaptureFixture) -> None:
     assert len(heights) == len(ax.get_xticks()) == 2 and all(h > 0 for h in heights)  # tf, ft: no empty false/true
     assert tick_labels(ax) == ["tf", "ft"]
     assert ax.get_title() == "d5: SMixer, digits, 2 epochs"  # what was trained, from the runs' config
+    for run in json.loads(Path("d5/sweep.json").read_text())["runs"]:  # trained for 1 ($MIXER_ARGS): said so
+        if Path(run["run_dir"]).is_dir():
+            Path(run["run_dir"], "config.yaml").write_text("trainer:\n  max_epochs: 1\n")
+    main(["sweep", "report", "d5"])
+    assert plot_axes(figure(drawn, "error_by_permute.png"))[0].get_title() == "d5: SMixer, digits, 1 epoch"
     assert ax.get_ylabel() == "test error (mean ± std over 2 seeds)"
 
     for epochs in (1, 3):

@@ -36,6 +36,15 @@ def test_a_resume_with_another_learning_rate_or_weight_decay_is_refused(capsys: 
     assert (run / "config.resume1.yaml").is_file()
 
 
+def test_a_resume_with_another_label_smoothing_or_layer_decay_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """Lightning parses the checkpoint's hyper-parameters over the model: the flags were replaced unseen."""
+    main(["fit", *TINY, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"])
+    resume = ["fit", *TINY, "--trainer.max_epochs", "2", "--trainer.limit_train_batches", "2", "--ckpt_path", "last"]
+    assert error_field(capsys, [*resume, "--model.label_smoothing", "0.1"]) == "model.label_smoothing"
+    assert error_field(capsys, [*resume, "--model.layer_decay", "0.5"]) == "model.layer_decay"
+    main(resume)
+
+
 def test_a_resume_with_more_epochs_trains_them_on_the_configs_schedule() -> None:
     """The schedule kept the checkpoint's length: a resume with a larger max_epochs trained the added epochs at
     lr 0 (AdamW at lr 0 leaves the weights bit-identical) and said it had trained them."""

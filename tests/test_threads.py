@@ -191,11 +191,15 @@ def test_emitted_scripts_requeue_activate_and_name_no_path_of_this_machine(tmp_p
     elsewhere.mkdir()
     slurm_env = {**env, "SLURM_SUBMIT_DIR": str(tmp_path), "SLURM_ARRAY_TASK_ID": "1", "MIXER_VENV": "none"}
     subprocess.run(["bash", str(tmp_path / "sweeps/tiny/slurm_array.sh")], cwd=elsewhere, env=slurm_env, check=True)
+    # an exported MIXER_ARGS adds to the overlays (it replaced them: the array trained on the CPU)
+    slurm_env["MIXER_ARGS"] = "--trainer.max_epochs 2"
+    subprocess.run(["bash", str(tmp_path / "sweeps/tiny/slurm_array.sh")], cwd=elsewhere, env=slurm_env, check=True)
     subprocess.run(["bash", "../sweeps/tiny/run_all.sh"], cwd=elsewhere, env=env, check=True)
     calls = [line.split("|") for line in Path(env["CALLS"]).read_text().splitlines()]
-    assert calls[0] == [str(tmp_path), "sweep point sweeps/tiny C8_S12_seed0", "--config configs/trainer/gpu.yaml "
-                        "--config configs/trainer/slurm.yaml"]  # fmt: skip
-    assert [c[:2] for c in calls[1:]] == [[str(tmp_path), "sweep point sweeps/tiny C4_S20_seed0"],
+    overlays = "--config configs/trainer/gpu.yaml --config configs/trainer/slurm.yaml"
+    assert calls[0] == [str(tmp_path), "sweep point sweeps/tiny C8_S12_seed0", overlays]
+    assert calls[1] == [str(tmp_path), "sweep point sweeps/tiny C8_S12_seed0", overlays + " --trainer.max_epochs 2"]
+    assert [c[:2] for c in calls[2:]] == [[str(tmp_path), "sweep point sweeps/tiny C4_S20_seed0"],
                                           [str(tmp_path), "sweep point sweeps/tiny C8_S12_seed0"],
                                           [str(tmp_path), "sweep report sweeps/tiny"]]  # fmt: skip
 

@@ -33,6 +33,8 @@ from mixer_lightning.seam import ignore_warning
 EVALUATIONS = ("validate", "test", "predict")
 LOCK_NAME = ".mixer.lock"
 RESULTS = {"validate": "val_metrics.json", "test": "test_metrics.json"}
+# The module's arguments, beside the optimiser's, that a resumed fit must give as its run trained with them.
+TRAINING_ARGUMENTS = ("scheduler_interval", "label_smoothing", "layer_decay")
 # What a command keeps of the checkpoint it reads (the optimiser's state is Lightning's to restore).
 KEPT = ("state_dict", "hyper_parameters", "data", "epoch", "global_step", RUN_KEY)
 
@@ -90,6 +92,12 @@ class Run:
             if command == "fit" and not self.resumable:  # (Lightning's restore: a KeyError on its version key)
                 raise ConfigError("ckpt_path", f"{config.ckpt_path!r} holds weights, not a run to resume",
                                   f"start from them with --model.init_from {config.ckpt_path}")  # fmt: skip
+            if command == "fit":  # Lightning would replace these by the checkpoint's, unseen (as the optimiser's)
+                trained = self.checkpoint.get("hyper_parameters") or {}
+                for key in TRAINING_ARGUMENTS:
+                    if key in trained and config.model.get(key) != trained[key]:
+                        raise ConfigError(f"model.{key}", f"the run trained with {trained[key]!r}, not {config.model.get(key)!r}",
+                                          f"resume with its value, or start anew from its weights: --model.init_from {config.ckpt_path}")  # fmt: skip
 
     def configure(self, config: Any) -> bool:
         """Complete the config before the classes are built: the fit's optimiser as given (`RunFingerprint`

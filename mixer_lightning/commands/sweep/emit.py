@@ -156,10 +156,10 @@ def scripts(root: Path, runs: list[dict]) -> dict[str, str]:
         "# last.ckpt and requeues its task, which resumes it (configs/trainer/slurm.yaml, docs/usage.md). A finished\n"
         "# run is skipped: submit the array again after a failure and only the unfinished runs train.\n"
         "# MIXER_VENV: the environment with `mixer` (default .venv; or activate yours below).\n"
-        "# MIXER_ARGS: flags for every fit and test (default: the one-GPU and SLURM overlays).\n"
+        "# MIXER_ARGS: flags for every fit and test, after the one-GPU and SLURM overlays (a later --config wins).\n"
         f'set -euo pipefail\ncd "${{MIXER_WORKDIR:-$SLURM_SUBMIT_DIR}}"\n'
         'if [ -f "${MIXER_VENV:-.venv}/bin/activate" ]; then source "${MIXER_VENV:-.venv}/bin/activate"; fi\n'
-        'export MIXER_ARGS="${MIXER_ARGS---config configs/trainer/gpu.yaml --config configs/trainer/slurm.yaml}"\n'
+        'export MIXER_ARGS="--config configs/trainer/gpu.yaml --config configs/trainer/slurm.yaml${MIXER_ARGS:+ $MIXER_ARGS}"\n'
         f"RUNS=({names})\n"
         f'srun mixer sweep point {sweep} "${{RUNS[$SLURM_ARRAY_TASK_ID]}}"\n'
     )

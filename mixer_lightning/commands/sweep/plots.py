@@ -19,6 +19,7 @@ from pathlib import Path
 from mixer_lightning.commands.sweep.axes import format_value
 from mixer_lightning.commands.sweep.grid import network
 from mixer_lightning.commands.sweep.manifest import REFERENCE
+from mixer_lightning.commands.sweep.status import max_epochs_of
 from mixer_lightning.safety.atomic import pyplot, save_figure
 from mixer_lightning.width import optimum
 
@@ -111,10 +112,13 @@ def figure_title(manifests: list[dict], series: list[str], context: str, vary: s
     for manifest in manifests:
         config = _first_config(manifest)
         data = (config.get("data") or {}).get("init_args") or {}
-        epochs = (config.get("trainer") or {}).get("max_epochs")
+        # the epochs the runs trained for (their saved configs: flags such as $MIXER_ARGS included), else the sweep's
+        started = [r for r in manifest.get("runs") or [] if Path(r.get("run_dir", ""), "config.yaml").is_file()]
+        trained = sorted({e for e in map(max_epochs_of, started) if e is not None})
+        epochs = trained or [(config.get("trainer") or {}).get("max_epochs")]
         facts.append({"model": network(config)[0].rsplit(".", 1)[-1], "data": str(data.get("dataset") or "")})
-        if isinstance(epochs, int) and vary != "max_epochs":
-            facts[-1]["epochs"] = f"{epochs} epoch{'s' if epochs != 1 else ''}"
+        if all(isinstance(e, int) for e in epochs) and vary != "max_epochs":
+            facts[-1]["epochs"] = f"{' / '.join(map(str, epochs))} epoch{'s' if epochs != [1] else ''}"
     parts = [" / ".join(dict.fromkeys(f[k] for f in facts if f.get(k))) for k in ("model", "data", "epochs")]
     line = ", ".join(dict.fromkeys(series)) + (f": {', '.join(p for p in parts if p)}" if any(parts) else "")
     return f"{line}\n{context}" if context else line

@@ -38,7 +38,7 @@ def add_status_arguments(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print every run's status as JSON")
 
 
-def _max_epochs(entry: dict) -> int | None:
+def max_epochs_of(entry: dict) -> int | None:
     """``trainer.max_epochs`` of the newest config the run saved (``config.yaml``, ``config.resumeN.yaml``:
     flags such as ``$MIXER_ARGS`` included), else of the sweep's config of the run."""
     run_dir = Path(entry["run_dir"])
@@ -69,7 +69,7 @@ def run_status(entry: dict) -> dict:
         "phase": "running" if running else STATE_WORDS[state].split(",")[0],
         "running": running,
         "epochs": 0 if last is None else last + 1,
-        "max_epochs": _max_epochs(entry),
+        "max_epochs": max_epochs_of(entry),
         "val_error": None if last is None else 1.0 - log[last][1],
         "test_error": None if metrics is None else 1.0 - metrics["test/acc1"],
         "seconds_per_epoch": statistics.median(gaps[-PACE_EPOCHS:]) if gaps else None,
