@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from helpers import TEST_CONFIGS, error_field, run_dirs
-from helpers.fakedata import write_wds
+from helpers.fakedata import write_image_folder, write_wds
 from mixer_lightning.callbacks.checkpoints import RUN_KEY
 from mixer_lightning.cli import main
 
@@ -76,6 +76,26 @@ def test_a_resume_onto_other_data_is_refused_and_a_copy_of_the_same_data_resumes
     main([*resume, "--data.root", "copy"])
     (run,) = run_dirs("wds")
     assert torch.load(run / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] == 4
+
+
+def test_a_resume_onto_other_images_of_the_same_counts_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """Data were known by split arguments and counts: a folder of other images, or of other class names, with
+    the same counts resumed (last.ckpt then claimed the new class names), and so did another --data.mean."""
+    import shutil
+
+    write_image_folder(Path("a"), classes=2, per_class=3)
+    write_image_folder(Path("other_images"), classes=2, per_class=3, size=(40, 48))
+    shutil.copytree("a", "renamed")
+    Path("renamed/train/n00000001").rename("renamed/train/cats")
+    Path("renamed/val/n00000001").rename("renamed/val/cats")
+    shutil.copytree("a", "copy")
+    folder = [*TINY, "--data.dataset", "folder", "--data.image_size", "16", "--data.num_workers", "0"]
+    main(["fit", *folder, "--data.root", "a", "--trainer.max_epochs", "1"])
+    resume = ["fit", *folder, "--trainer.max_epochs", "2", "--ckpt_path", "last"]
+    for root in ("other_images", "renamed"):
+        assert error_field(capsys, [*resume, "--data.root", root]) == "data.root", root
+    assert error_field(capsys, [*resume, "--data.root", "a", "--data.mean", "[0.5,0.5,0.5]"]) == "data.mean"
+    main([*resume, "--data.root", "copy"])  # the same images elsewhere: the same run
 
 
 def test_a_resume_with_another_seed_is_refused_and_checkpoints_record_the_seed(capsys: pytest.CaptureFixture) -> None:

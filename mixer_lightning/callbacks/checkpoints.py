@@ -314,7 +314,8 @@ def settings(factory: Any, flag: str) -> dict[str, Any]:
 
 def fingerprint(datamodule: Any, pl_module: LightningModule) -> dict[str, Any]:
     """What makes a run the run it is beyond what Lightning restores (`RunFingerprint`): the data (the arguments
-    that split it, the size of each split, the digest of a packed dataset's manifest) and the optimiser and
+    that split it, the size of each split, the digest of a packed dataset's manifest, of an image folder's or
+    shard set's training files, its class names and normalisation) and the optimiser and
     schedule (a resumed run restores their state, learning rate and weight decay included, from the checkpoint)."""
     found: dict[str, Any] = {}
     hparams = dict(getattr(datamodule, "hparams", None) or {})
@@ -329,6 +330,15 @@ def fingerprint(datamodule: Any, pl_module: LightningModule) -> dict[str, Any]:
             sizes[split] = None
     found["data.sizes"] = sizes
     source = getattr(datamodule, "source", None)
+    if getattr(source, "content", None) is not None:  # other images under the same names and counts
+        found["data.content"] = source.content
+    if hasattr(datamodule, "num_classes"):  # what the labels mean, and what the network sees of the pixels
+        from mixer_lightning.data.predict import class_names
+
+        found["data.class_names"] = class_names(datamodule)
+    for name in ("mean", "std"):
+        if getattr(datamodule, name, None) is not None:
+            found[f"data.{name}"] = [float(v) for v in getattr(datamodule, name)]
     if getattr(source, "sharded", False) and hparams.get("root"):
         from mixer_lightning.data.manifest import MANIFEST
         from mixer_lightning.safety.atomic import sha256_file
@@ -360,7 +370,8 @@ class RunFingerprint(Callback):
         saved = self.resumed if isinstance(self.resumed, dict) else {}  # older checkpoints recorded none
         for key in (key for key in saved if key in self.current):
             if saved[key] != self.current[key]:
-                field = "data.root" if key in ("data.sizes", "data.manifest") else key  # the same arguments, other data
+                other_data = ("data.sizes", "data.manifest", "data.content", "data.class_names")  # the same arguments
+                field = "data.root" if key in other_data else key
                 raise ConfigError(
                     field,
                     f"{self.current[key]!r} differs from {saved[key]!r} of the run being resumed ({self.ckpt_path})",

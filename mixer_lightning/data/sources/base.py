@@ -3,7 +3,9 @@ splits as datasets of ``(image, label)`` pairs (`DatasetSource.load`)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -83,6 +85,7 @@ class DatasetSource:
     square: bool = True  # images of one square side (else data.image_size must be given)
     test_is_val: bool = False  # no test split of its own: the test split is the validation split
     statistics_note: str | None = None  # said once when `info.mean/std` are a guess a user should check
+    content: str | None = None  # a digest of the training files' names (relative), sizes and labels, where known
 
     def __init__(self, root: str, download: bool):
         self.root = root
@@ -101,3 +104,11 @@ class DatasetSource:
         if self.has_val and self.test_is_val:
             return f"{self.name}'s test split is its validation split"
         return None
+
+
+def digest(lines: Iterable[str]) -> str:
+    """The sha256 of `lines` (a dataset's content, as its source lists it), 16 hex digits."""
+    hashed = hashlib.sha256()
+    for line in lines:
+        hashed.update(line.encode("utf-8", "surrogateescape") + b"\n")
+    return hashed.hexdigest()[:16]

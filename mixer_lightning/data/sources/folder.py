@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from torch.utils.data import Dataset
 
-from mixer_lightning.data.sources.base import DatasetSource, image_size_of, natural_info
+from mixer_lightning.data.sources.base import DatasetSource, digest, image_size_of, natural_info
 from mixer_lightning.errors import ConfigError, require
 
 
@@ -89,9 +89,11 @@ class Folder(DatasetSource):
         # sample, by its most direct path (a loop reaches other classes' images from inside a class folder); a
         # path too deep in a loop to open (ELOOP) is none.
         direct: dict[tuple[int, int], str] = {}
+        sizes: dict[str, int] = {}
         for path, _ in dataset.samples:
             with contextlib.suppress(OSError):
-                key = (os.stat(path).st_dev, os.stat(path).st_ino)
+                info = os.stat(path)
+                key, sizes[path] = (info.st_dev, info.st_ino), info.st_size
                 direct[key] = min(direct.get(key, path), path, key=lambda p: (p.count(os.sep), p))
         kept = set(direct.values())
         samples = [(path, label) for path, label in dataset.samples if path in kept]
@@ -106,6 +108,8 @@ class Folder(DatasetSource):
             "data.root",
             f"the class folders of {folder} differ from those of {Path(self.root) / 'train'}",
         )
+        if split == "train":  # what the images are, wherever the folder lies (a resume's `RunFingerprint`)
+            self.content = digest(f"{os.path.relpath(p, folder)}\0{sizes.get(p)}\0{label}" for p, label in samples)
         return dataset
 
 

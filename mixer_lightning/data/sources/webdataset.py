@@ -15,7 +15,7 @@ from torch.utils.data import Dataset
 
 from mixer_lightning.data.manifest import read_manifest
 from mixer_lightning.data.shards import ShardIndex, find_shards, index_split
-from mixer_lightning.data.sources.base import DatasetSource, image_size_of, natural_info, say
+from mixer_lightning.data.sources.base import DatasetSource, digest, image_size_of, natural_info, say
 from mixer_lightning.errors import require
 
 
@@ -106,6 +106,7 @@ class WebDataset(DatasetSource):
         from mixer_lightning.data.cache import default_cache_dir
 
         self.files = find_shards(root)
+        self.content = digest(f"{path.name}\0{path.stat().st_size}" for path in self.files["train"])
         folder = self.files["train"][0].parent
         cache = Path(cache_dir) if cache_dir else default_cache_dir(str(folder))
         self.indices = {
