@@ -148,12 +148,13 @@ def test_folder_facts_come_from_folder_names_without_opening_an_image(
 def test_hf_facts_decode_one_image_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import datasets
 
+    from mixer_lightning.data.sources import huggingface
+
     root = write_hf(tmp_path / "hf", train=30, test=10)
     decoded = []
-    original = datasets.Image.decode_example
-    monkeypatch.setattr(
-        datasets.Image, "decode_example", lambda self, *a, **k: decoded.append(1) or original(self, *a, **k)
-    )
+    for module, name in ((datasets.Image, "decode_example"), (huggingface, "row_image")):  # datasets' and ours
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, original=original, **k: decoded.append(1) or original(*a, **k))
     data = ImageDataModule("hf", root=str(root))
     assert (data.num_classes, data.image_size, data.in_chans) == (10, 32, 3) and len(decoded) == 1
 

@@ -182,6 +182,17 @@ def test_pack_reads_a_rows_image_path_only_inside_the_dataset(capsys: pytest.Cap
     assert error_field(capsys, ["data", "pack", "hf", "outside", "--shard_size", "10"]) == "source"
     private = Path("private.png").read_bytes()
     assert not any(private in p.read_bytes() for p in Path("outside").glob("*.tar"))
+    # `mixer fit` reads by the same rule, streamed or not (it trained on the private image)
+    fit = ["fit", "--config", str(TEST_CONFIGS / "digits_mixer.yaml"), "--data.dataset", "hf", "--data.root", "hf"]
+    fit += ["--data.val_split", "0", "--data.image_size", "8", "--trainer.max_epochs", "1", "--data.num_workers", "0"]
+    streamed = ["--data.streaming", "true", "--data.num_classes", "2"]
+    for first in ("hf/inside.png", "private.png"):  # the private image first (the dataset's facts) or second
+        write([first, "private.png", "hf/inside.png"])
+        assert error_field(capsys, fit) == "data.root"
+        assert error_field(capsys, [*fit, *streamed]) == "data.root"
+    write(["hf/inside.png"] * 3)
+    main(fit)
+    main([*fit, *streamed, "--trainer.logger.init_args.name", "streamed"])
 
 
 # ---------------------------------------------------- item 10: brace patterns and the index cache

@@ -102,7 +102,7 @@ def hf_source(root: str, image_column: str | None, label_column: str | None) -> 
     columns): the classes and the splits, images read as their stored bytes."""
     import datasets
 
-    from mixer_lightning.data.sources.huggingface import HuggingFace
+    from mixer_lightning.data.sources.huggingface import HuggingFace, dataset_folders, row_image
 
     source = HuggingFace(root, download=True, image_column=image_column, label_column=label_column)
     classes = source.classes or [str(i) for i in range(source.info.num_classes)]
@@ -118,36 +118,10 @@ def hf_source(root: str, image_column: str | None, label_column: str | None) -> 
         labels = [int(v) for v in data.with_format("arrow")[source.label_column].to_pylist()]
 
         def read(indices: Sequence[int], data: Any = data, column: str = source.image_column) -> list[bytes]:
-            return [row_image(row, folders, root) for row in data[list(indices)][column]]
+            return [row_image(row, folders, root, "source") for row in data[list(indices)][column]]
 
         plans.append(SplitPlan(role, labels, [f"{name}/{i}" for i in range(len(labels))], read))
     return classes, plans
-
-
-def dataset_folders(root: str) -> list[Path]:
-    """Where the image files of the Hugging Face dataset `root` may lie: inside its folder (a local dataset),
-    or its download in huggingface_hub's and datasets' caches (a hub id)."""
-    import datasets
-    from huggingface_hub.constants import HF_HUB_CACHE
-
-    if Path(root).is_dir():
-        return [Path(root).resolve()]
-    return [
-        Path(HF_HUB_CACHE, f"datasets--{root.replace('/', '--')}").resolve(),
-        Path(datasets.config.DOWNLOADED_DATASETS_PATH).resolve(),
-    ]
-
-
-def row_image(row: dict, folders: list[Path], root: str) -> bytes:
-    """A row's image (``{"bytes", "path"}``): its bytes, else the file at its path inside `folders`, never
-    another file (a row's path is data: it could name any file of the machine, or a FIFO that never ends)."""
-    if row.get("bytes") is not None:
-        return row["bytes"]
-    path = Path(folders[0], row.get("path") or "").resolve()  # a relative path: inside the dataset
-    inside = row.get("path") and any(path.is_relative_to(folder) for folder in folders) and path.is_file()
-    problem = f"a row's image is no bytes and its path {row.get('path')!r} is no file inside {str(folders[0])!r}"
-    require(bool(inside), "source", problem, f"embed the images' bytes in {root!r}")
-    return path.read_bytes()
 
 
 def _key(position: int, name: str) -> str:

@@ -16,7 +16,6 @@ adds (docs/notes/cluster-data.md):
 
 from __future__ import annotations
 
-import io
 import math
 import warnings
 from collections.abc import Callable, Iterator
@@ -93,10 +92,9 @@ class StreamImages(IterableDataset):
         return label
 
     def _image(self, value: dict) -> Any:
-        from PIL import Image
+        from mixer_lightning.data.sources.huggingface import dataset_folders, open_row_image
 
-        data = value.get("bytes")
-        with Image.open(io.BytesIO(data)) if data is not None else Image.open(value["path"]) as image:
+        with open_row_image(value, dataset_folders(self.root), self.root) as image:  # a path: inside the dataset
             return to_mode(image, self.mode)  # a copy; 16-bit images scaled to 8 bits, not clipped
 
     def _batch(

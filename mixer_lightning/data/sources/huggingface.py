@@ -4,6 +4,7 @@ half a minute; ``HF_HUB_OFFLINE=1`` reads its cache at once."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -113,20 +114,56 @@ def no_test_labels(splits: Any, names: dict[str, str | None], label_column: str,
     require(names["test"] is not None, "data.root", f"no labelled test or validation split in {', '.join(splits)}")
 
 
+def dataset_folders(root: str) -> list[Path]:
+    """Where the image files of the Hugging Face dataset `root` may lie: inside its folder (a local dataset),
+    or its download in huggingface_hub's and datasets' caches (a hub id)."""
+    import datasets
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    if Path(root).is_dir():
+        return [Path(root).resolve()]
+    return [
+        Path(HF_HUB_CACHE, f"datasets--{root.replace('/', '--')}").resolve(),
+        Path(datasets.config.DOWNLOADED_DATASETS_PATH).resolve(),
+    ]
+
+
+def row_image(row: dict, folders: list[Path], root: str, field: str = "data.root") -> bytes:
+    """A row's image (``{"bytes", "path"}``, its column read with ``Image(decode=False)``): its bytes, else the
+    file at its path inside `folders`, never another file (a row's path is data: it could name any file of the
+    machine, or a FIFO that never ends). The one rule of every reader of a Hugging Face dataset."""
+    if row.get("bytes") is not None:
+        return row["bytes"]
+    path = Path(folders[0], row.get("path") or "").resolve()  # a relative path: inside the dataset
+    inside = row.get("path") and any(path.is_relative_to(folder) for folder in folders) and path.is_file()
+    problem = f"a row's image is no bytes and its path {row.get('path')!r} is no file inside {str(folders[0])!r}"
+    require(bool(inside), field, problem, f"embed the images' bytes in {root!r}")
+    return path.read_bytes()
+
+
+def open_row_image(row: dict, folders: list[Path], root: str) -> Any:
+    """`row_image` as a PIL image (opened lazily, as `datasets.Image` decodes)."""
+    from PIL import Image
+
+    return Image.open(io.BytesIO(row_image(row, folders, root)))
+
+
 class HFImages(Dataset):
     """(PIL image, label) pairs of a Hugging Face `datasets.Dataset`; `__getitems__` reads a whole batch
     in one Arrow query."""
 
-    def __init__(self, dataset: Any, image_column: str, label_column: str, mode: str):
-        self.dataset = dataset
+    def __init__(self, dataset: Any, image_column: str, label_column: str, mode: str, root: str):
+        self.dataset = dataset  # its image column undecoded: `row_image` reads it
         self.image_column, self.label_column, self.mode = image_column, label_column, mode
+        self.root, self.folders = root, dataset_folders(root)
 
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def _convert(self, image: Any) -> Any:
+    def _convert(self, row: dict) -> Any:
         from mixer_lightning.data.pil_path import to_mode
 
+        image = open_row_image(row, self.folders, self.root)
         return image if image.mode == self.mode else to_mode(image, self.mode)  # 16-bit scaled, not clipped
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
@@ -169,8 +206,10 @@ class HuggingFace(DatasetSource):
             where = f"split {split!r} of {root!r}, column {self.label_column!r}"
             require(0 <= low and high < num_classes, "data.label_column", f"{where} holds labels {low}..{high}")
         self.has_val = self.split_names["val"] not in (None, self.split_names["test"])
+        undecoded = datasets.Image(decode=False)  # a row's path is read only inside the dataset (`row_image`)
+        self.splits = {name: split.cast_column(self.image_column, undecoded) for name, split in self.splits.items()}
         first = self.splits[self.split_names["train"]][0][self.image_column]
-        self.mode, self.square, info = first_image_info(first, num_classes)
+        self.mode, self.square, info = first_image_info(open_row_image(first, dataset_folders(root), root), num_classes)
         self.info, self.statistics_note = hub_statistics(root, self.classes, info)
 
     def _labels(self, split: str) -> tuple[int, int]:
@@ -193,4 +232,6 @@ class HuggingFace(DatasetSource):
         return found["min"].as_py() or 0, found["max"].as_py() or 0
 
     def load(self, split: str) -> Dataset:
-        return HFImages(self.splits[self.split_names[split]], self.image_column, self.label_column, self.mode)
+        return HFImages(
+            self.splits[self.split_names[split]], self.image_column, self.label_column, self.mode, self.root
+        )

@@ -11,10 +11,12 @@ from mixer_lightning.data.sources.base import DatasetSource, first_image_info, s
 from mixer_lightning.data.sources.huggingface import (
     HF_IMAGE_COLUMNS,
     HF_LABEL_COLUMNS,
+    dataset_folders,
     find_column,
     hub_statistics,
     load_hf,
     no_test_labels,
+    open_row_image,
     split_names,
 )
 from mixer_lightning.data.streaming import StreamImages
@@ -61,8 +63,9 @@ class HuggingFaceStream(DatasetSource):
             self.classes = None
         no_test_labels(self.splits, self.split_names, self.label_column, streamed=True)
         self.has_val = self.split_names["val"] not in (None, self.split_names["test"])
-        first = next(iter(train.take(1)))
-        self.mode, self.square, info = first_image_info(first[self.image_column], num_classes)
+        first = next(iter(train.cast_column(self.image_column, datasets.Image(decode=False)).take(1)))
+        first = open_row_image(first[self.image_column], dataset_folders(root), root)  # a path: inside the dataset
+        self.mode, self.square, info = first_image_info(first, num_classes)
         self.info, self.statistics_note = hub_statistics(root, self.classes, info)
         self._sizes: dict[str, int | None] = {}
 
