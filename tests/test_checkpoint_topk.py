@@ -85,3 +85,43 @@ def test_a_checkpoint_folder_of_ones_own_belongs_to_one_run(capsys) -> None:
     with FileLock("free/.mixer.lock"):  # another process's fit into it
         args = ["fit", "--config", TINY, "--checkpoint.dirpath", "free", "--trainer.max_epochs", "1"]
         assert error_field(capsys, args, code=1) == "checkpoint.dirpath"
+
+
+def test_a_moved_or_copied_run_resumes_its_best_checkpoint(capsys) -> None:
+    """Lightning drops the best state of a run whose folder changed: a moved run looked best.ckpt up at its old
+    path, and a copy let a worse epoch replace best.ckpt and hard-linked the original's file into itself. Monitored
+    in reverse (the highest val/loss: an early epoch) so that the best is not the last."""
+    import os
+    import shutil
+
+    reverse = ["--checkpoint.monitor", "val/loss", "--checkpoint.mode", "max"]
+    main(["fit", "--config", TINY, "--config", CSV, "--trainer.max_epochs", "2", *reverse])
+    (run,) = run_dirs("digits_mixer")
+    original = (run / "checkpoints" / "best.ckpt").read_bytes()
+    for name, place in (("copy", shutil.copytree), ("moved", shutil.move)):
+        other = Path("elsewhere", name, "version_0")
+        place(run if name == "moved" else run, other)
+        resume = ["fit", "--config", TINY, "--config", CSV, "--trainer.max_epochs", "4", *reverse]
+        resume += ["--trainer.logger.init_args.save_dir", "elsewhere", "--trainer.logger.init_args.name", name]
+        main([*resume, "--ckpt_path", str(other / "checkpoints" / "last.ckpt")])
+        losses = logged(other, "val/loss")
+        assert sorted(losses) == [0, 1, 2, 3]
+        assert read_json(other / "fit_summary.json")["best_score"] == pytest.approx(max(losses.values()), rel=1e-6)
+        if name == "copy":
+            assert (run / "checkpoints" / "best.ckpt").read_bytes() == original
+            assert not os.path.samefile(run / "checkpoints" / "best.ckpt", other / "checkpoints" / "best.ckpt")
+    # resumed into a run of its own (the config's logger): the other run's best.ckpt is not linked into it
+    main(
+        [
+            "fit",
+            "--config",
+            TINY,
+            "--trainer.max_epochs",
+            "5",
+            *reverse,
+            "--ckpt_path",
+            str(other / "checkpoints/last.ckpt"),
+        ]
+    )
+    (new,) = run_dirs("digits_mixer")
+    assert not any(os.path.samefile(p, other / "checkpoints/best.ckpt") for p in (new / "checkpoints").glob("*.ckpt"))

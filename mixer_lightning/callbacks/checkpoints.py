@@ -74,6 +74,21 @@ class BestCheckpoint(ModelCheckpoint):
         if self.filename == BEST_NAME and self.save_top_k not in (0, 1):
             self.filename = "{epoch}-{step}"
 
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A run moved or copied elsewhere resumes its best state (Lightning drops it when the folder differs, and
+        looks up best.ckpt at the old path): the files it names are rebased onto this folder where they lie here."""
+        saved, here = state_dict.get("dirpath"), self.dirpath
+        if saved and here and saved != here:
+            move = lambda path: os.path.join(here, os.path.relpath(path, saved)) if path else path  # noqa: E731
+            if state_dict.get("best_model_path") and os.path.isfile(move(state_dict["best_model_path"])):
+                state_dict = {
+                    **state_dict,
+                    "dirpath": here,
+                    **{key: move(state_dict.get(key)) for key in ("best_model_path", "kth_best_model_path", "last_model_path")},
+                    "best_k_models": {move(path): score for path, score in (state_dict.get("best_k_models") or {}).items()},
+                }  # fmt: skip
+        super().load_state_dict(state_dict)
+
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         super().on_train_epoch_end(trainer, pl_module)
         self.link_best(trainer)
@@ -86,6 +101,8 @@ class BestCheckpoint(ModelCheckpoint):
         """Make ``best.ckpt`` the file `best_model_path` names, atomically (a reader sees the old or the new)."""
         best = self.best_model_path
         if not best or best == self.linked or not self.dirpath or "://" in str(best):
+            return
+        if os.path.dirname(os.path.abspath(best)) != os.path.abspath(self.dirpath):  # another run's: not ours to link
             return
         self.linked = best
         link = Path(self.dirpath) / f"{BEST_NAME}{self.FILE_EXTENSION}"
