@@ -95,6 +95,11 @@ def test_figure_3_m_and_p_against_c(capsys: pytest.CaptureFixture) -> None:
     assert best["p"] == pytest.approx(1e8 / best["m"] ** 2)
     assert max(p["m"] for p in result["pairs"]) < best["m"] and min(p["p"] for p in result["pairs"]) > best["p"]
     assert Path("fig3.png").stat().st_size > 10_000
+    # a plot of the user's is not replaced unless told (it was, silently)
+    assert error_field(capsys, ["width", "--omega", "10**8", "--gamma", "1", "--plot", "fig3.png"]) == "plot"
+    Path("fig3.png").write_bytes(b"mine")
+    width_json(capsys, "--omega", "10**8", "--gamma", "1", "--plot", "fig3.png", "--overwrite")
+    assert Path("fig3.png").stat().st_size > 10_000
 
 
 def test_gamma_at_fixed_width_eq_s46(capsys: pytest.CaptureFixture) -> None:

@@ -27,7 +27,7 @@ cka_pair() {  # cka_pair NAME SW_MLP_POINT: the CKA matrix of the Mixer (referen
   [ -f "$mixer" ] && [ -f "$sw" ] || return 0
   mkdir -p "$DOCS/fig2" && printf 'data:\n  init_args:\n    root: %s\n' "$DATA" >"$OUT/data_root.yaml"
   "$MIXER" cka --ckpt "$mixer" --ckpt "$sw" --config configs/cifar10_fig2_mixer.yaml --config configs/data/cifar10_hf.yaml \
-    --config "$OUT/data_root.yaml" --plot "$DOCS/fig2/cka_${name}.png" --json >"$DOCS/fig2/cka_${name}.json"
+    --config "$OUT/data_root.yaml" --plot "$DOCS/fig2/cka_${name}.png" --overwrite --json >"$DOCS/fig2/cka_${name}.json"
 }
 
 items=("$@")

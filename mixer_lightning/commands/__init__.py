@@ -84,4 +84,9 @@ def run_command(name: str, argv: list[str]) -> int | None:
         doc = inspect.cleandoc(run.__doc__ or "")
     parser = ArgumentParser(prog=prog, description=doc, formatter_class=HelpFormatter, exit_on_error=False)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    if getattr(args, "plot", None):  # a file the user names is not replaced unless told, and before any work
+        from mixer_lightning.safety.atomic import check_output_file
+
+        check_output_file(args.plot, "--plot", args.overwrite)
+    return run(args)

@@ -57,6 +57,7 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--precision", type=str, default=None, help="Lightning precision, e.g. bf16-mixed")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--plot", type=str, default=None, help="draw the heat map (Figure 2(b, c)) to this PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
 
 
 def compute(args: Namespace) -> dict:

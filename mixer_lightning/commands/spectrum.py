@@ -58,6 +58,7 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--max_entries", type=PositiveInt, default=DEFAULT_MAX_ENTRIES, help="--all: largest γm·m done")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--plot", type=str, default=None, help="draw σ_max against m (and the spectra) to this PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
 
 
 def _values(rows: list[dict], key: str) -> list:

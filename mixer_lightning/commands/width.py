@@ -59,6 +59,7 @@ def add_arguments(parser: ArgumentParser) -> None:
     parser.add_argument("--width", type=str, default=None, help="fix the width m = S·C and vary γ (eq. S.46)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--plot", type=str, default=None, help="draw Figure 3 (or, with --width, γ against C) to a PNG")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --plot file")
 
 
 def compute(omega: int, gamma: float, channels: list[int] | None = None, sparsity: list[float] | None = None) -> dict:
