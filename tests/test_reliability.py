@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -1059,6 +1060,9 @@ def test_predict_replaces_an_output_only_when_told(capsys: pytest.CaptureFixture
     assert exit_info.value.code == 2
     main([*predict, "--prediction_writer.overwrite", "true"])
     assert torch.equal(torch.load("predictions.pt", weights_only=True)["probabilities"], first)
+    os.mkfifo("node")  # a device node or a FIFO is never replaced by a file, told or not (a rename replaced it)
+    onto = [*predict[:-1], "node", "--prediction_writer.overwrite", "true"]
+    assert error_field(capsys, onto) == "prediction_writer.output" and stat.S_ISFIFO(os.stat("node").st_mode)
 
 
 def test_an_image_folder_with_a_symlink_loop_is_read_once(tmp_path: Path) -> None:

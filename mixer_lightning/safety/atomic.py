@@ -108,6 +108,8 @@ def check_output_file(path: str | Path, field: str, overwrite: bool = False, fla
     path = Path(path)
     if path.is_dir():
         raise ConfigError(field, f"{str(path)!r} is a folder", "give the path of a file")
+    if path.exists() and not path.is_file():  # a device or a FIFO: the atomic rename would replace the node itself
+        raise ConfigError(field, f"{str(path)!r} is no regular file", "give the path of a file")
     if (path.exists() or path.is_symlink()) and not overwrite:
         raise ConfigError(field, f"{str(path)!r} exists", f"pass {flag} or choose another path")
     return path
