@@ -208,6 +208,7 @@ def test_a_brace_pattern_is_expanded_within_the_folders_shards(capsys: pytest.Ca
     tracemalloc.start()
     try:
         assert error_field(capsys, ["data", "check", "shards/imagenet1k-train-" + "{0,1}" * 18 + ".tar"]) == "root"
+        assert error_field(capsys, ["data", "check", "shards/x-" + "{0}" * 1500 + ".tar"]) == "root"  # RecursionError
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

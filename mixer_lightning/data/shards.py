@@ -94,6 +94,8 @@ def find_shards(root: str) -> dict[str, list[Path]]:
         require(not (unsplit and any(splits.values())), "data.root", problem, "move it out of the folder")
         splits["train"] = splits["train"] or unsplit  # shards named without a split: all of them train
     if is_pattern:
+        groups = Path(root).name.count("{")  # each is a level of `expand_braces`: far below Python's recursion limit
+        require(groups <= 64, "data.root", f"{root!r} has {groups} brace groups", "name the shards with at most 64")
         # Never more names than the folder has shards: each must be one of them (a pattern of a billion names
         # is refused before it is written out).
         named = list(islice(expand_braces(Path(root).name), len(listed) + 1))
