@@ -7,8 +7,10 @@ full disk, a run another process writes) or a `TrainingError` (the loss diverged
 from __future__ import annotations
 
 import argparse
+import sysconfig
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class ConfigError(ValueError):
@@ -70,3 +72,21 @@ def argument_error(error: argparse.ArgumentError, argv: Iterable[str] = (), keys
     named = [key for key in given if key and all(part in text for part in key.split("."))]
     named = named or [key for key in keys if key and key in text]
     return ConfigError(max(named, key=len, default="arguments"), text, "see `mixer COMMAND --help`")
+
+
+# Where this package, installed libraries and the standard library live (`library_line`).
+PACKAGE = Path(__file__).resolve().parent
+LIBRARIES = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
+
+
+def library_line(error: BaseException) -> tuple[str, int] | None:
+    """A library's own error (raised in torch, Lightning, PIL… from a value it was given) is its type and first
+    line, status 1; one raised in this package or in a user's own code is a bug, None: its traceback."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    where = Path(frame.tb_frame.f_code.co_filename).resolve() if frame is not None else PACKAGE
+    if where.is_relative_to(PACKAGE) or not any(where.is_relative_to(folder) for folder in LIBRARIES):
+        return None
+    first = next(iter(str(error).strip().splitlines()), "")
+    return f"mixer: error: {type(error).__name__}: {first}; --debug shows the traceback", 1

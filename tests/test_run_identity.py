@@ -1,5 +1,5 @@
 """A resumed run is the run it continues (issue 47): a fit resumed from a checkpoint must give the data and the
-optimiser settings the checkpoint was trained with (`callbacks.checkpoints.RunFingerprint`), or is refused in one
+optimiser settings the checkpoint was trained with (`callbacks.fingerprint.RunFingerprint`), or is refused in one
 line naming the flag before anything is written; a requeued SLURM job resumes the run of its own command."""
 
 from __future__ import annotations

@@ -16,15 +16,10 @@ import contextvars
 import difflib
 import os
 import sys
-import sysconfig
-from pathlib import Path
 
 from mixer_lightning.commands import COMMANDS, run_command, summary
-from mixer_lightning.errors import ConfigError, ResourceError, Stopped, TrainingError, argument_error
+from mixer_lightning.errors import ConfigError, ResourceError, Stopped, TrainingError, argument_error, library_line
 
-PACKAGE = Path(__file__).resolve().parents[1]  # mixer_lightning/
-# Where installed libraries and the standard library live (a user's own callback elsewhere keeps its traceback).
-LIBRARIES = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib", "stdlib")}
 LIGHTNING_COMMANDS = {
     "fit": "train a model: mixer fit --config CONFIG.yaml (resume: --ckpt_path last)",
     "validate": "evaluate a checkpoint on the validation split (val_metrics.json, in its run directory)",
@@ -96,19 +91,6 @@ def one_line(error: BaseException, argv: list[str] = ()) -> tuple[str, int] | No
             return f"mixer: error: {error.filename}: {error.strerror}", 1
         error = error.__cause__ or error.__context__
     return library_line(seen[0])
-
-
-def library_line(error: BaseException) -> tuple[str, int] | None:
-    """A library's own error (raised in torch, Lightning, PIL… from a value it was given) is its type and first
-    line, status 1; one raised in this package or in a user's own code is a bug, None: its traceback."""
-    frame = error.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
-    where = Path(frame.tb_frame.f_code.co_filename).resolve() if frame is not None else PACKAGE
-    if where.is_relative_to(PACKAGE) or not any(where.is_relative_to(folder) for folder in LIBRARIES):
-        return None
-    first = next(iter(str(error).strip().splitlines()), "")
-    return f"mixer: error: {type(error).__name__}: {first}; --debug shows the traceback", 1
 
 
 def main(args: list[str] | None = None) -> None:

@@ -33,9 +33,10 @@ from mixer_lightning.callbacks.checkpoints import (
     AtomicCheckpointIO,
     BestCheckpoint,
     ResumeCheckpoint,
-    RunFingerprint,
+    monitor_mode,
 )
 from mixer_lightning.callbacks.console import RunHeader, line_progress
+from mixer_lightning.callbacks.fingerprint import RunFingerprint
 from mixer_lightning.callbacks.run import EVALUATIONS, Run, fit_summary, write_json
 from mixer_lightning.callbacks.slurm import SlurmRequeue, requeue_on_signal
 from mixer_lightning.callbacks.throughput import SpeedMonitor
@@ -70,10 +71,9 @@ class MixerCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         batch_counts_as_ints(parser)  # --trainer.limit_train_batches 1 is one batch, as in Lightning
-        # best.ckpt by val/acc1 (top-k: k files, best.ckpt the best); last.ckpt is step_checkpoint's, written only
-        # where a resumed run continues exactly, and on SIGTERM: `mixer fit ... --ckpt_path last` goes on.
+        # best.ckpt by val/acc1 (top-k: k files, best.ckpt the best; mode: `monitor_mode`); last.ckpt is step_checkpoint's,
+        # written only where a resumed run continues exactly, and on SIGTERM: `mixer fit ... --ckpt_path last` goes on.
         parser.add_class_arguments(BestCheckpoint, "checkpoint")
-        # checkpoint.mode: none given, it follows the monitor (`monitor_mode`); Lightning's "min" would rank val/acc1 upside down
         parser.set_defaults({"checkpoint.monitor": "val/acc1", "checkpoint.mode": None, "checkpoint.filename": "best"})
         parser.set_defaults({"checkpoint.enable_version_counter": False})
         parser.add_class_arguments(ResumeCheckpoint, "step_checkpoint")
@@ -174,17 +174,6 @@ class MixerCLI(LightningCLI):
 
 def metrics(trainer: Any, stage: str) -> dict[str, float]:
     return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{stage}/")}
-
-
-def monitor_mode(monitor: str | None) -> str:
-    """The checkpoint mode that keeps the best of `monitor`: ``max`` of an accuracy, ``min`` of a loss; another
-    metric must say which it is."""
-    name = (monitor or "").rsplit("/", 1)[-1]
-    if monitor is None or "acc" in name:
-        return "max"
-    if "loss" in name:
-        return "min"
-    raise ConfigError("checkpoint.mode", f"is {monitor!r} better high or low?", "give --checkpoint.mode max or min")
 
 
 def argument_error(error: argparse.ArgumentError, cli: Any, args: list[str]) -> ConfigError:
