@@ -272,7 +272,11 @@ paper_rp_regimes() {  # issue 61: does the RP S-Mixer's deficit hold in the pape
   emit rp_regime_lr0p1_s_mixer configs/cifar10_d7_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
   emit rp_regime_lr0p1_rp_s_mixer configs/cifar10_d7_rp_s_mixer.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
   local output=()
-  if [ -f configs/cifar10_fig5_rp_s_mixer_output.yaml ]; then
+  # arm (a) is recorded (rp_regimes.py's runs.csv: a final error at each seed): a new machine does not train it again
+  local finals
+  finals=$(awk -F, -v seeds=",$SEEDS," '$1 == "output" && $6 != "" && index(seeds, "," $3 ",") {n++} END {print n + 0}' \
+    docs/reproductions/rp_regimes/runs.csv 2>/dev/null || echo 0)
+  if [ -f configs/cifar10_fig5_rp_s_mixer_output.yaml ] && [ "$finals" -lt "$(tr , '\n' <<<"$SEEDS" | wc -l)" ]; then
     emit rp_regime_output_rp_s_mixer configs/cifar10_fig5_rp_s_mixer_output.yaml --omega '2**14' --channels 25 --seeds "$SEEDS"
     output=(rp_regime_output_rp_s_mixer)
   fi
