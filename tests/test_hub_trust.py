@@ -72,6 +72,31 @@ def test_a_hub_folder_with_non_finite_weights_is_one_line_where_it_enters(traine
     assert not Path("runs").exists()
 
 
+@pytest.mark.parametrize("damage", ["a list", "not JSON", "hyper_parameters a list", "a header that lies"])
+def test_a_hostile_hub_folder_is_one_line_where_it_enters(damage, trained, capsys) -> None:
+    """config.json that is no JSON object, odd hyper_parameters, a safetensors header larger than its file: each was
+    a traceback (AttributeError in our code) or the library's line without the flag; now one line naming it."""
+    import json
+    import struct
+
+    main(["push", "--ckpt_path", trained("mixer"), "--out", "repo"])
+    config, weights = Path("repo/config.json"), Path("repo/model.safetensors")
+    if damage == "a list":
+        config.write_text("[1, 2]")
+    elif damage == "not JSON":
+        config.write_text("nope{")
+    elif damage == "hyper_parameters a list":
+        settings = json.loads(config.read_text())
+        settings["mixer_lightning"]["hyper_parameters"] = [1]
+        config.write_text(json.dumps(settings))
+    else:
+        weights.write_bytes(struct.pack("<Q", 10**9) + weights.read_bytes()[8:])
+    capsys.readouterr()
+    assert error_field(capsys, ["convert", "--from", "repo", "--out", "x.ckpt"]) == "from"
+    argv = ["fit", "--config", DIGITS, "--model.init_from", "repo", "--trainer.fast_dev_run", "true"]
+    assert error_field(capsys, argv) == "model.init_from"
+
+
 @pytest.mark.parametrize("name", ["timm.models._helpers.load_checkpoint", "timm.models._factory.load_checkpoint"])
 def test_a_denied_loader_is_denied_under_every_name_that_reaches_it(name, monkeypatch, capsys) -> None:
     """A stand-in for timm's load_checkpoint, where timm defines it and where it is imported again: both

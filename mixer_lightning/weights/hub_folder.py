@@ -36,6 +36,17 @@ def hub_file(name: str, filename: str, field: str) -> Path:
         ) from None
 
 
+def read_config(file: Path, field: str) -> dict:
+    """A hub folder's config.json as a JSON object; anything else is one line on `field` (it is data, not ours)."""
+    try:
+        config = json.loads(Path(file).read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ConfigError(field, f"{file} is not JSON ({error})", FIX) from None
+    if not isinstance(config, dict) or not isinstance(config.get("mixer_lightning") or {}, dict):
+        raise ConfigError(field, f"{file} is no JSON object of a model's settings", FIX)
+    return config
+
+
 def read_hub_folder(path: Any, field: str = "init_from") -> WeightsFile:
     """The weights of the hub-layout folder (or ``hf-hub:`` repo) `path` in this project's key layout."""
     from safetensors.torch import load_file
@@ -44,7 +55,7 @@ def read_hub_folder(path: Any, field: str = "init_from") -> WeightsFile:
 
     text = str(path)
     if text.startswith("hf-hub:"):
-        config = json.loads(hub_file(text, "config.json", field).read_text())
+        config = read_config(hub_file(text, "config.json", field), field)
         if "mixer_lightning" not in config:
             from mixer_lightning.weights.timm import read_hub_weights
 
@@ -54,15 +65,23 @@ def read_hub_folder(path: Any, field: str = "init_from") -> WeightsFile:
         config_file, weights_file = Path(text) / "config.json", Path(text) / "model.safetensors"
         if not (config_file.is_file() and weights_file.is_file()):
             raise ConfigError(field, f"{text} is a folder without config.json and model.safetensors", FIX)
-        config = json.loads(config_file.read_text())
-    state_dict = load_file(str(weights_file))
+        config = read_config(config_file, field)
+    try:
+        state_dict = load_file(str(weights_file))
+    except Exception as error:  # safetensors' own (a header that lies, a cut file): the file is data
+        raise ConfigError(
+            field, f"{weights_file}: {str(error).splitlines()[0] if str(error) else type(error).__name__}", FIX
+        ) from None
     ours = config.get("mixer_lightning") or {}
     timm_names = any(TIMM_NAMES.search(k) for k in state_dict)
     if timm_names:
         state_dict = {from_timm_key(k): v for k, v in state_dict.items()}
     elif not ours:
         raise ConfigError(field, f"{text}: architecture {config.get('architecture')!r} is no MLP-Mixer of timm's", FIX)
-    architecture = {k: v for k, v in (ours.get("hyper_parameters") or {}).items() if k != "init_from"}
+    hyper_parameters = ours.get("hyper_parameters") or {}
+    if not isinstance(hyper_parameters, dict):
+        raise ConfigError(field, f"{text}: config.json's hyper_parameters are no mapping", FIX)
+    architecture = {k: v for k, v in hyper_parameters.items() if k != "init_from"}
     if not ours:  # a timm folder: timm's Mixer has the exact GELU and LayerNorm ε 1e-6
         architecture = {"act": "gelu", "norm_eps": 1e-6}
     cfg = config.get("pretrained_cfg") or {}

@@ -27,10 +27,12 @@ def hub_preprocessing(name: str) -> dict[str, Any]:
         config_file = Path(name) / "config.json"
         if not config_file.is_file():
             return {}
-        config = json.loads(config_file.read_text())
-        return pretrained_preprocessing(
-            {**{k: config[k] for k in ("num_classes", "label_names") if k in config}, **config["pretrained_cfg"]}
-        )
+        try:
+            config = json.loads(config_file.read_text())
+            cfg = {**{k: config[k] for k in ("num_classes", "label_names") if k in config}, **config["pretrained_cfg"]}
+        except (ValueError, UnicodeDecodeError, TypeError, KeyError, AttributeError):
+            return {}  # reading the weights says why in one line (`hub_folder.read_config`)
+        return pretrained_preprocessing(cfg)
     from timm.models import get_pretrained_cfg, load_model_config_from_hf
 
     try:
