@@ -45,6 +45,16 @@ def test_a_resume_with_another_label_smoothing_or_layer_decay_is_refused(capsys:
     main(resume)
 
 
+def test_validate_with_another_split_is_refused(capsys: pytest.CaptureFixture) -> None:
+    """Another split_seed (or val_split) of the same data validates on images the run trained on: refused."""
+    main(["fit", *TINY, "--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2"])
+    (run,) = run_dirs("digits_mixer")
+    validate = ["validate", *TINY, "--ckpt_path", str(run / "checkpoints" / "last.ckpt")]
+    assert error_field(capsys, [*validate, "--data.split_seed", "3"]) == "data.split_seed"
+    assert error_field(capsys, [*validate, "--data.val_split", "0.2"]) == "data.val_split"
+    main(validate)
+
+
 def test_a_resume_with_more_epochs_trains_them_on_the_configs_schedule() -> None:
     """The schedule kept the checkpoint's length: a resume with a larger max_epochs trained the added epochs at
     lr 0 (AdamW at lr 0 leaves the weights bit-identical) and said it had trained them."""

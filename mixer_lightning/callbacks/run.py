@@ -92,6 +92,12 @@ class Run:
             if command == "fit" and not self.resumable:  # (Lightning's restore: a KeyError on its version key)
                 raise ConfigError("ckpt_path", f"{config.ckpt_path!r} holds weights, not a run to resume",
                                   f"start from them with --model.init_from {config.ckpt_path}")  # fmt: skip
+            if command == "validate":  # a validation split carved from train must be the run's own held-out images
+                recorded, data = self.fingerprint or {}, config.data.get("init_args") or {}
+                if data.get("dataset") == recorded.get("data.dataset") and data.get("val_split"):
+                    for key in ("val_split", "split_seed"):
+                        if f"data.{key}" in recorded and data.get(key) != recorded[f"data.{key}"]:
+                            raise ConfigError(f"data.{key}", f"the run held out its validation images with {recorded[f'data.{key}']!r}, not {data.get(key)!r}: others include images it trained on", "give the run's value")  # fmt: skip
             if command == "fit":  # Lightning would replace these by the checkpoint's, unseen (as the optimiser's)
                 trained = self.checkpoint.get("hyper_parameters") or {}
                 for key in TRAINING_ARGUMENTS:
